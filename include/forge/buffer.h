@@ -1,0 +1,100 @@
+#pragma once
+// Buffer: a block of bytes with an atomic refcount, a device, a byte length,
+// 64-byte alignment and a release hook that fires exactly once, when the last
+// reference drops. A pooled buffer's hook returns it to its pool's free list;
+// a borrowed buffer (caller memory, a file mapping, an arena region) runs its
+// own release.
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+
+#include "forge/device.h"
+#include "forge/ref.h"
+
+namespace forge {
+
+class Buffer;
+
+// Who takes a buffer back when its last reference drops (see buffer.cpp).
+class BufferOwner {
+ public:
+  virtual void release(Buffer* buffer) noexcept = 0;
+
+ protected:
+  ~BufferOwner() = default;
+};
+
+class Buffer : public RefCounted<Buffer> {
+ public:
+  static constexpr std::size_t kAlignmentBytes = 64;
+
+  // Wraps memory the caller owns; `on_release` runs once when forge is done with it.
+  static Ref<Buffer> borrow(void* data, std::size_t nbytes, Device device,
+                            std::function<void()> on_release);
+
+  std::byte* data() const noexcept { return data_; }
+  std::size_t nbytes() const noexcept { return nbytes_; }           // what was asked for
+  std::size_t capacity_bytes() const noexcept { return capacity_bytes_; }  // the block behind it
+  Device device() const noexcept { return device_; }
+  bool pooled() const noexcept { return pooled_; }
+
+  // An arena region a later call has rewound (Note [Stale outputs] in arena.cpp).
+  bool stale() const noexcept {
+    return generation_source_ != nullptr &&
+           generation_source_->load(std::memory_order_acquire) != generation_;
+  }
+  // The arena this buffer lies in, if any (compared by identity only).
+  const void* arena() const noexcept { return arena_; }
+
+  // Version counter shared by every view of these bytes; in-place writes bump it.
+  std::uint32_t version() const noexcept { return version_.load(std::memory_order_relaxed); }
+  void bump_version() noexcept { version_.fetch_add(1, std::memory_order_relaxed); }
+
+  // Called by RefCounted when the last reference drops: runs the release hook.
+  void on_last_release() noexcept { owner_->release(this); }
+
+  // ---- for owners (pool, arena, borrow) only ----
+  struct Init {
+    std::byte* data = nullptr;
+    std::size_t nbytes = 0;
+    std::size_t capacity_bytes = 0;
+    Device device{};
+    BufferOwner* owner = nullptr;
+    bool pooled = false;
+    const std::atomic<std::uint64_t>* generation_source = nullptr;
+    std::uint64_t generation = 0;
+    const void* arena = nullptr;
+  };
+  explicit Buffer(const Init& init) noexcept
+      : data_(init.data),
+        nbytes_(init.nbytes),
+        capacity_bytes_(init.capacity_bytes),
+        device_(init.device),
+        pooled_(init.pooled),
+        owner_(init.owner),
+        generation_source_(init.generation_source),
+        generation_(init.generation),
+        arena_(init.arena) {}
+  // Re-arms a cached pooled buffer for a new holder.
+  void recycle(std::size_t nbytes) noexcept {
+    nbytes_ = nbytes;
+    reset_ref_count();
+  }
+  Buffer* next_free = nullptr;  // intrusive free-list link, owned by the pool
+
+ private:
+  std::byte* data_;
+  std::size_t nbytes_;
+  std::size_t capacity_bytes_;
+  Device device_;
+  bool pooled_;
+  BufferOwner* owner_;
+  const std::atomic<std::uint64_t>* generation_source_;
+  std::uint64_t generation_;
+  const void* arena_;
+  std::atomic<std::uint32_t> version_{0};
+};
+
+}  // namespace forge

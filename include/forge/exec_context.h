@@ -1,0 +1,115 @@
+#pragma once
+// ExecContext: what a user creates first. It owns a Runtime (pool, threads,
+// RNG, exec scopes) and is the thread-local current context while it lives,
+// so the free creation functions (forge::zeros, ...) find it.
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <type_traits>
+#include <vector>
+
+#include "forge/buffer_pool.h"
+#include "forge/device.h"
+#include "forge/dtype.h"
+#include "forge/exec_scope.h"
+#include "forge/ref.h"
+#include "forge/runtime.h"
+#include "forge/shape.h"
+#include "forge/tensor.h"
+
+namespace forge {
+
+struct ExecContextOptions {
+  Device device = Device::cpu();
+  int threads = 0;                              // 0: FORGE_NUM_THREADS, else all hardware threads
+  std::optional<std::uint64_t> seed;            // default: FORGE_SEED, else a fixed seed
+  std::optional<std::size_t> max_cached_bytes;  // default: FORGE_POOL_MAX_CACHED_BYTES, else 1 GiB
+};
+
+class ExecContext {
+ public:
+  static constexpr std::uint64_t kDefaultSeed = 67280421310721ULL;
+
+  ExecContext();
+  explicit ExecContext(const ExecContextOptions& options);
+  ~ExecContext();
+  ExecContext(const ExecContext&) = delete;
+  ExecContext& operator=(const ExecContext&) = delete;
+
+  // The innermost live context on this thread, or nullptr.
+  static ExecContext* current() noexcept;
+  // The same, throwing invalid_argument naming `op` when there is none.
+  static ExecContext& current_or_throw(const char* op);
+
+  Runtime& runtime() noexcept { return *runtime_; }
+  BufferPool& pool() noexcept { return runtime_->pool(); }
+  PoolStats stats() const { return runtime_->pool().stats(); }
+  Device device() const noexcept { return runtime_->device(); }
+  int threads() const noexcept { return runtime_->threads(); }
+  void manual_seed(std::uint64_t seed) noexcept { runtime_->manual_seed(seed); }
+
+  ExecScope open_exec_scope() { return ExecScope(*runtime_); }
+
+  // Carries a value across steps: `old` takes `fresh`, releasing its old buffer.
+  void replace(Tensor& old, Tensor fresh) noexcept { old = std::move(fresh); }
+
+  // ---- creation ----
+  Tensor empty(const Shape& shape, DType dtype = DType::f32);
+  Tensor zeros(const Shape& shape, DType dtype = DType::f32);
+  Tensor ones(const Shape& shape, DType dtype = DType::f32);
+  Tensor full(const Shape& shape, double value, DType dtype = DType::f32);
+  Tensor arange(double end, DType dtype = DType::f32) { return arange(0, end, 1, dtype); }
+  Tensor arange(double start, double end, double step = 1, DType dtype = DType::f32);
+  Tensor linspace(double start, double end, std::int64_t steps, DType dtype = DType::f32);
+  Tensor eye(std::int64_t n, std::int64_t m = -1, DType dtype = DType::f32);
+  Tensor rand(const Shape& shape, DType dtype = DType::f32);   // uniform [0, 1)
+  Tensor randn(const Shape& shape, DType dtype = DType::f32);  // standard normal
+  template <typename T>
+  Tensor from_vector(const std::vector<T>& values, const Shape& shape);
+  template <typename T>
+  Tensor from_vector(const std::vector<T>& values) {
+    return from_vector(values, Shape{static_cast<std::int64_t>(values.size())});
+  }
+  // A tensor over memory the caller owns (contiguous, 64-byte alignment not
+  // required); `on_release` runs once when the last view of it dies.
+  Tensor from_blob(void* data, const Shape& shape, DType dtype,
+                   std::function<void()> on_release = {});
+
+ private:
+  Tensor from_host_checked(const void* data, std::size_t count, const Shape& shape, DType dtype);
+  Ref<Runtime> runtime_;
+  ExecContext* previous_;
+};
+
+template <typename T>
+Tensor ExecContext::from_vector(const std::vector<T>& values, const Shape& shape) {
+  if constexpr (std::is_same_v<T, bool>) {
+    std::vector<std::uint8_t> bytes(values.begin(), values.end());
+    return from_host_checked(bytes.data(), bytes.size(), shape, DType::boolean);
+  } else {
+    return from_host_checked(values.data(), values.size(), shape, dtype_v<T>);
+  }
+}
+
+// Free creation functions on the current context (ExecContext::current()).
+Tensor empty(const Shape& shape, DType dtype = DType::f32);
+Tensor zeros(const Shape& shape, DType dtype = DType::f32);
+Tensor ones(const Shape& shape, DType dtype = DType::f32);
+Tensor full(const Shape& shape, double value, DType dtype = DType::f32);
+Tensor arange(double start, double end, double step = 1, DType dtype = DType::f32);
+Tensor linspace(double start, double end, std::int64_t steps, DType dtype = DType::f32);
+Tensor eye(std::int64_t n, std::int64_t m = -1, DType dtype = DType::f32);
+Tensor rand(const Shape& shape, DType dtype = DType::f32);
+Tensor randn(const Shape& shape, DType dtype = DType::f32);
+template <typename T>
+Tensor from_vector(const std::vector<T>& values, const Shape& shape) {
+  return ExecContext::current_or_throw("from_vector").from_vector(values, shape);
+}
+template <typename T>
+Tensor from_vector(const std::vector<T>& values) {
+  return ExecContext::current_or_throw("from_vector").from_vector(values);
+}
+
+}  // namespace forge

@@ -1,0 +1,38 @@
+#pragma once
+// Ops. Each validates its arguments (shapes, dtypes, contexts, aliasing,
+// staleness), allocates its output from its inputs' context (or writes into the
+// caller's `out` for the _into forms, or into a lent Arena for outputs whose
+// size only the call knows), then calls an unchecked kernel. A failed op leaves
+// its inputs untouched and the pool's outstanding count unchanged.
+
+#include "forge/arena.h"
+#include "forge/tensor.h"
+
+namespace forge {
+
+// ---- elementwise, NumPy broadcasting, libtorch type promotion ----
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor relu(const Tensor& x);
+// Write into `out`, whose shape must be the broadcast shape and whose dtype must
+// hold the promoted result; `out` may alias an input exactly (in place).
+Tensor& add_into(Tensor& out, const Tensor& a, const Tensor& b);
+Tensor& mul_into(Tensor& out, const Tensor& a, const Tensor& b);
+Tensor& relu_into(Tensor& out, const Tensor& x);
+
+inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
+inline Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
+
+// ---- calls whose output size only the call knows: outputs go to an Arena ----
+// The elements of x where mask is true (mask broadcasts to x), in row-major order.
+Tensor masked_select(const Tensor& x, const Tensor& mask, Arena* arena);
+// The indices of x's nonzero elements, [count, x.dim()] i64.
+Tensor nonzero(const Tensor& x, Arena* arena);
+// The rows of x [N, D] whose mask [N] is true.
+RowsView rows_where(const Tensor& x, const Tensor& mask, Arena* arena);
+// For each row of mask [B, T]: the column indices of its true entries.
+TapeView nonzero_per_row(const Tensor& mask, Arena* arena);
+// For each item b of x [B, T, D]: the rows x[b, t] whose mask [B, T] is true.
+RowsTapeView rows_where_per_item(const Tensor& x, const Tensor& mask, Arena* arena);
+
+}  // namespace forge

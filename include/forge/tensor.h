@@ -1,0 +1,160 @@
+#pragma once
+// Tensor: a cheap value handle over a refcounted TensorImpl (shape, strides,
+// element offset, dtype) that holds a Ref<Buffer> and a Ref<Runtime>. Copying
+// a handle aliases the same impl, as in libtorch. Views share the buffer and
+// retain it for as long as they live (Note [Views retain their buffer] in
+// src/core/views.cpp).
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <iosfwd>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "forge/buffer.h"
+#include "forge/dtype.h"
+#include "forge/error.h"
+#include "forge/ref.h"
+#include "forge/shape.h"
+
+namespace forge {
+
+class Runtime;
+class ExecContext;
+
+class TensorImpl : public RefCounted<TensorImpl> {
+ public:
+  TensorImpl(Ref<Runtime> runtime, Ref<Buffer> buffer, const Shape& shape, const Strides& strides,
+             std::int64_t offset, DType dtype) noexcept;
+  ~TensorImpl();
+  void on_last_release() noexcept { delete this; }
+
+  Runtime& runtime() const noexcept { return *runtime_; }
+  const Ref<Runtime>& runtime_ref() const noexcept { return runtime_; }
+  const Ref<Buffer>& buffer() const noexcept { return buffer_; }
+  const Shape& shape() const noexcept { return shape_; }
+  const Strides& strides() const noexcept { return strides_; }
+  std::int64_t offset() const noexcept { return offset_; }
+  DType dtype() const noexcept { return dtype_; }
+
+ private:
+  Ref<Runtime> runtime_;
+  Ref<Buffer> buffer_;
+  Shape shape_;
+  Strides strides_;
+  std::int64_t offset_;
+  DType dtype_;
+};
+
+class Tensor {
+ public:
+  Tensor() noexcept = default;
+  explicit Tensor(Ref<TensorImpl> impl) noexcept : impl_(std::move(impl)) {}
+
+  bool defined() const noexcept { return static_cast<bool>(impl_); }
+  TensorImpl* impl() const noexcept { return impl_.get(); }
+  // True when both handles alias the same impl.
+  bool is_same(const Tensor& other) const noexcept { return impl_ == other.impl_; }
+
+  // ---- geometry (the handle must be defined) ----
+  const Shape& shape() const noexcept { return impl_->shape(); }
+  const Shape& sizes() const noexcept { return impl_->shape(); }
+  const Strides& strides() const noexcept { return impl_->strides(); }
+  int dim() const noexcept { return impl_->shape().rank(); }
+  std::int64_t size(std::int64_t dim) const;
+  std::int64_t stride(std::int64_t dim) const;
+  std::int64_t numel() const noexcept { return impl_->shape().numel(); }
+  std::int64_t offset() const noexcept { return impl_->offset(); }
+  DType dtype() const noexcept { return impl_->dtype(); }
+  std::size_t element_size() const noexcept { return dtype_size(impl_->dtype()); }
+  std::size_t nbytes() const noexcept { return static_cast<std::size_t>(numel()) * element_size(); }
+  Device device() const noexcept { return impl_->buffer()->device(); }
+  bool is_contiguous() const noexcept;
+  Runtime& runtime() const noexcept { return impl_->runtime(); }
+  const Ref<Buffer>& buffer() const noexcept { return impl_->buffer(); }
+  std::uint32_t version() const noexcept { return impl_->buffer()->version(); }
+
+  // ---- data (checked: defined, not a stale arena output, dtype matches) ----
+  template <typename T>
+  T* data_ptr() const {
+    check_dtype(dtype_v<T>, "data_ptr");
+    return reinterpret_cast<T*>(raw_data("data_ptr"));
+  }
+  void* raw_data(const char* op = "data") const;
+  template <typename T>
+  std::vector<T> to_vector() const;  // converts from any dtype
+  template <typename T>
+  T item() const;
+
+  // ---- views: share the buffer, never copy ----
+  Tensor clone_view() const;
+  Tensor view_with_strides(const Shape& shape, const Strides& strides, std::int64_t offset) const;
+  Tensor view(const Shape& shape) const;     // error when the strides do not allow it
+  Tensor reshape(const Shape& shape) const;  // a view when possible, else a copy
+  Tensor broadcast_to(const Shape& shape) const;
+  Tensor expand(const Shape& shape) const;   // -1 keeps a dimension
+  Tensor narrow(std::int64_t dim, std::int64_t start, std::int64_t length) const;
+  Tensor slice(std::int64_t dim, std::int64_t start, std::int64_t end, std::int64_t step = 1) const;
+  Tensor select(std::int64_t dim, std::int64_t index) const;
+  Tensor permute(const Dims& dims) const;
+  Tensor transpose(std::int64_t dim0, std::int64_t dim1) const;
+  Tensor t() const;  // transpose of a tensor of rank <= 2
+  Tensor squeeze() const;
+  Tensor squeeze(std::int64_t dim) const;
+  Tensor unsqueeze(std::int64_t dim) const;
+  Tensor flatten(std::int64_t start_dim = 0, std::int64_t end_dim = -1) const;
+  Tensor contiguous() const;  // this tensor when already contiguous, else a packed copy
+
+  // ---- copies ----
+  Tensor clone() const;              // a packed copy
+  Tensor to(DType dtype) const;      // this tensor when the dtype already matches
+  Tensor& fill_(double value);
+  Tensor& zero_();
+  Tensor& copy_(const Tensor& src);  // broadcasts src, converts dtype
+
+  // ---- ops (see ops.h) ----
+  Tensor add(const Tensor& other) const;
+  Tensor mul(const Tensor& other) const;
+  Tensor relu() const;
+
+  std::string str() const;  // libtorch's printing
+
+ private:
+  void check_dtype(DType expected, const char* op) const;
+  Ref<TensorImpl> impl_;
+};
+
+std::ostream& operator<<(std::ostream& out, const Tensor& t);
+
+namespace detail {
+// Copies `src` (any layout, any dtype) into the contiguous memory `dst` of dtype `dst_dtype`.
+void copy_to_contiguous(const Tensor& src, void* dst, DType dst_dtype);
+}  // namespace detail
+
+template <typename T>
+std::vector<T> Tensor::to_vector() const {
+  const auto n = static_cast<std::size_t>(defined() ? numel() : 0);
+  if constexpr (std::is_same_v<T, bool>) {  // std::vector<bool> has no data()
+    std::vector<std::uint8_t> bytes(n);
+    if (n) detail::copy_to_contiguous(*this, bytes.data(), DType::boolean);
+    return std::vector<bool>(bytes.begin(), bytes.end());
+  } else {
+    std::vector<T> out(n);
+    if (n) detail::copy_to_contiguous(*this, out.data(), dtype_v<T>);
+    return out;
+  }
+}
+
+template <typename T>
+T Tensor::item() const {
+  FORGE_CHECK(defined(), invalid_argument, "item", "undefined tensor");
+  FORGE_CHECK(numel() == 1, invalid_argument, "item", "a tensor of shape ", shape(),
+              " has ", numel(), " elements, not 1");
+  T value{};
+  detail::copy_to_contiguous(*this, &value, dtype_v<T>);
+  return value;
+}
+
+}  // namespace forge

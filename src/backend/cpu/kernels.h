@@ -1,0 +1,105 @@
+#pragma once
+// Unchecked CPU kernels. Callers (the ops) have validated shapes, dtypes,
+// bounds and aliasing; kernels never allocate their outputs.
+
+#include <cstddef>
+#include <algorithm>
+#include <cstdint>
+
+#include "forge/dtype.h"
+#include "forge/runtime.h"
+#include "forge/shape.h"
+
+namespace forge::cpu {
+
+// Below this many elements a kernel runs inline, spawning no task.
+inline constexpr std::int64_t kGrainElements = 32768;
+
+// One operand of a strided loop: its first element and its strides (in
+// elements) over the loop's shape; a broadcast dimension has stride 0.
+struct Operand {
+  std::byte* data;
+  DType dtype;
+  Strides strides;
+};
+
+// dst[i] = convert(src[i]) over `shape`, any dtypes, any strides.
+void copy_cast(Runtime& rt, const Shape& shape, const Operand& dst, const Operand& src);
+// dst[i] = value converted to dst's dtype.
+void fill(Runtime& rt, const Shape& shape, const Operand& dst, double value);
+
+enum class BinaryOp { add, mul };
+// out = a (op) b; all three operands share `dtype`.
+void binary(Runtime& rt, BinaryOp op, const Shape& shape, const Operand& out, const Operand& a,
+            const Operand& b);
+// The contiguous, same-shape case, for small ops that must not pay for the strided setup.
+void binary_contiguous(BinaryOp op, DType dtype, std::int64_t n, std::byte* out, const std::byte* a,
+                       const std::byte* b);
+void relu(Runtime& rt, const Shape& shape, const Operand& out, const Operand& in);
+
+// ---- the strided loop every elementwise kernel uses ----
+
+// Drops size-1 dimensions and merges neighbours that are contiguous with each
+// other in every operand, so most layouts become one or two dimensions.
+template <int N>
+struct StridedLoop {
+  Shape shape;
+  Strides strides[N];
+
+  StridedLoop(const Shape& full, const Strides* const (&operand_strides)[N]) {
+    for (int d = 0; d < full.rank(); ++d) {
+      if (full[d] == 1) continue;
+      const int r = shape.rank();
+      bool merge = r > 0;
+      for (int k = 0; k < N && merge; ++k)
+        merge = strides[k][r - 1] == (*operand_strides[k])[d] * full[d];
+      if (merge) {
+        shape[r - 1] *= full[d];
+        for (int k = 0; k < N; ++k) strides[k][r - 1] = (*operand_strides[k])[d];
+      } else {
+        shape.push_back(full[d]);
+        for (int k = 0; k < N; ++k) strides[k].push_back((*operand_strides[k])[d]);
+      }
+    }
+    if (shape.rank() == 0) {  // a single element
+      shape.push_back(1);
+      for (int k = 0; k < N; ++k) strides[k].push_back(0);
+    }
+  }
+
+  std::int64_t inner() const noexcept { return shape.back(); }
+  std::int64_t rows() const noexcept { return shape.numel() / (inner() == 0 ? 1 : inner()); }
+
+  // Element offsets of row `row` (all dims but the last) for every operand.
+  void row_offsets(std::int64_t row, std::int64_t (&offsets)[N]) const noexcept {
+    for (int k = 0; k < N; ++k) offsets[k] = 0;
+    for (int d = shape.rank() - 2; d >= 0; --d) {
+      const std::int64_t i = row % shape[d];
+      row /= shape[d];
+      for (int k = 0; k < N; ++k) offsets[k] += i * strides[k][d];
+    }
+  }
+};
+
+// Calls run(offsets, count) for runs of `count` consecutive inner elements
+// (offsets in elements, one per operand), covering the loop once; splits the
+// work over the runtime's threads above the grain, so a long contiguous run is
+// cut into pieces too.
+template <int N, typename RunFn>
+void for_each_run(Runtime& rt, const StridedLoop<N>& loop, RunFn&& run) {
+  const std::int64_t total = loop.shape.numel(), inner = loop.inner();
+  if (total == 0) return;
+  rt.parallel_for(total, kGrainElements, [&](std::int64_t begin, std::int64_t end) {
+    std::int64_t row = begin / inner, col = begin % inner;
+    for (std::int64_t pos = begin; pos < end; ++row, col = 0) {
+      std::int64_t off[N];
+      loop.row_offsets(row, off);
+      const std::int64_t count = std::min(inner - col, end - pos);
+      for (int k = 0; k < N; ++k) off[k] += col * loop.strides[k].back();
+      run(off, count);
+      pos += count;
+    }
+  });
+}
+
+}  // namespace forge::cpu

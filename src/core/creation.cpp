@@ -1,0 +1,151 @@
+#include <cmath>
+#include <cstring>
+
+#include "backend/cpu/convert.h"
+#include "core/tensor_internal.h"
+#include "forge/exec_context.h"
+
+namespace forge {
+namespace {
+
+Tensor fresh(ExecContext& ctx, const char* op, const Shape& shape, DType dtype) {
+  detail::checked_numel(op, shape, dtype);
+  return detail::allocate(ctx.runtime(), shape, dtype);
+}
+
+// Fills a contiguous tensor element by element from gen(i) -> double.
+template <typename Gen>
+void generate(Tensor& t, Gen&& gen) {
+  dispatch_dtype(t.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    T* p = reinterpret_cast<T*>(detail::first_element(t));
+    const std::int64_t n = t.numel();
+    for (std::int64_t i = 0; i < n; ++i) p[i] = cpu::from_double<T>(gen(i));
+  });
+}
+
+}  // namespace
+
+Tensor ExecContext::empty(const Shape& shape, DType dtype) {
+  Tensor t = fresh(*this, "empty", shape, dtype);
+  detail::adopt_output(t);
+  return t;
+}
+
+Tensor ExecContext::full(const Shape& shape, double value, DType dtype) {
+  Tensor t = fresh(*this, "full", shape, dtype);
+  cpu::fill(runtime(), shape, detail::operand(t), value);
+  detail::adopt_output(t);
+  return t;
+}
+
+Tensor ExecContext::zeros(const Shape& shape, DType dtype) { return full(shape, 0.0, dtype); }
+Tensor ExecContext::ones(const Shape& shape, DType dtype) { return full(shape, 1.0, dtype); }
+
+Tensor ExecContext::arange(double start, double end, double step, DType dtype) {
+  FORGE_CHECK(step != 0 && std::isfinite(step), invalid_argument, "arange", "step must be finite and nonzero, got ",
+              step);
+  FORGE_CHECK(std::isfinite(start) && std::isfinite(end), invalid_argument, "arange", "bounds must be finite, got [",
+              start, ", ", end, ")");
+  FORGE_CHECK((end - start) / step >= 0 || start == end, invalid_argument, "arange", "step ", step,
+              " moves away from end: start ", start, ", end ", end);
+  const double count = std::ceil((end - start) / step);
+  FORGE_CHECK(count < 9.0e15, invalid_argument, "arange", "start ", start, ", end ", end, ", step ", step,
+              " gives too many elements");
+  Tensor t = fresh(*this, "arange", Shape{static_cast<std::int64_t>(std::max(0.0, count))}, dtype);
+  generate(t, [&](std::int64_t i) { return start + static_cast<double>(i) * step; });
+  detail::adopt_output(t);
+  return t;
+}
+
+Tensor ExecContext::linspace(double start, double end, std::int64_t steps, DType dtype) {
+  FORGE_CHECK(steps >= 0, invalid_argument, "linspace", "number of steps must be non-negative, got ", steps);
+  Tensor t = fresh(*this, "linspace", Shape{steps}, dtype);
+  const double step = steps > 1 ? (end - start) / static_cast<double>(steps - 1) : 0.0;
+  // Fill symmetric from both ends, as libtorch does, so the last value is `end` exactly.
+  const std::int64_t half = steps / 2;
+  generate(t, [&](std::int64_t i) {
+    return i < half ? start + step * static_cast<double>(i) : end - step * static_cast<double>(steps - 1 - i);
+  });
+  detail::adopt_output(t);
+  return t;
+}
+
+Tensor ExecContext::eye(std::int64_t n, std::int64_t m, DType dtype) {
+  if (m < 0) m = n;
+  FORGE_CHECK(n >= 0, invalid_argument, "eye", "n must be non-negative, got ", n);
+  Tensor t = fresh(*this, "eye", Shape{n, m}, dtype);
+  generate(t, [&](std::int64_t i) { return (i / (m == 0 ? 1 : m)) == (i % (m == 0 ? 1 : m)) ? 1.0 : 0.0; });
+  detail::adopt_output(t);
+  return t;
+}
+
+Tensor ExecContext::rand(const Shape& shape, DType dtype) {
+  FORGE_CHECK(is_floating(dtype), dtype, "rand", "needs a floating dtype, got ", dtype_name(dtype));
+  Tensor t = fresh(*this, "rand", shape, dtype);
+  auto& gen = runtime().generator();
+  generate(t, [&](std::int64_t) { return static_cast<double>(gen() >> 11) * 0x1.0p-53; });
+  detail::adopt_output(t);
+  return t;
+}
+
+Tensor ExecContext::randn(const Shape& shape, DType dtype) {
+  FORGE_CHECK(is_floating(dtype), dtype, "randn", "needs a floating dtype, got ", dtype_name(dtype));
+  Tensor t = fresh(*this, "randn", shape, dtype);
+  auto& gen = runtime().generator();
+  double spare = 0;
+  bool has_spare = false;
+  generate(t, [&](std::int64_t) {  // Box-Muller, two normals per pair of uniforms
+    if (has_spare) {
+      has_spare = false;
+      return spare;
+    }
+    const double u1 = (static_cast<double>(gen() >> 11) + 1.0) * 0x1.0p-53;  // (0, 1]
+    const double u2 = static_cast<double>(gen() >> 11) * 0x1.0p-53;
+    const double r = std::sqrt(-2.0 * std::log(u1));
+    spare = r * std::sin(2.0 * M_PI * u2);
+    has_spare = true;
+    return r * std::cos(2.0 * M_PI * u2);
+  });
+  detail::adopt_output(t);
+  return t;
+}
+
+Tensor ExecContext::from_host_checked(const void* data, std::size_t count, const Shape& shape, DType dtype) {
+  const std::int64_t n = detail::checked_numel("from_vector", shape, dtype);
+  FORGE_CHECK(static_cast<std::size_t>(n) == count, shape, "from_vector", count, " values do not fill shape ", shape,
+              " (", n, " elements)");
+  Tensor t = detail::allocate(runtime(), shape, dtype);
+  if (n > 0) std::memcpy(detail::first_element(t), data, count * dtype_size(dtype));
+  detail::adopt_output(t);
+  return t;
+}
+
+Tensor ExecContext::from_blob(void* data, const Shape& shape, DType dtype, std::function<void()> on_release) {
+  const std::int64_t n = detail::checked_numel("from_blob", shape, dtype);
+  FORGE_CHECK(data != nullptr || n == 0, invalid_argument, "from_blob", "null data for shape ", shape);
+  FORGE_CHECK(reinterpret_cast<std::uintptr_t>(data) % dtype_size(dtype) == 0, invalid_argument, "from_blob",
+              "data at ", data, " is not aligned to ", dtype_size(dtype), " bytes for ", dtype_name(dtype));
+  Ref<Buffer> buffer =
+      Buffer::borrow(data, static_cast<std::size_t>(n) * dtype_size(dtype), device(), std::move(on_release));
+  return Tensor(Ref<TensorImpl>::adopt(new TensorImpl(Ref<Runtime>::share(&runtime()), std::move(buffer), shape,
+                                                      contiguous_strides(shape), 0, dtype)));
+}
+
+Tensor empty(const Shape& shape, DType dtype) { return ExecContext::current_or_throw("empty").empty(shape, dtype); }
+Tensor zeros(const Shape& shape, DType dtype) { return ExecContext::current_or_throw("zeros").zeros(shape, dtype); }
+Tensor ones(const Shape& shape, DType dtype) { return ExecContext::current_or_throw("ones").ones(shape, dtype); }
+Tensor full(const Shape& shape, double value, DType dtype) {
+  return ExecContext::current_or_throw("full").full(shape, value, dtype);
+}
+Tensor arange(double start, double end, double step, DType dtype) {
+  return ExecContext::current_or_throw("arange").arange(start, end, step, dtype);
+}
+Tensor linspace(double start, double end, std::int64_t steps, DType dtype) {
+  return ExecContext::current_or_throw("linspace").linspace(start, end, steps, dtype);
+}
+Tensor eye(std::int64_t n, std::int64_t m, DType dtype) { return ExecContext::current_or_throw("eye").eye(n, m, dtype); }
+Tensor rand(const Shape& shape, DType dtype) { return ExecContext::current_or_throw("rand").rand(shape, dtype); }
+Tensor randn(const Shape& shape, DType dtype) { return ExecContext::current_or_throw("randn").randn(shape, dtype); }
+
+}  // namespace forge

@@ -1,0 +1,197 @@
+#include "forge/tensor.h"
+
+#include <limits>
+
+#include "core/tensor_internal.h"
+#include "forge/ops.h"
+#include "forge/runtime.h"
+
+namespace forge {
+
+TensorImpl::TensorImpl(Ref<Runtime> runtime, Ref<Buffer> buffer, const Shape& shape, const Strides& strides,
+                       std::int64_t offset, DType dtype) noexcept
+    : runtime_(std::move(runtime)),
+      buffer_(std::move(buffer)),
+      shape_(shape),
+      strides_(strides),
+      offset_(offset),
+      dtype_(dtype) {}
+
+TensorImpl::~TensorImpl() = default;
+
+std::int64_t Tensor::size(std::int64_t dim) const { return shape()[wrap_dim(dim, this->dim(), "size")]; }
+std::int64_t Tensor::stride(std::int64_t dim) const { return strides()[wrap_dim(dim, this->dim(), "stride")]; }
+
+bool Tensor::is_contiguous() const noexcept {
+  std::int64_t expected = 1;
+  for (int d = dim() - 1; d >= 0; --d) {
+    const std::int64_t n = shape()[d];
+    if (n == 0) return true;
+    if (n != 1 && strides()[d] != expected) return false;
+    expected *= n;
+  }
+  return true;
+}
+
+void* Tensor::raw_data(const char* op) const {
+  detail::check_input(op, *this, "tensor");
+  return detail::first_element(*this);
+}
+
+void Tensor::check_dtype(DType expected, const char* op) const {
+  FORGE_CHECK(defined(), invalid_argument, op, "undefined tensor");
+  FORGE_CHECK(dtype() == expected, dtype, op, "the tensor holds ", dtype_name(dtype()), ", not ",
+              dtype_name(expected));
+}
+
+Tensor Tensor::clone() const {
+  detail::check_input("clone", *this, "tensor");
+  Tensor out = detail::allocate(runtime(), shape(), dtype());
+  cpu::copy_cast(runtime(), shape(), detail::operand(out), detail::operand(*this));
+  detail::adopt_output(out);
+  return out;
+}
+
+Tensor Tensor::contiguous() const {
+  detail::check_input("contiguous", *this, "tensor");
+  return is_contiguous() ? *this : clone();
+}
+
+Tensor Tensor::to(DType target) const {
+  detail::check_input("to", *this, "tensor");
+  if (target == dtype()) return *this;
+  Tensor out = detail::cast_temporary(*this, target);
+  detail::adopt_output(out);
+  return out;
+}
+
+Tensor& Tensor::fill_(double value) {
+  detail::check_writable("fill_", *this, "tensor");
+  cpu::fill(runtime(), shape(), detail::operand(*this), value);
+  buffer()->bump_version();
+  return *this;
+}
+
+Tensor& Tensor::zero_() { return fill_(0.0); }
+
+Tensor& Tensor::copy_(const Tensor& src) {
+  detail::check_writable("copy_", *this, "self");
+  detail::check_input("copy_", src, "src");
+  detail::check_same_runtime("copy_", *this, src);
+  broadcast_shapes(src.shape(), shape(), "copy_");
+  FORGE_CHECK(broadcast_shapes(src.shape(), shape(), "copy_") == shape(), shape, "copy_", "source of shape ",
+              src.shape(), " does not broadcast to ", shape());
+  if (src.buffer() == buffer()) {
+    // Overlapping memory: go through a temporary so no element is read after it was written.
+    Tensor tmp = src.clone();
+    cpu::copy_cast(runtime(), shape(), detail::operand(*this), detail::operand_broadcast(tmp, shape()));
+  } else {
+    cpu::copy_cast(runtime(), shape(), detail::operand(*this), detail::operand_broadcast(src, shape()));
+  }
+  buffer()->bump_version();
+  return *this;
+}
+
+Tensor Tensor::add(const Tensor& other) const { return forge::add(*this, other); }
+Tensor Tensor::mul(const Tensor& other) const { return forge::mul(*this, other); }
+Tensor Tensor::relu() const { return forge::relu(*this); }
+
+namespace detail {
+
+std::int64_t checked_numel(const char* op, const Shape& shape, DType dtype) {
+  std::int64_t n = 1;
+  const std::int64_t limit = std::numeric_limits<std::int64_t>::max() / static_cast<std::int64_t>(dtype_size(dtype));
+  bool overflow = false;
+  for (int d = 0; d < shape.rank(); ++d) {
+    FORGE_CHECK(shape[d] >= 0, invalid_argument, op, "negative size ", shape[d], " in dimension ", d,
+                " of shape ", shape);
+    if (shape[d] != 0 && n > limit / shape[d]) overflow = true;
+    else n *= shape[d];
+  }
+  if (overflow) {
+    for (int d = 0; d < shape.rank(); ++d)
+      if (shape[d] == 0) return 0;
+    FORGE_FAIL(invalid_argument, op, "shape ", shape, " of ", dtype_name(dtype), " holds more bytes than fit in int64");
+  }
+  return n;
+}
+
+Tensor allocate(Runtime& rt, const Shape& shape, DType dtype) {
+  rt.scope_reserve();
+  Ref<Buffer> buffer = rt.pool().acquire(static_cast<std::size_t>(shape.numel()) * dtype_size(dtype));
+  return Tensor(Ref<TensorImpl>::adopt(
+      new TensorImpl(Ref<Runtime>::share(&rt), std::move(buffer), shape, contiguous_strides(shape), 0, dtype)));
+}
+
+Tensor make_view(const Tensor& base, const Shape& shape, const Strides& strides, std::int64_t offset) {
+  return Tensor(Ref<TensorImpl>::adopt(
+      new TensorImpl(base.impl()->runtime_ref(), base.buffer(), shape, strides, offset, base.dtype())));
+}
+
+void check_input(const char* op, const Tensor& t, const char* name) {
+  FORGE_CHECK(t.defined(), invalid_argument, op, name, " is an undefined tensor");
+  FORGE_CHECK(!t.buffer()->stale(), stale_output, op, name,
+              " views an arena output that a later call has rewound (stale)");
+}
+
+void check_same_runtime(const char* op, const Tensor& a, const Tensor& b) {
+  FORGE_CHECK(&a.runtime() == &b.runtime(), device, op,
+              "tensors belong to two different ExecContexts; move one first");
+}
+
+void check_writable(const char* op, const Tensor& out, const char* name) {
+  check_input(op, out, name);
+  for (int d = 0; d < out.dim(); ++d)
+    FORGE_CHECK(out.strides()[d] != 0 || out.shape()[d] <= 1, invalid_argument, op,
+                "cannot write through an expanded view: ", name, " has stride 0 in dimension ", d,
+                " of size ", out.shape()[d]);
+}
+
+namespace {
+// [first, last] element offsets a tensor touches (numel > 0).
+std::pair<std::int64_t, std::int64_t> extent(const Tensor& t) noexcept {
+  std::int64_t lo = t.offset(), hi = t.offset();
+  for (int d = 0; d < t.dim(); ++d) {
+    const std::int64_t span = (t.shape()[d] - 1) * t.strides()[d];
+    (span < 0 ? lo : hi) += span;
+  }
+  return {lo, hi};
+}
+}  // namespace
+
+void check_no_partial_overlap(const char* op, const Tensor& out, const Tensor& in, const char* name) {
+  if (out.buffer() != in.buffer() || out.numel() == 0 || in.numel() == 0) return;
+  const bool same_layout = out.offset() == in.offset() && out.shape() == in.shape() &&
+                           out.strides() == in.strides() && out.dtype() == in.dtype();
+  if (same_layout) return;
+  const auto [olo, ohi] = extent(out);
+  const auto [ilo, ihi] = extent(in);
+  const auto es_out = static_cast<std::int64_t>(out.element_size()), es_in = static_cast<std::int64_t>(in.element_size());
+  const bool disjoint = (ohi + 1) * es_out <= ilo * es_in || (ihi + 1) * es_in <= olo * es_out;
+  FORGE_CHECK(disjoint, invalid_argument, op, "out partially overlaps ", name,
+              "; write into a separate tensor or exactly in place");
+}
+
+cpu::Operand operand(const Tensor& t) { return {first_element(t), t.dtype(), t.strides()}; }
+
+cpu::Operand operand_broadcast(const Tensor& t, const Shape& shape) {
+  Strides s = Strides::filled(shape.rank(), 0);
+  const int lead = shape.rank() - t.dim();
+  for (int d = 0; d < t.dim(); ++d) s[lead + d] = t.shape()[d] == 1 ? 0 : t.strides()[d];
+  return {first_element(t), t.dtype(), s};
+}
+
+Tensor cast_temporary(const Tensor& t, DType dtype) {
+  Tensor out = allocate(t.runtime(), t.shape(), dtype);
+  cpu::copy_cast(t.runtime(), t.shape(), operand(out), operand(t));
+  return out;
+}
+
+void copy_to_contiguous(const Tensor& src, void* dst, DType dst_dtype) {
+  check_input("to_vector", src, "tensor");
+  cpu::copy_cast(src.runtime(), src.shape(), {static_cast<std::byte*>(dst), dst_dtype, contiguous_strides(src.shape())},
+                 operand(src));
+}
+
+}  // namespace detail
+}  // namespace forge

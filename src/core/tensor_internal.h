@@ -1,0 +1,45 @@
+#pragma once
+// What ops share: output allocation, scope adoption, view construction and
+// the checks every op makes on its tensor arguments.
+
+#include <cstdint>
+
+#include "backend/cpu/kernels.h"
+#include "forge/runtime.h"
+#include "forge/tensor.h"
+
+namespace forge::detail {
+
+// Throws invalid_argument unless every extent is >= 0 and the element count
+// and its bytes fit in int64; returns the element count.
+std::int64_t checked_numel(const char* op, const Shape& shape, DType dtype);
+
+// A fresh contiguous tensor from rt's pool (shape already validated). Makes
+// room in an open exec scope first, so adopt_output cannot fail later.
+Tensor allocate(Runtime& rt, const Shape& shape, DType dtype);
+// Hands a finished op's output to the innermost open exec scope, if any.
+inline void adopt_output(const Tensor& out) noexcept { out.runtime().scope_adopt(out.buffer()); }
+
+// A view of base's buffer (geometry already validated).
+Tensor make_view(const Tensor& base, const Shape& shape, const Strides& strides, std::int64_t offset);
+
+// An op argument: defined and not a stale arena output.
+void check_input(const char* op, const Tensor& t, const char* name);
+// Tensors of two contexts do not mix.
+void check_same_runtime(const char* op, const Tensor& a, const Tensor& b);
+// A destination: also no expanded (stride 0, size > 1) dimension.
+void check_writable(const char* op, const Tensor& out, const char* name);
+// `out` may be `in` exactly, or disjoint from it; a partial overlap is refused.
+void check_no_partial_overlap(const char* op, const Tensor& out, const Tensor& in, const char* name);
+
+// The CPU kernel view of a tensor, with its strides broadcast to `shape`.
+cpu::Operand operand(const Tensor& t);
+cpu::Operand operand_broadcast(const Tensor& t, const Shape& shape);
+inline std::byte* first_element(const Tensor& t) noexcept {
+  return t.buffer()->data() + t.offset() * static_cast<std::int64_t>(t.element_size());
+}
+
+// A converted copy that no exec scope adopts (an op's internal temporary).
+Tensor cast_temporary(const Tensor& t, DType dtype);
+
+}  // namespace forge::detail

@@ -1,0 +1,237 @@
+// Output arenas (DESIGN §9).
+//
+// Note [Stale outputs]
+// Each output a call writes gets its own Buffer header over a region of the
+// arena's current chunk. The header records the arena's generation when the
+// call made it; every rewind bumps the generation, so a header whose recorded
+// generation differs is stale, and every checked access (ops, data_ptr, views)
+// refuses it with ErrorCode::stale_output instead of reading bytes a later call
+// overwrote. The header holds a reference to its chunk and to the arena's core,
+// so the memory behind a stale view stays mapped (it is never read) until the
+// view dies, and a host arena may outlive its context.
+//
+// Growth: a call writes into one chunk. A call that outgrows it mid-way gets a
+// second chunk (the first stays alive for the outputs already in it); the next
+// rewind drops both and the next call gets one chunk of the high-water size,
+// so a steady loop allocates once.
+
+#include "forge/arena.h"
+
+#include <algorithm>
+#include <atomic>
+#include <vector>
+
+#include "core/tensor_internal.h"
+#include "forge/exec_context.h"
+#include "forge/runtime.h"
+#include "memory/host_memory.h"
+
+namespace forge {
+namespace detail {
+
+class ArenaCore;
+
+class ArenaChunk : public RefCounted<ArenaChunk> {
+ public:
+  ArenaChunk(std::byte* data, std::size_t bytes, ArenaCore* core) noexcept : data_(data), bytes_(bytes), core_(core) {}
+  void on_last_release() noexcept;
+  std::byte* data() const noexcept { return data_; }
+  std::size_t bytes() const noexcept { return bytes_; }
+
+ private:
+  std::byte* data_;
+  std::size_t bytes_;
+  ArenaCore* core_;
+};
+
+// An output's header: a Buffer that keeps its chunk and the core alive.
+struct ArenaBuffer : Buffer {
+  ArenaBuffer(const Buffer::Init& init, Ref<ArenaChunk> c) noexcept : Buffer(init), chunk(std::move(c)) {}
+  Ref<ArenaChunk> chunk;
+};
+
+class ArenaCore final : public RefCounted<ArenaCore>, public BufferOwner {
+ public:
+  static constexpr std::size_t kAlignmentBytes = 64;
+
+  explicit ArenaCore(Ref<Runtime> runtime) : runtime_(std::move(runtime)) {}
+  void on_last_release() noexcept { delete this; }
+
+  void release(Buffer* buffer) noexcept override {
+    delete static_cast<ArenaBuffer*>(buffer);  // drops its chunk first
+    release_ref();
+  }
+
+  Runtime& runtime() const noexcept { return *runtime_; }
+  Device device() const noexcept { return runtime_->device(); }
+
+  bool try_begin() noexcept {
+    bool expected = false;
+    return busy_.compare_exchange_strong(expected, true, std::memory_order_acquire);
+  }
+  void end() noexcept { busy_.store(false, std::memory_order_release); }
+
+  void rewind() noexcept {
+    generation_.fetch_add(1, std::memory_order_acq_rel);
+    if (!overflow_.empty()) {  // last call outgrew its chunk: next time, one chunk of the high water
+      overflow_.clear();
+      current_.reset();
+    }
+    used_ = 0;
+    call_bytes_ = 0;
+  }
+  void begin_call() noexcept {
+    rewind();
+    ++calls_;
+  }
+
+  void reserve(const char* op, std::size_t bytes) {
+    if (current_ && current_->bytes() - used_ >= bytes) return;
+    grow(op, bytes);
+  }
+
+  Tensor allocate(const char* op, const Shape& shape, DType dtype) {
+    const auto bytes = static_cast<std::size_t>(checked_numel(op, shape, dtype)) * dtype_size(dtype);
+    const std::size_t aligned = (bytes + kAlignmentBytes - 1) / kAlignmentBytes * kAlignmentBytes;
+    if (aligned > 0 && (!current_ || current_->bytes() - used_ < aligned)) grow(op, aligned);
+    Buffer::Init init;
+    init.data = current_ ? current_->data() + used_ : nullptr;
+    init.nbytes = bytes;
+    init.capacity_bytes = aligned;
+    init.device = device();
+    init.owner = this;
+    init.generation_source = &generation_;
+    init.generation = generation_.load(std::memory_order_relaxed);
+    init.arena = this;
+    auto* header = new ArenaBuffer(init, current_);
+    retain_ref();  // the header's reference to this core, dropped in release()
+    Ref<Buffer> buffer = Ref<Buffer>::adopt(header);
+    used_ += aligned;
+    call_bytes_ += aligned;
+    high_water_ = std::max(high_water_, call_bytes_);
+    return Tensor(Ref<TensorImpl>::adopt(
+        new TensorImpl(runtime_, std::move(buffer), shape, contiguous_strides(shape), 0, dtype)));
+  }
+
+  void chunk_freed(std::size_t bytes, std::byte* data) noexcept {
+    free_host_block(data, bytes);
+    system_frees_.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  ArenaStats stats() const noexcept {
+    ArenaStats s;
+    s.capacity_bytes = current_ ? current_->bytes() : 0;
+    s.used_bytes = call_bytes_;
+    s.high_water_bytes = high_water_;
+    s.calls = calls_;
+    s.system_allocations = system_allocations_.load(std::memory_order_relaxed);
+    s.system_frees = system_frees_.load(std::memory_order_relaxed);
+    return s;
+  }
+
+ private:
+  void grow(const char* op, std::size_t need) {
+    std::size_t bytes = std::max(need, high_water_);
+    if (call_bytes_ > 0 && current_) bytes = std::max(need, current_->bytes() * 2);  // mid-call: keep the old chunk
+    void* block = allocate_host_block(bytes);
+    FORGE_CHECK(block != nullptr, out_of_memory, op, "the arena cannot grow to ", bytes, " bytes");
+    system_allocations_.fetch_add(1, std::memory_order_relaxed);
+    Ref<ArenaChunk> chunk;
+    try {
+      chunk = Ref<ArenaChunk>::adopt(new ArenaChunk(static_cast<std::byte*>(block), bytes, this));
+      if (call_bytes_ > 0 && current_) overflow_.push_back(current_);
+    } catch (...) {
+      if (!chunk) chunk_freed(bytes, static_cast<std::byte*>(block));
+      throw;
+    }
+    current_ = std::move(chunk);
+    used_ = 0;
+  }
+
+  Ref<Runtime> runtime_;
+  std::atomic<std::uint64_t> generation_{0};
+  std::atomic<bool> busy_{false};
+  Ref<ArenaChunk> current_;
+  std::vector<Ref<ArenaChunk>> overflow_;
+  std::size_t used_ = 0;        // bytes of current_ this call has used
+  std::size_t call_bytes_ = 0;  // bytes this call has written, over all chunks
+  std::size_t high_water_ = 0;
+  std::uint64_t calls_ = 0;
+  std::atomic<std::uint64_t> system_allocations_{0};
+  std::atomic<std::uint64_t> system_frees_{0};
+};
+
+void ArenaChunk::on_last_release() noexcept {
+  core_->chunk_freed(bytes_, data_);
+  delete this;
+}
+
+}  // namespace detail
+
+std::string ArenaDescription::str() const { return device.is_cpu() ? "host" : device.str(); }
+
+Arena::Arena(ExecContext& ctx) : core_(new detail::ArenaCore(Ref<Runtime>::share(&ctx.runtime()))) {}
+
+Arena::~Arena() {
+  if (core_) core_->release_ref();
+}
+
+Arena::Arena(Arena&& other) noexcept : core_(std::exchange(other.core_, nullptr)) {}
+
+Arena& Arena::operator=(Arena&& other) noexcept {
+  if (this != &other) {
+    if (core_) core_->release_ref();
+    core_ = std::exchange(other.core_, nullptr);
+  }
+  return *this;
+}
+
+ArenaDescription Arena::describe() const { return {core_ ? core_->device() : Device::cpu()}; }
+ArenaStats Arena::stats() const { return core_ ? core_->stats() : ArenaStats{}; }
+
+ArenaCall::ArenaCall(const char* op, Arena* arena, Runtime& runtime,
+                     std::initializer_list<std::reference_wrapper<const Tensor>> inputs)
+    : op_(op), core_(nullptr), runtime_(&runtime) {
+  FORGE_CHECK(arena != nullptr && arena->core_ != nullptr, invalid_argument, op,
+              "no arena given; lend the call an Arena for its outputs");
+  detail::ArenaCore* core = arena->core_;
+  FORGE_CHECK(core->device() == runtime.device(), device, op, "the arena lives on ", core->device().str(),
+              " but the call runs on ", runtime.device().str());
+  FORGE_CHECK(&core->runtime() == &runtime, device, op,
+              "the arena was made by another ExecContext than the one this call runs on");
+  FORGE_CHECK(core->try_begin(), contended, op, "the arena is already serving another call");
+  for (const Tensor& input : inputs) {
+    if (input.defined() && input.buffer()->arena() == core) {
+      core->end();
+      FORGE_FAIL(invalid_argument, op,
+                 "an input lies inside the arena this call would rewind; copy it out or lend another arena");
+    }
+  }
+  core->begin_call();
+  core_ = core;
+}
+
+ArenaCall::~ArenaCall() {
+  if (!committed_) core_->rewind();  // a failed call leaves no outputs behind
+  core_->end();
+}
+
+void ArenaCall::reserve(std::size_t bytes) { core_->reserve(op_, bytes); }
+
+Tensor ArenaCall::allocate(const Shape& shape, DType dtype) { return core_->allocate(op_, shape, dtype); }
+
+// ---- ragged views ----
+
+Tensor TapeView::item(std::int64_t i) const {
+  FORGE_CHECK(i >= 0 && i < count(), out_of_range, "TapeView", "item ", i, " of ", count());
+  const std::int64_t* off = offsets_data();
+  return values_.narrow(0, off[i], off[i + 1] - off[i]);
+}
+
+Tensor RowsTapeView::item(std::int64_t i) const {
+  FORGE_CHECK(i >= 0 && i < count(), out_of_range, "RowsTapeView", "item ", i, " of ", count());
+  const std::int64_t* off = offsets_data();
+  return rows_.narrow(0, off[i], off[i + 1] - off[i]);
+}
+
+}  // namespace forge

@@ -1,0 +1,299 @@
+// BufferPool policy (DESIGN §3; kept exact so that its tests mean something):
+// - Rounding: n bytes are served by a block of max(64, next_pow2(n)) bytes up
+//   to kSmallLimitBytes (4096), and of align_up(n, kSlabQuantumBytes) beyond.
+// - Fit: the smallest cached block that fits, LIFO among blocks of one size,
+//   but never a block more than kMaxOversizeFactor (2x) the rounded request.
+// - Cap: cached (free-list) bytes stay <= max_cached_bytes; a released block
+//   that alone exceeds the cap, or would push the cache past it, is freed.
+// - Threads: one mutex guards the free list and the counters; buffers may be
+//   released from any thread; `outstanding_` is also readable without the lock.
+// - Teardown: the pool's core outlives the BufferPool while buffers are out
+//   (each release finds it), and deletes itself with the last one.
+
+#include "forge/buffer_pool.h"
+
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <mutex>
+#include <new>
+#include <vector>
+
+#include "forge/error.h"
+#include "memory/host_memory.h"
+
+namespace forge {
+namespace detail {
+
+class PoolCore final : public BufferOwner {
+ public:
+  // Requests beyond this are refused up front (no rounding overflow).
+  static constexpr std::size_t kMaxRequestBytes = std::size_t{1} << 56;
+
+  explicit PoolCore(const BufferPoolOptions& options)
+      : device_(options.device), max_cached_bytes_(options.max_cached_bytes) {}
+
+  Ref<Buffer> acquire(std::size_t nbytes);
+  void release(Buffer* buffer) noexcept override;
+  void trim() noexcept;
+  void set_max_cached_bytes(std::size_t bytes) noexcept;
+  PoolStats stats() const;
+  void orphan() noexcept;
+
+  std::int64_t outstanding() const noexcept { return outstanding_.load(std::memory_order_relaxed); }
+  std::size_t live_bytes() const noexcept {
+    std::lock_guard lock(mu_);
+    return live_bytes_;
+  }
+  Device device() const noexcept { return device_; }
+  void fail_after(std::uint64_t n) noexcept { fail_countdown_.store(n, std::memory_order_relaxed); }
+  std::size_t open_window() noexcept {
+    std::lock_guard lock(mu_);
+    return std::exchange(window_peak_, live_bytes_);
+  }
+  std::size_t close_window(std::size_t saved) noexcept {
+    std::lock_guard lock(mu_);
+    const std::size_t mine = window_peak_;
+    window_peak_ = std::max(saved, mine);
+    return mine;
+  }
+
+ private:
+  struct Bucket {
+    std::size_t bytes;
+    Buffer* head;  // most recently released first
+    std::size_t count;
+  };
+
+  Buffer* take_cached(std::size_t rounded) noexcept;                  // under mu_
+  void evict_until(std::size_t limit, std::vector<Buffer*>& out) noexcept;  // under mu_
+  void note_live(std::size_t bytes) noexcept {                        // under mu_
+    live_bytes_ += bytes;
+    peak_live_bytes_ = std::max(peak_live_bytes_, live_bytes_);
+    window_peak_ = std::max(window_peak_, live_bytes_);
+  }
+  bool should_fail() noexcept {
+    std::uint64_t n = fail_countdown_.load(std::memory_order_relaxed);
+    while (n > 0) {
+      if (fail_countdown_.compare_exchange_weak(n, n - 1, std::memory_order_relaxed)) return n == 1;
+    }
+    return false;
+  }
+  static void free_block(Buffer* buffer) noexcept {
+    free_host_block(buffer->data(), buffer->capacity_bytes());
+    delete buffer;
+  }
+
+  const Device device_;
+  mutable std::mutex mu_;
+  std::vector<Bucket> buckets_;  // ascending by bytes; empty buckets are kept until trim
+  std::size_t max_cached_bytes_;
+  std::size_t cached_bytes_ = 0;
+  std::size_t cached_blocks_ = 0;
+  std::size_t live_bytes_ = 0;
+  std::size_t peak_live_bytes_ = 0;
+  std::size_t window_peak_ = 0;
+  std::uint64_t acquires_ = 0, hits_ = 0, misses_ = 0;
+  std::uint64_t system_allocations_ = 0, system_frees_ = 0, failed_allocations_ = 0;
+  std::atomic<std::int64_t> outstanding_{0};
+  std::atomic<std::uint64_t> fail_countdown_{0};
+  bool orphaned_ = false;
+};
+
+Buffer* PoolCore::take_cached(std::size_t rounded) noexcept {
+  auto it = std::lower_bound(buckets_.begin(), buckets_.end(), rounded,
+                             [](const Bucket& b, std::size_t n) { return b.bytes < n; });
+  for (; it != buckets_.end() && it->bytes <= rounded * BufferPool::kMaxOversizeFactor; ++it) {
+    if (it->head == nullptr) continue;
+    Buffer* b = it->head;
+    it->head = b->next_free;
+    --it->count;
+    b->next_free = nullptr;
+    cached_bytes_ -= b->capacity_bytes();
+    --cached_blocks_;
+    return b;
+  }
+  return nullptr;
+}
+
+Ref<Buffer> PoolCore::acquire(std::size_t nbytes) {
+  FORGE_CHECK(nbytes <= kMaxRequestBytes, out_of_memory, "pool", "cannot allocate ", nbytes,
+              " bytes: larger than any block the pool hands out");
+  const std::size_t rounded = BufferPool::rounded_size(nbytes);
+  {
+    std::lock_guard lock(mu_);
+    if (Buffer* b = take_cached(rounded)) {
+      ++acquires_;
+      ++hits_;
+      note_live(b->capacity_bytes());
+      outstanding_.fetch_add(1, std::memory_order_relaxed);
+      b->recycle(nbytes);
+      return Ref<Buffer>::adopt(b);
+    }
+  }
+  // A miss: allocate outside the lock (the new block is not shared yet).
+  void* block = should_fail() ? nullptr : allocate_host_block(rounded);
+  Buffer* b = nullptr;
+  if (block != nullptr) {
+    Buffer::Init init;
+    init.data = static_cast<std::byte*>(block);
+    init.nbytes = nbytes;
+    init.capacity_bytes = rounded;
+    init.device = device_;
+    init.owner = this;
+    init.pooled = true;
+    b = new (std::nothrow) Buffer(init);
+    if (b == nullptr) free_host_block(block, rounded);
+  }
+  std::lock_guard lock(mu_);
+  if (b == nullptr) {
+    ++failed_allocations_;
+    FORGE_FAIL(out_of_memory, "pool", "the system refused ", rounded, " bytes (a request of ", nbytes,
+               " bytes; ", live_bytes_, " bytes live, ", cached_bytes_, " cached)");
+  }
+  ++acquires_;
+  ++misses_;
+  ++system_allocations_;
+  note_live(rounded);
+  outstanding_.fetch_add(1, std::memory_order_relaxed);
+  return Ref<Buffer>::adopt(b);
+}
+
+void PoolCore::release(Buffer* buffer) noexcept {
+  const std::size_t bytes = buffer->capacity_bytes();
+  bool free_it = true;
+  bool destroy_core = false;
+  {
+    std::lock_guard lock(mu_);
+    live_bytes_ -= bytes;
+    outstanding_.fetch_sub(1, std::memory_order_relaxed);
+    if (!orphaned_ && bytes <= max_cached_bytes_ && cached_bytes_ + bytes <= max_cached_bytes_) {
+      auto it = std::lower_bound(buckets_.begin(), buckets_.end(), bytes,
+                                 [](const Bucket& b, std::size_t n) { return b.bytes < n; });
+      try {
+        if (it == buckets_.end() || it->bytes != bytes) it = buckets_.insert(it, Bucket{bytes, nullptr, 0});
+        buffer->next_free = it->head;
+        it->head = buffer;
+        ++it->count;
+        cached_bytes_ += bytes;
+        ++cached_blocks_;
+        free_it = false;
+      } catch (...) {
+        // No room for a new bucket: give the block back instead of caching it.
+      }
+    }
+    if (free_it) ++system_frees_;
+    destroy_core = orphaned_ && outstanding_.load(std::memory_order_relaxed) == 0;
+  }
+  if (free_it) free_block(buffer);
+  if (destroy_core) delete this;
+}
+
+void PoolCore::evict_until(std::size_t limit, std::vector<Buffer*>& out) noexcept {
+  // Largest blocks first: they free the most for the fewest system calls.
+  for (auto it = buckets_.rbegin(); it != buckets_.rend() && cached_bytes_ > limit; ++it) {
+    while (it->head != nullptr && cached_bytes_ > limit) {
+      Buffer* b = it->head;
+      it->head = b->next_free;
+      --it->count;
+      cached_bytes_ -= b->capacity_bytes();
+      --cached_blocks_;
+      ++system_frees_;
+      out.push_back(b);
+    }
+  }
+  std::erase_if(buckets_, [](const Bucket& b) { return b.head == nullptr; });
+}
+
+void PoolCore::trim() noexcept {
+  std::vector<Buffer*> victims;
+  {
+    std::lock_guard lock(mu_);
+    try {
+      victims.reserve(cached_blocks_);
+    } catch (...) {
+    }
+    for (Bucket& bucket : buckets_) {
+      while (bucket.head != nullptr) {
+        Buffer* b = bucket.head;
+        bucket.head = b->next_free;
+        ++system_frees_;
+        if (victims.size() < victims.capacity()) {
+          victims.push_back(b);
+        } else {
+          free_block(b);  // no room to defer it: free under the lock
+        }
+      }
+    }
+    buckets_.clear();
+    cached_bytes_ = 0;
+    cached_blocks_ = 0;
+  }
+  for (Buffer* b : victims) free_block(b);
+}
+
+void PoolCore::set_max_cached_bytes(std::size_t bytes) noexcept {
+  std::vector<Buffer*> victims;
+  {
+    std::lock_guard lock(mu_);
+    max_cached_bytes_ = bytes;
+    try {
+      victims.reserve(cached_blocks_);
+    } catch (...) {
+    }
+    evict_until(bytes, victims);
+  }
+  for (Buffer* b : victims) free_block(b);
+}
+
+PoolStats PoolCore::stats() const {
+  std::lock_guard lock(mu_);
+  PoolStats s;
+  s.acquires = acquires_;
+  s.hits = hits_;
+  s.misses = misses_;
+  s.system_allocations = system_allocations_;
+  s.system_frees = system_frees_;
+  s.failed_allocations = failed_allocations_;
+  s.cached_bytes = cached_bytes_;
+  s.cached_blocks = cached_blocks_;
+  s.outstanding = outstanding_.load(std::memory_order_relaxed);
+  s.live_bytes = live_bytes_;
+  s.peak_live_bytes = peak_live_bytes_;
+  s.max_cached_bytes = max_cached_bytes_;
+  return s;
+}
+
+void PoolCore::orphan() noexcept {
+  trim();
+  bool destroy_now;
+  {
+    std::lock_guard lock(mu_);
+    orphaned_ = true;
+    destroy_now = outstanding_.load(std::memory_order_relaxed) == 0;
+  }
+  if (destroy_now) delete this;
+}
+
+}  // namespace detail
+
+std::size_t BufferPool::rounded_size(std::size_t nbytes) noexcept {
+  if (nbytes <= kSmallLimitBytes) return std::max(kMinBlockBytes, std::bit_ceil(nbytes));
+  return (nbytes + kSlabQuantumBytes - 1) / kSlabQuantumBytes * kSlabQuantumBytes;
+}
+
+BufferPool::BufferPool(BufferPoolOptions options) : core_(new detail::PoolCore(options)) {}
+BufferPool::~BufferPool() { core_->orphan(); }
+
+Ref<Buffer> BufferPool::acquire(std::size_t nbytes) { return core_->acquire(nbytes); }
+void BufferPool::trim() { core_->trim(); }
+void BufferPool::set_max_cached_bytes(std::size_t bytes) { core_->set_max_cached_bytes(bytes); }
+PoolStats BufferPool::stats() const { return core_->stats(); }
+std::int64_t BufferPool::outstanding() const noexcept { return core_->outstanding(); }
+std::size_t BufferPool::live_bytes() const noexcept { return core_->live_bytes(); }
+Device BufferPool::device() const noexcept { return core_->device(); }
+void BufferPool::fail_system_allocation_after(std::uint64_t n) noexcept { core_->fail_after(n); }
+std::size_t BufferPool::open_peak_window() noexcept { return core_->open_window(); }
+std::size_t BufferPool::close_peak_window(std::size_t saved) noexcept { return core_->close_window(saved); }
+
+}  // namespace forge

@@ -1,0 +1,26 @@
+#include "memory/host_memory.h"
+
+#include <sys/mman.h>
+
+#include <cstdlib>
+
+namespace forge::detail {
+
+void* allocate_host_block(std::size_t bytes) noexcept {
+  if (bytes >= kMapThresholdBytes) {
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? nullptr : p;
+  }
+  return std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+}
+
+void free_host_block(void* p, std::size_t bytes) noexcept {
+  if (p == nullptr) return;
+  if (bytes >= kMapThresholdBytes) {
+    ::munmap(p, bytes);
+    return;
+  }
+  std::free(p);
+}
+
+}  // namespace forge::detail
