@@ -38,9 +38,9 @@ struct LeakListener : Catch::TestEventListenerBase {
   }
 };
 
-}  // namespace forge_test
+CATCH_REGISTER_LISTENER(LeakListener)
 
-CATCH_REGISTER_LISTENER(forge_test::LeakListener)
+}  // namespace forge_test
 
 int main(int argc, char* argv[]) {
   const int failed = Catch::Session().run(argc, argv);

@@ -7,7 +7,11 @@
 // reference, so no other thread can be freeing the object (relaxed). A
 // decrement must make every earlier write through this reference visible to
 // the thread that sees the count reach zero and frees (acq_rel): release to
-// publish our writes, acquire so the last owner sees everybody's.
+// publish our writes, acquire so the last owner sees everybody's. A count of
+// one seen with an acquire load means we hold the only reference: nobody else
+// can increment it (that needs a reference) or decrement it, so the last
+// owner skips the read-modify-write, which is the costly part on the hot path
+// (a chain of ops drops a sole-owned tensor and buffer every step).
 
 #include <atomic>
 #include <cstdint>
@@ -24,7 +28,7 @@ class RefCounted {
 
   void retain_ref() const noexcept { refs_.fetch_add(1, std::memory_order_relaxed); }
   void release_ref() const noexcept {
-    if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1)
+    if (refs_.load(std::memory_order_acquire) == 1 || refs_.fetch_sub(1, std::memory_order_acq_rel) == 1)
       static_cast<Derived*>(const_cast<RefCounted*>(this))->on_last_release();
   }
   std::int32_t ref_count() const noexcept { return refs_.load(std::memory_order_relaxed); }

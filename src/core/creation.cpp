@@ -63,7 +63,7 @@ Tensor ExecContext::linspace(double start, double end, std::int64_t steps, DType
   Tensor t = fresh(*this, "linspace", Shape{steps}, dtype);
   const double step = steps > 1 ? (end - start) / static_cast<double>(steps - 1) : 0.0;
   // Fill symmetric from both ends, as libtorch does, so the last value is `end` exactly.
-  const std::int64_t half = steps / 2;
+  const std::int64_t half = steps == 1 ? 1 : steps / 2;
   generate(t, [&](std::int64_t i) {
     return i < half ? start + step * static_cast<double>(i) : end - step * static_cast<double>(steps - 1 - i);
   });

@@ -5,8 +5,11 @@
 //   but never a block more than kMaxOversizeFactor (2x) the rounded request.
 // - Cap: cached (free-list) bytes stay <= max_cached_bytes; a released block
 //   that alone exceeds the cap, or would push the cache past it, is freed.
-// - Threads: one mutex guards the free list and the counters; buffers may be
-//   released from any thread; `outstanding_` is also readable without the lock.
+// - Threads: one mutex (a spin mutex: the critical sections are a few loads
+//   and stores, and a context is driven by one thread, so it is nearly never
+//   contended) guards the free list and the counters; buffers may be released
+//   from any thread; `outstanding_` is written under the lock and readable
+//   without it.
 // - Teardown: the pool's core outlives the BufferPool while buffers are out
 //   (each release finds it), and deletes itself with the last one.
 
@@ -16,6 +19,8 @@
 #include <atomic>
 #include <bit>
 #include <mutex>
+
+#include <tbb/spin_mutex.h>
 #include <new>
 #include <vector>
 
@@ -72,6 +77,11 @@ class PoolCore final : public BufferOwner {
     peak_live_bytes_ = std::max(peak_live_bytes_, live_bytes_);
     window_peak_ = std::max(window_peak_, live_bytes_);
   }
+  // Under mu_: every write to the counter happens under the lock, so a plain
+  // load and store suffice; the atomic is only for lock-free readers.
+  void bump_outstanding(std::int64_t delta) noexcept {
+    outstanding_.store(outstanding_.load(std::memory_order_relaxed) + delta, std::memory_order_relaxed);
+  }
   bool should_fail() noexcept {
     std::uint64_t n = fail_countdown_.load(std::memory_order_relaxed);
     while (n > 0) {
@@ -85,7 +95,7 @@ class PoolCore final : public BufferOwner {
   }
 
   const Device device_;
-  mutable std::mutex mu_;
+  mutable tbb::spin_mutex mu_;
   std::vector<Bucket> buckets_;  // ascending by bytes; empty buckets are kept until trim
   std::size_t max_cached_bytes_;
   std::size_t cached_bytes_ = 0;
@@ -126,7 +136,7 @@ Ref<Buffer> PoolCore::acquire(std::size_t nbytes) {
       ++acquires_;
       ++hits_;
       note_live(b->capacity_bytes());
-      outstanding_.fetch_add(1, std::memory_order_relaxed);
+      bump_outstanding(+1);
       b->recycle(nbytes);
       return Ref<Buffer>::adopt(b);
     }
@@ -155,7 +165,7 @@ Ref<Buffer> PoolCore::acquire(std::size_t nbytes) {
   ++misses_;
   ++system_allocations_;
   note_live(rounded);
-  outstanding_.fetch_add(1, std::memory_order_relaxed);
+  bump_outstanding(+1);
   return Ref<Buffer>::adopt(b);
 }
 
@@ -166,7 +176,7 @@ void PoolCore::release(Buffer* buffer) noexcept {
   {
     std::lock_guard lock(mu_);
     live_bytes_ -= bytes;
-    outstanding_.fetch_sub(1, std::memory_order_relaxed);
+    bump_outstanding(-1);
     if (!orphaned_ && bytes <= max_cached_bytes_ && cached_bytes_ + bytes <= max_cached_bytes_) {
       auto it = std::lower_bound(buckets_.begin(), buckets_.end(), bytes,
                                  [](const Bucket& b, std::size_t n) { return b.bytes < n; });

@@ -35,8 +35,11 @@ Tensor binary(const char* op, cpu::BinaryOp kind, const Tensor& a, const Tensor&
   }
   const Shape shape = broadcast_shapes(a.shape(), b.shape(), op);
   const DType dtype = promote_types(a.dtype(), b.dtype());
-  const Tensor ca = a.dtype() == dtype ? a : detail::cast_temporary(a, dtype);
-  const Tensor cb = b.dtype() == dtype ? b : detail::cast_temporary(b, dtype);
+  Tensor cast_a, cast_b;
+  if (a.dtype() != dtype) cast_a = detail::cast_temporary(a, dtype);
+  if (b.dtype() != dtype) cast_b = detail::cast_temporary(b, dtype);
+  const Tensor& ca = cast_a.defined() ? cast_a : a;
+  const Tensor& cb = cast_b.defined() ? cast_b : b;
   Tensor out = detail::allocate(rt, shape, dtype);
   cpu::binary(rt, kind, shape, detail::operand(out), detail::operand_broadcast(ca, shape),
               detail::operand_broadcast(cb, shape));
@@ -58,8 +61,11 @@ Tensor& binary_into(const char* op, cpu::BinaryOp kind, Tensor& out, const Tenso
   detail::check_no_partial_overlap(op, out, a, "a");
   detail::check_no_partial_overlap(op, out, b, "b");
   Runtime& rt = out.runtime();
-  const Tensor ca = a.dtype() == dtype ? a : detail::cast_temporary(a, dtype);
-  const Tensor cb = b.dtype() == dtype ? b : detail::cast_temporary(b, dtype);
+  Tensor cast_a, cast_b;  // only when an input needs converting (no refcount traffic otherwise)
+  if (a.dtype() != dtype) cast_a = detail::cast_temporary(a, dtype);
+  if (b.dtype() != dtype) cast_b = detail::cast_temporary(b, dtype);
+  const Tensor& ca = cast_a.defined() ? cast_a : a;
+  const Tensor& cb = cast_b.defined() ? cast_b : b;
   if (out.dtype() == dtype) {
     cpu::binary(rt, kind, shape, detail::operand(out), detail::operand_broadcast(ca, shape),
                 detail::operand_broadcast(cb, shape));
