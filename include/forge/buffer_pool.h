@@ -82,6 +82,7 @@ class BufferPool {
   // windows fold into their parent).
   std::size_t open_peak_window() noexcept;
   std::size_t close_peak_window(std::size_t saved) noexcept;
+  std::size_t peak_window() const noexcept;  // the innermost open window's peak so far
 
  private:
   detail::PoolCore* core_;

@@ -56,6 +56,10 @@ class PoolCore final : public BufferOwner {
     std::lock_guard lock(mu_);
     return std::exchange(window_peak_, live_bytes_);
   }
+  std::size_t window() const noexcept {
+    std::lock_guard lock(mu_);
+    return window_peak_;
+  }
   std::size_t close_window(std::size_t saved) noexcept {
     std::lock_guard lock(mu_);
     const std::size_t mine = window_peak_;
@@ -305,5 +309,6 @@ Device BufferPool::device() const noexcept { return core_->device(); }
 void BufferPool::fail_system_allocation_after(std::uint64_t n) noexcept { core_->fail_after(n); }
 std::size_t BufferPool::open_peak_window() noexcept { return core_->open_window(); }
 std::size_t BufferPool::close_peak_window(std::size_t saved) noexcept { return core_->close_window(saved); }
+std::size_t BufferPool::peak_window() const noexcept { return core_->window(); }
 
 }  // namespace forge

@@ -61,6 +61,13 @@ Tensor& binary_into(const char* op, cpu::BinaryOp kind, Tensor& out, const Tenso
   detail::check_no_partial_overlap(op, out, a, "a");
   detail::check_no_partial_overlap(op, out, b, "b");
   Runtime& rt = out.runtime();
+  if (a.dtype() == out.dtype() && b.dtype() == out.dtype() && a.shape() == shape && b.shape() == shape &&
+      out.numel() <= cpu::kGrainElements && out.is_contiguous() && a.is_contiguous() && b.is_contiguous()) {
+    cpu::binary_contiguous(kind, out.dtype(), out.numel(), detail::first_element(out), detail::first_element(a),
+                           detail::first_element(b));
+    out.buffer()->bump_version();
+    return out;
+  }
   Tensor cast_a, cast_b;  // only when an input needs converting (no refcount traffic otherwise)
   if (a.dtype() != dtype) cast_a = detail::cast_temporary(a, dtype);
   if (b.dtype() != dtype) cast_b = detail::cast_temporary(b, dtype);

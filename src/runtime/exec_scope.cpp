@@ -35,7 +35,11 @@ ExecScopeStats ExecScope::stats() const noexcept {
     ++s.buffers;
     s.bytes += rt.scope_held_[i]->capacity_bytes();
   }
-  s.peak_live_bytes = rt.pool().stats().peak_live_bytes;  // refined at close
+  // Scopes opened inside this one saved this scope's window (and each other's)
+  // when they opened; the pool's current window is the innermost one's.
+  s.peak_live_bytes = rt.pool().peak_window();
+  for (auto inner = std::next(frame); inner != rt.scope_frames_.end(); ++inner)
+    s.peak_live_bytes = std::max(s.peak_live_bytes, inner->saved_window);
   return s;
 }
 

@@ -38,7 +38,7 @@ inline T apply(T a, T b) noexcept {
 }
 
 template <BinaryOp Op, typename T>
-void binary_run(T* __restrict out, const T* a, const T* b, std::int64_t n, std::int64_t so,
+void binary_run(T* out, const T* a, const T* b, std::int64_t n, std::int64_t so,
                 std::int64_t sa, std::int64_t sb) noexcept {
   if (so == 1 && sa == 1 && sb == 1) {
     for (std::int64_t i = 0; i < n; ++i) out[i] = apply<Op>(a[i], b[i]);
