@@ -58,23 +58,23 @@ class Tensor {
   // True when both handles alias the same impl.
   bool is_same(const Tensor& other) const noexcept { return impl_ == other.impl_; }
 
-  // ---- geometry (the handle must be defined) ----
-  const Shape& shape() const noexcept { return impl_->shape(); }
-  const Shape& sizes() const noexcept { return impl_->shape(); }
-  const Strides& strides() const noexcept { return impl_->strides(); }
-  int dim() const noexcept { return impl_->shape().rank(); }
+  // ---- geometry (an undefined handle throws invalid_argument) ----
+  const Shape& shape() const { return body().shape(); }
+  const Shape& sizes() const { return body().shape(); }
+  const Strides& strides() const { return body().strides(); }
+  int dim() const { return body().shape().rank(); }
   std::int64_t size(std::int64_t dim) const;
   std::int64_t stride(std::int64_t dim) const;
-  std::int64_t numel() const noexcept { return impl_->shape().numel(); }
-  std::int64_t offset() const noexcept { return impl_->offset(); }
-  DType dtype() const noexcept { return impl_->dtype(); }
-  std::size_t element_size() const noexcept { return dtype_size(impl_->dtype()); }
-  std::size_t nbytes() const noexcept { return static_cast<std::size_t>(numel()) * element_size(); }
-  Device device() const noexcept { return impl_->buffer()->device(); }
-  bool is_contiguous() const noexcept;
-  Runtime& runtime() const noexcept { return impl_->runtime(); }
-  const Ref<Buffer>& buffer() const noexcept { return impl_->buffer(); }
-  std::uint32_t version() const noexcept { return impl_->buffer()->version(); }
+  std::int64_t numel() const { return body().shape().numel(); }
+  std::int64_t offset() const { return body().offset(); }
+  DType dtype() const { return body().dtype(); }
+  std::size_t element_size() const { return dtype_size(body().dtype()); }
+  std::size_t nbytes() const { return static_cast<std::size_t>(numel()) * element_size(); }
+  Device device() const { return body().buffer()->device(); }
+  bool is_contiguous() const;
+  Runtime& runtime() const { return body().runtime(); }
+  const Ref<Buffer>& buffer() const { return body().buffer(); }
+  std::uint32_t version() const { return body().buffer()->version(); }
 
   // ---- data (checked: defined, not a stale arena output, dtype matches) ----
   template <typename T>
@@ -123,6 +123,11 @@ class Tensor {
 
  private:
   void check_dtype(DType expected, const char* op) const;
+  TensorImpl& body() const {
+    if (!impl_) [[unlikely]] throw_undefined();
+    return *impl_;
+  }
+  [[noreturn]] static void throw_undefined();
   Ref<TensorImpl> impl_;
 };
 

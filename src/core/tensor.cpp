@@ -19,10 +19,14 @@ TensorImpl::TensorImpl(Ref<Runtime> runtime, Ref<Buffer> buffer, const Shape& sh
 
 TensorImpl::~TensorImpl() = default;
 
+void Tensor::throw_undefined() {
+  FORGE_FAIL(invalid_argument, "tensor", "the handle is undefined (default-constructed or moved from)");
+}
+
 std::int64_t Tensor::size(std::int64_t dim) const { return shape()[wrap_dim(dim, this->dim(), "size")]; }
 std::int64_t Tensor::stride(std::int64_t dim) const { return strides()[wrap_dim(dim, this->dim(), "stride")]; }
 
-bool Tensor::is_contiguous() const noexcept {
+bool Tensor::is_contiguous() const {
   std::int64_t expected = 1;
   for (int d = dim() - 1; d >= 0; --d) {
     const std::int64_t n = shape()[d];
