@@ -80,7 +80,6 @@ class ExecContext {
  private:
   Tensor from_host_checked(const void* data, std::size_t count, const Shape& shape, DType dtype);
   Ref<Runtime> runtime_;
-  ExecContext* previous_;
 };
 
 template <typename T>

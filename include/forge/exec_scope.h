@@ -30,7 +30,8 @@ class ExecScope {
   // Releases what the scope holds (and any scope opened inside it). Idempotent.
   void close() noexcept;
   bool is_open() const noexcept;
-  // What the scope holds now, or held when it closed.
+  // What the scope holds now, or held when it closed (zeros for a scope that
+  // an enclosing scope closed first).
   ExecScopeStats stats() const noexcept;
 
  private:

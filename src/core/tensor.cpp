@@ -82,12 +82,11 @@ Tensor& Tensor::copy_(const Tensor& src) {
   detail::check_writable("copy_", *this, "self");
   detail::check_input("copy_", src, "src");
   detail::check_same_runtime("copy_", *this, src);
-  broadcast_shapes(src.shape(), shape(), "copy_");
   FORGE_CHECK(broadcast_shapes(src.shape(), shape(), "copy_") == shape(), shape, "copy_", "source of shape ",
               src.shape(), " does not broadcast to ", shape());
   if (src.buffer() == buffer()) {
     // Overlapping memory: go through a temporary so no element is read after it was written.
-    Tensor tmp = src.clone();
+    const Tensor tmp = detail::cast_temporary(src, src.dtype());  // internal: no scope adopts it
     cpu::copy_cast(runtime(), shape(), detail::operand(*this), detail::operand_broadcast(tmp, shape()));
   } else {
     cpu::copy_cast(runtime(), shape(), detail::operand(*this), detail::operand_broadcast(src, shape()));

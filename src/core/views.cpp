@@ -87,14 +87,15 @@ Tensor Tensor::view_with_strides(const Shape& shape, const Strides& strides, std
   const std::int64_t numel = detail::checked_numel(op, shape, dtype());
   if (numel > 0) {
     std::int64_t lo = offset, hi = offset;
+    bool overflow = false;
     for (int d = 0; d < shape.rank(); ++d) {
-      const std::int64_t span = (shape[d] - 1) * strides[d];
-      (span < 0 ? lo : hi) += span;
+      std::int64_t span = 0;
+      overflow |= __builtin_mul_overflow(shape[d] - 1, strides[d], &span);
+      overflow |= __builtin_add_overflow(span < 0 ? lo : hi, span, span < 0 ? &lo : &hi);
     }
     const auto capacity = static_cast<std::int64_t>(buffer()->nbytes() / element_size());
-    FORGE_CHECK(lo >= 0 && hi < capacity, out_of_range, op, "shape ", shape, " with strides ", strides,
-                " at offset ", offset, " reaches elements [", lo, ", ", hi, "] outside the buffer's ", capacity,
-                " elements");
+    FORGE_CHECK(!overflow && lo >= 0 && hi < capacity, out_of_range, op, "shape ", shape, " with strides ", strides,
+                " at offset ", offset, " reaches outside the buffer's ", capacity, " elements");
   }
   return detail::make_view(*this, shape, strides, offset);
 }
@@ -156,7 +157,7 @@ Tensor Tensor::narrow(std::int64_t dim_arg, std::int64_t start, std::int64_t len
   FORGE_CHECK(start >= 0 && start <= size, out_of_range, "narrow", "start ", start, " is out of range for dimension ",
               d, " of size ", size);
   FORGE_CHECK(length >= 0, invalid_argument, "narrow", "negative length ", length);
-  FORGE_CHECK(start + length <= size, out_of_range, "narrow", "start ", start, " + length ", length,
+  FORGE_CHECK(length <= size - start, out_of_range, "narrow", "start ", start, " + length ", length,
               " exceeds dimension ", d, " of size ", size);
   Shape s = shape();
   s[d] = length;
@@ -176,8 +177,12 @@ Tensor Tensor::slice(std::int64_t dim_arg, std::int64_t start, std::int64_t end,
   end = std::clamp<std::int64_t>(end, start, size);
   Shape s = shape();
   Strides st = strides();
-  s[d] = (end - start + step - 1) / step;
-  st[d] = strides()[d] * step;
+  s[d] = end > start ? (end - start - 1) / step + 1 : 0;
+  // With one element or none the stride is never used; keep it from overflowing.
+  if (s[d] > 1) {
+    FORGE_CHECK(!__builtin_mul_overflow(strides()[d], step, &st[d]), out_of_range, "slice", "step ", step,
+                " times stride ", strides()[d], " overflows");
+  }
   return detail::make_view(*this, s, st, offset() + (s[d] > 0 ? start * strides()[d] : 0));
 }
 

@@ -75,6 +75,8 @@ class PoolCore final : public BufferOwner {
   };
 
   Buffer* take_cached(std::size_t rounded) noexcept;                  // under mu_
+  Buffer* take_all_cached() noexcept;                                 // under mu_
+  static void free_chain(Buffer* chain) noexcept;
   void evict_until(std::size_t limit, std::vector<Buffer*>& out) noexcept;  // under mu_
   void note_live(std::size_t bytes) noexcept {                        // under mu_
     live_bytes_ += bytes;
@@ -219,31 +221,39 @@ void PoolCore::evict_until(std::size_t limit, std::vector<Buffer*>& out) noexcep
   std::erase_if(buckets_, [](const Bucket& b) { return b.head == nullptr; });
 }
 
+// Unlinks every cached block into one chain (through next_free, so nothing
+// is allocated) for freeing outside the lock. Under mu_.
+Buffer* PoolCore::take_all_cached() noexcept {
+  Buffer* chain = nullptr;
+  for (Bucket& bucket : buckets_) {
+    while (Buffer* b = bucket.head) {
+      bucket.head = b->next_free;
+      b->next_free = chain;
+      chain = b;
+      ++system_frees_;
+    }
+  }
+  buckets_.clear();
+  cached_bytes_ = 0;
+  cached_blocks_ = 0;
+  return chain;
+}
+
+void PoolCore::free_chain(Buffer* chain) noexcept {
+  while (chain != nullptr) {
+    Buffer* next = chain->next_free;
+    free_block(chain);
+    chain = next;
+  }
+}
+
 void PoolCore::trim() noexcept {
-  std::vector<Buffer*> victims;
+  Buffer* chain;
   {
     std::lock_guard lock(mu_);
-    try {
-      victims.reserve(cached_blocks_);
-    } catch (...) {
-    }
-    for (Bucket& bucket : buckets_) {
-      while (bucket.head != nullptr) {
-        Buffer* b = bucket.head;
-        bucket.head = b->next_free;
-        ++system_frees_;
-        if (victims.size() < victims.capacity()) {
-          victims.push_back(b);
-        } else {
-          free_block(b);  // no room to defer it: free under the lock
-        }
-      }
-    }
-    buckets_.clear();
-    cached_bytes_ = 0;
-    cached_blocks_ = 0;
+    chain = take_all_cached();
   }
-  for (Buffer* b : victims) free_block(b);
+  free_chain(chain);
 }
 
 void PoolCore::set_max_cached_bytes(std::size_t bytes) noexcept {
@@ -279,13 +289,18 @@ PoolStats PoolCore::stats() const {
 }
 
 void PoolCore::orphan() noexcept {
-  trim();
+  // One critical section: after it no release can cache a block, and exactly
+  // one side (here, or the release of the last outstanding buffer) sees the
+  // core orphaned with nothing outstanding and deletes it.
+  Buffer* chain;
   bool destroy_now;
   {
     std::lock_guard lock(mu_);
     orphaned_ = true;
+    chain = take_all_cached();
     destroy_now = outstanding_.load(std::memory_order_relaxed) == 0;
   }
+  free_chain(chain);
   if (destroy_now) delete this;
 }
 
