@@ -318,7 +318,7 @@ TEST_CASE("arena: two threads calling at once: exactly one is contended", "[conc
   CHECK(forge::nonzero(x, &arena).size(0) == 3);
 }
 
-TEST_CASE("arena: an arena that cannot grow is out_of_memory; an overflowing shape is invalid_argument") {
+TEST_CASE("arena: an arena that cannot grow is out_of_memory, an overflowing shape is invalid_argument") {
   TestContext ctx;
   Arena arena{ctx};
   const std::int64_t baseline = ctx.pool().outstanding();

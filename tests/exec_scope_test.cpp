@@ -194,7 +194,7 @@ TEST_CASE("exec_scope: destroying scopes out of order releases each buffer once"
   CHECK(ctx.pool().outstanding() == baseline);
 }
 
-TEST_CASE("exec_scope: a moved scope keeps its hold; the moved-from one releases nothing") {
+TEST_CASE("exec_scope: a moved scope keeps its hold, the moved-from one releases nothing") {
   TestContext ctx;
   const Tensor x = ctx.ones({8, 8});
   const std::int64_t baseline = ctx.pool().outstanding();

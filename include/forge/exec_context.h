@@ -78,6 +78,7 @@ class ExecContext {
                    std::function<void()> on_release = {});
 
  private:
+  Tensor filled(const char* op, const Shape& shape, double value, DType dtype);
   Tensor from_host_checked(const void* data, std::size_t count, const Shape& shape, DType dtype);
   Ref<Runtime> runtime_;
 };

@@ -123,6 +123,8 @@ class Tensor {
 
  private:
   void check_dtype(DType expected, const char* op) const;
+  Tensor broadcast_as(const Shape& shape, const char* op) const;
+  Tensor& fill_as(double value, const char* op);
   TensorImpl& body() const {
     if (!impl_) [[unlikely]] throw_undefined();
     return *impl_;

@@ -32,15 +32,16 @@ Tensor ExecContext::empty(const Shape& shape, DType dtype) {
   return t;
 }
 
-Tensor ExecContext::full(const Shape& shape, double value, DType dtype) {
-  Tensor t = fresh(*this, "full", shape, dtype);
+Tensor ExecContext::filled(const char* op, const Shape& shape, double value, DType dtype) {
+  Tensor t = fresh(*this, op, shape, dtype);
   cpu::fill(runtime(), shape, detail::operand(t), value);
   detail::adopt_output(t);
   return t;
 }
 
-Tensor ExecContext::zeros(const Shape& shape, DType dtype) { return full(shape, 0.0, dtype); }
-Tensor ExecContext::ones(const Shape& shape, DType dtype) { return full(shape, 1.0, dtype); }
+Tensor ExecContext::full(const Shape& shape, double value, DType dtype) { return filled("full", shape, value, dtype); }
+Tensor ExecContext::zeros(const Shape& shape, DType dtype) { return filled("zeros", shape, 0.0, dtype); }
+Tensor ExecContext::ones(const Shape& shape, DType dtype) { return filled("ones", shape, 1.0, dtype); }
 
 Tensor ExecContext::arange(double start, double end, double step, DType dtype) {
   FORGE_CHECK(step != 0 && std::isfinite(step), invalid_argument, "arange", "step must be finite and nonzero, got ",
@@ -83,8 +84,12 @@ Tensor ExecContext::eye(std::int64_t n, std::int64_t m, DType dtype) {
 Tensor ExecContext::rand(const Shape& shape, DType dtype) {
   FORGE_CHECK(is_floating(dtype), dtype, "rand", "needs a floating dtype, got ", dtype_name(dtype));
   Tensor t = fresh(*this, "rand", shape, dtype);
+  // Draw with the target's own precision (11 bits for f16, 8 for bf16, 24 for
+  // f32, 53 for f64), so rounding into the dtype can never reach 1.
+  const int bits = dtype == DType::f16 ? 11 : dtype == DType::bf16 ? 8 : dtype == DType::f32 ? 24 : 53;
+  const double unit = std::ldexp(1.0, -bits);
   auto& gen = runtime().generator();
-  generate(t, [&](std::int64_t) { return static_cast<double>(gen() >> 11) * 0x1.0p-53; });
+  generate(t, [&](std::int64_t) { return static_cast<double>(gen() >> (64 - bits)) * unit; });
   detail::adopt_output(t);
   return t;
 }

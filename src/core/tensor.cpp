@@ -69,14 +69,16 @@ Tensor Tensor::to(DType target) const {
   return out;
 }
 
-Tensor& Tensor::fill_(double value) {
-  detail::check_writable("fill_", *this, "tensor");
+Tensor& Tensor::fill_(double value) { return fill_as(value, "fill_"); }
+
+Tensor& Tensor::fill_as(double value, const char* op) {
+  detail::check_writable(op, *this, "tensor");
   cpu::fill(runtime(), shape(), detail::operand(*this), value);
   buffer()->bump_version();
   return *this;
 }
 
-Tensor& Tensor::zero_() { return fill_(0.0); }
+Tensor& Tensor::zero_() { return fill_as(0.0, "zero_"); }
 
 Tensor& Tensor::copy_(const Tensor& src) {
   detail::check_writable("copy_", *this, "self");

@@ -26,7 +26,8 @@ Shape infer_shape(const char* op, const Shape& requested, std::int64_t numel) {
       infer = d;
     } else {
       FORGE_CHECK(shape[d] >= 0, invalid_argument, op, "negative size ", shape[d], " in shape ", requested);
-      known *= shape[d];
+      FORGE_CHECK(!__builtin_mul_overflow(known, shape[d], &known), shape, op, "shape ", requested,
+                  " is invalid for ", numel, " elements");
     }
   }
   if (infer >= 0) {
@@ -34,7 +35,7 @@ Shape infer_shape(const char* op, const Shape& requested, std::int64_t numel) {
                 " elements");
     shape[infer] = numel / known;
   }
-  FORGE_CHECK(shape.numel() == numel, shape, op, "shape ", requested, " is invalid for ", numel, " elements");
+  FORGE_CHECK(infer >= 0 || known == numel, shape, op, "shape ", requested, " is invalid for ", numel, " elements");
   return shape;
 }
 
@@ -117,8 +118,9 @@ Tensor Tensor::reshape(const Shape& requested) const {
   return clone().view(shape);
 }
 
-Tensor Tensor::broadcast_to(const Shape& target) const {
-  const char* op = "broadcast_to";
+Tensor Tensor::broadcast_to(const Shape& target) const { return broadcast_as(target, "broadcast_to"); }
+
+Tensor Tensor::broadcast_as(const Shape& target, const char* op) const {
   detail::check_input(op, *this, "tensor");
   FORGE_CHECK(target.rank() >= dim(), shape, op, "cannot broadcast shape ", shape(), " to fewer dimensions ", target);
   Strides strides = Strides::filled(target.rank(), 0);
@@ -131,6 +133,7 @@ Tensor Tensor::broadcast_to(const Shape& target) const {
                 " (dimension ", d, ": ", own, " vs ", target[d], ")");
     strides[d] = own == target[d] ? this->strides()[d - lead] : 0;
   }
+  detail::checked_numel(op, target, dtype());
   return detail::make_view(*this, target, strides, offset());
 }
 
@@ -145,7 +148,7 @@ Tensor Tensor::expand(const Shape& sizes) const {
                 sizes);
     target[d] = shape()[d - lead];
   }
-  return broadcast_to(target);
+  return broadcast_as(target, "expand");
 }
 
 Tensor Tensor::narrow(std::int64_t dim_arg, std::int64_t start, std::int64_t length) const {

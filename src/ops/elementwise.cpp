@@ -86,8 +86,8 @@ Tensor& binary_into(const char* op, cpu::BinaryOp kind, Tensor& out, const Tenso
   return out;
 }
 
-void check_relu_dtype(DType dtype) {
-  FORGE_CHECK(dtype != DType::boolean, dtype, "relu", "does not take bool tensors");
+void check_relu_dtype(const char* op, DType dtype) {
+  FORGE_CHECK(dtype != DType::boolean, dtype, op, "does not take bool tensors");
 }
 
 }  // namespace
@@ -104,7 +104,7 @@ Tensor& mul_into(Tensor& out, const Tensor& a, const Tensor& b) {
 
 Tensor relu(const Tensor& x) {
   detail::check_input("relu", x, "x");
-  check_relu_dtype(x.dtype());
+  check_relu_dtype("relu", x.dtype());
   Tensor out = detail::allocate(x.runtime(), x.shape(), x.dtype());
   cpu::relu(x.runtime(), x.shape(), detail::operand(out), detail::operand(x));
   detail::adopt_output(out);
@@ -115,7 +115,7 @@ Tensor& relu_into(Tensor& out, const Tensor& x) {
   detail::check_writable("relu_into", out, "out");
   detail::check_input("relu_into", x, "x");
   detail::check_same_runtime("relu_into", out, x);
-  check_relu_dtype(x.dtype());
+  check_relu_dtype("relu_into", x.dtype());
   FORGE_CHECK(out.shape() == x.shape(), shape, "relu_into", "out has shape ", out.shape(), " but x has shape ",
               x.shape());
   FORGE_CHECK(out.dtype() == x.dtype(), dtype, "relu_into", "out is ", dtype_name(out.dtype()), " but x is ",
