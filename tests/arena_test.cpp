@@ -26,21 +26,10 @@ using forge::Shape;
 using forge::TapeView;
 using forge::Tensor;
 using forge_test::TestContext;
+using forge_test::context_options;
+using forge_test::EnvGuard;
 
 namespace {
-
-// ExecContextOptions without designated initializers (GCC 12's -Wextra warns
-// about the members they leave out).
-[[maybe_unused]] forge::ExecContextOptions context_options(int threads, std::optional<std::uint64_t> seed = {},
-                                                           std::optional<std::size_t> max_cached_bytes = {},
-                                                           forge::Device device = forge::Device::cpu()) {
-  forge::ExecContextOptions o;
-  o.device = device;
-  o.threads = threads;
-  o.seed = seed;
-  o.max_cached_bytes = max_cached_bytes;
-  return o;
-}
 
 using Dims = std::vector<std::int64_t>;
 

@@ -26,45 +26,13 @@ using forge::PoolStats;
 using forge::Ref;
 using forge::Tensor;
 using forge_test::TestContext;
+using forge_test::context_options;
+using forge_test::EnvGuard;
 
 namespace {
 
-// ExecContextOptions without designated initializers (GCC 12's -Wextra warns
-// about the members they leave out).
-[[maybe_unused]] forge::ExecContextOptions context_options(int threads, std::optional<std::uint64_t> seed = {},
-                                                           std::optional<std::size_t> max_cached_bytes = {},
-                                                           forge::Device device = forge::Device::cpu()) {
-  forge::ExecContextOptions o;
-  o.device = device;
-  o.threads = threads;
-  o.seed = seed;
-  o.max_cached_bytes = max_cached_bytes;
-  return o;
-}
-
 constexpr std::size_t KiB = 1024;
 constexpr std::size_t MiB = 1024 * 1024;
-
-// Sets an environment variable for the lifetime of the guard and restores the
-// previous value (or its absence) afterwards.
-class EnvGuard {
- public:
-  EnvGuard(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = std::string(old);
-    if (value) ::setenv(name, value, 1);
-    else ::unsetenv(name);
-  }
-  ~EnvGuard() {
-    if (old_) ::setenv(name_, old_->c_str(), 1);
-    else ::unsetenv(name_);
-  }
-  EnvGuard(const EnvGuard&) = delete;
-  EnvGuard& operator=(const EnvGuard&) = delete;
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
 
 bool aligned64(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 64 == 0; }
 

@@ -26,9 +26,9 @@ using forge::Half;
 using forge::Shape;
 using forge::Strides;
 using forge_test::TestContext;
+using forge_test::kAllDTypes;
+using forge_test::kFloatDTypes;
 
-constexpr DType kAllDTypes[] = {DType::f32, DType::f64, DType::f16, DType::bf16,
-                                DType::i32, DType::i64, DType::u8,  DType::boolean};
 
 // ---- a naive model of a 16-bit float format ----
 // Every non-negative finite value of the format, indexed by its bit pattern,
@@ -360,7 +360,6 @@ TEST_CASE("dtype: every BFloat16 bit pattern round-trips, midpoints go to even")
 
 namespace {
 
-bool is_float_dtype(DType t) { return t == DType::f32 || t == DType::f64 || t == DType::f16 || t == DType::bf16; }
 
 // Whether x is a value of dtype t (NaN counts for the float dtypes).
 bool representable(long double x, DType t) {
@@ -398,7 +397,7 @@ long double reference_cast(long double x, DType from, DType to) {
   const bool is_signed = to != DType::u8;
   const long double lo = is_signed ? -std::ldexp(1.0L, bits - 1) : 0.0L;
   const long double hi = is_signed ? std::ldexp(1.0L, bits - 1) : std::ldexp(1.0L, bits);  // exclusive
-  if (is_float_dtype(from)) {
+  if (forge::is_floating(from)) {
     if (std::isnan(x)) return 0;
     const long double t = std::trunc(x);
     if (t < lo) return lo;
@@ -452,7 +451,7 @@ std::vector<long double> read_exact(const forge::Tensor& t) {
 std::vector<long double> cast_candidates(DType src) {
   const long double inf = std::numeric_limits<long double>::infinity();
   std::vector<long double> all;
-  if (is_float_dtype(src)) {
+  if (forge::is_floating(src)) {
     all = {0.0L, -0.0L, 1, -1, 0.5, -0.5, 2.5, -2.5, 2.75, -2.75, -3.75, 7.9375, 100.5, 127, 128, 200, 255, 255.5,
            256, 257, 258, 300, -129, -300, 1000.25, 2048, 65504, 70000, 3e9L, -3e9L, 0x1p31L, -0x1p31L, 1e10L,
            -1e10L, 0x1p40L, 1e19L, -1e19L, 0x1p63L, -0x1p63L, static_cast<long double>(1e40), -static_cast<long double>(1e40),
@@ -500,7 +499,7 @@ TEST_CASE("dtype: Tensor::to converts between every pair of dtypes as the contra
           CHECK(std::isnan(got[i]));
         } else {
           CHECK(got[i] == want);
-          if (is_float_dtype(dst) && want == 0) CHECK(std::signbit(got[i]) == std::signbit(want));
+          if (forge::is_floating(dst) && want == 0) CHECK(std::signbit(got[i]) == std::signbit(want));
         }
       }
     }

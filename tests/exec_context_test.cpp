@@ -21,42 +21,10 @@ using forge::ExecContext;
 using forge::ExecContextOptions;
 using forge::Tensor;
 using forge_test::TestContext;
+using forge_test::context_options;
+using forge_test::EnvGuard;
 
 namespace {
-
-// ExecContextOptions without designated initializers (GCC 12's -Wextra warns
-// about the members they leave out).
-[[maybe_unused]] forge::ExecContextOptions context_options(int threads, std::optional<std::uint64_t> seed = {},
-                                                           std::optional<std::size_t> max_cached_bytes = {},
-                                                           forge::Device device = forge::Device::cpu()) {
-  forge::ExecContextOptions o;
-  o.device = device;
-  o.threads = threads;
-  o.seed = seed;
-  o.max_cached_bytes = max_cached_bytes;
-  return o;
-}
-
-// Sets an environment variable (nullptr: unsets it) for the lifetime of the
-// guard, then restores the previous value or its absence.
-class EnvGuard {
- public:
-  EnvGuard(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = std::string(old);
-    if (value) ::setenv(name, value, 1);
-    else ::unsetenv(name);
-  }
-  ~EnvGuard() {
-    if (old_) ::setenv(name_, old_->c_str(), 1);
-    else ::unsetenv(name_);
-  }
-  EnvGuard(const EnvGuard&) = delete;
-  EnvGuard& operator=(const EnvGuard&) = delete;
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
 
 bool has_cuda_device() { return forge::cuda_built() && forge::cuda_device_count() > 0; }
 

@@ -27,12 +27,11 @@ using forge::Half;
 using forge::Shape;
 using forge::Tensor;
 using forge_test::TestContext;
+using forge_test::kAllDTypes;
+using forge_test::kFloatDTypes;
 using Index = std::vector<std::int64_t>;
 
-constexpr DType kAllDTypes[] = {DType::f32, DType::f64, DType::f16, DType::bf16,
-                                DType::i32, DType::i64, DType::u8,  DType::boolean};
 
-bool is_float_dtype(DType t) { return t == DType::f32 || t == DType::f64 || t == DType::f16 || t == DType::bf16; }
 
 // ---- a naive 16-bit float rounding: nearest value by search, ties to even ----
 struct Format16 {
@@ -78,7 +77,7 @@ int int_bits(DType t) { return t == DType::i64 ? 64 : t == DType::i32 ? 32 : 8; 
 // floats; two different 16-bit floats meet at f32; f64 beats every float.
 DType reference_promote(DType a, DType b) {
   if (a == b) return a;
-  const bool fa = is_float_dtype(a), fb = is_float_dtype(b);
+  const bool fa = forge::is_floating(a), fb = forge::is_floating(b);
   if (fa && fb) return (a == DType::f64 || b == DType::f64) ? DType::f64 : DType::f32;
   if (fa) return a;
   if (fb) return b;
@@ -114,7 +113,7 @@ enum class Op { add, mul, relu };
 // x (op) y computed in dtype t (both already values of t).
 long double apply(Op op, long double x, long double y, DType t) {
   if (t == DType::boolean) return op == Op::add ? ((x != 0 || y != 0) ? 1 : 0) : ((x != 0 && y != 0) ? 1 : 0);
-  if (is_float_dtype(t)) {
+  if (forge::is_floating(t)) {
     const double a = static_cast<double>(x), b = static_cast<double>(y);
     return to_dtype(op == Op::add ? a + b : a * b, t);
   }
@@ -240,7 +239,7 @@ struct Gen {
   long double small(DType t) {
     if (t == DType::boolean) return static_cast<long double>(rng() & 1u);
     if (t == DType::u8) return static_cast<long double>(rng() % 200);
-    if (is_float_dtype(t)) return to_dtype(std::ldexp(static_cast<double>(static_cast<std::int64_t>(rng() % 2001) - 1000), -3), t);
+    if (forge::is_floating(t)) return to_dtype(std::ldexp(static_cast<double>(static_cast<std::int64_t>(rng() % 2001) - 1000), -3), t);
     return static_cast<long double>(static_cast<std::int64_t>(rng() % 201) - 100);
   }
   std::int64_t below(std::int64_t n) { return static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(n)); }

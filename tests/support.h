@@ -6,6 +6,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <cstdlib>
+#include <optional>
 #include <string>
 
 #include "forge/forge.h"
@@ -20,6 +22,39 @@ class TestContext : public forge::ExecContext {
  public:
   TestContext() : TestContext(forge::ExecContextOptions{.threads = 2}) {}
   explicit TestContext(const forge::ExecContextOptions& options) : forge::ExecContext(options) { track(runtime()); }
+};
+
+inline constexpr forge::DType kAllDTypes[] = {forge::DType::f32, forge::DType::f64, forge::DType::f16,
+                                              forge::DType::bf16, forge::DType::i32, forge::DType::i64,
+                                              forge::DType::u8,  forge::DType::boolean};
+inline constexpr forge::DType kFloatDTypes[] = {forge::DType::f32, forge::DType::f64, forge::DType::f16,
+                                                forge::DType::bf16};
+
+inline forge::ExecContextOptions context_options(int threads, std::optional<std::uint64_t> seed = {},
+                                                 std::optional<std::size_t> max_cached_bytes = {},
+                                                 forge::Device device = forge::Device::cpu()) {
+  return {.device = device, .threads = threads, .seed = seed, .max_cached_bytes = max_cached_bytes};
+}
+
+// Sets an environment variable (nullptr: unsets it) for the lifetime of the
+// guard and restores the previous value, or its absence, afterwards.
+class EnvGuard {
+ public:
+  EnvGuard(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = std::string(old);
+    if (value) ::setenv(name, value, 1);
+    else ::unsetenv(name);
+  }
+  ~EnvGuard() {
+    if (old_) ::setenv(name_, old_->c_str(), 1);
+    else ::unsetenv(name_);
+  }
+  EnvGuard(const EnvGuard&) = delete;
+  EnvGuard& operator=(const EnvGuard&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
 };
 
 // Runs fn, requires it to throw forge::Error with `code` and a message that

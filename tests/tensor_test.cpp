@@ -27,10 +27,9 @@ using forge::Shape;
 using forge::Strides;
 using forge::Tensor;
 using forge_test::TestContext;
+using forge_test::kAllDTypes;
+using forge_test::kFloatDTypes;
 
-constexpr DType kAllDTypes[] = {DType::f32, DType::f64, DType::f16, DType::bf16,
-                                DType::i32, DType::i64, DType::u8,  DType::boolean};
-constexpr DType kFloatDTypes[] = {DType::f32, DType::f64, DType::f16, DType::bf16};
 
 // The element at `index` read straight from the buffer with the tensor's own
 // strides and offset (no kernel involved), widened to double.
