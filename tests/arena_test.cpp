@@ -242,7 +242,7 @@ TEST_CASE("arena: an arena of another ExecContext is a device error") {
   const std::int64_t baseline = ctx.pool().outstanding();
   FORGE_REQUIRE_ERROR(device, "masked_select", forge::masked_select(x, m, &theirs));
   FORGE_REQUIRE_ERROR(device, "nonzero", forge::nonzero(x, &theirs));
-  FORGE_REQUIRE_ERROR(device, "test", ArenaCall("test", &theirs, ctx.runtime(), {}));
+  FORGE_REQUIRE_ERROR(device, "test", ArenaCall("test", &theirs, {x}));
   CHECK(theirs.stats().calls == 0);
   CHECK(theirs.stats().system_allocations == 0);
   CHECK(ctx.pool().outstanding() == baseline);
@@ -258,12 +258,12 @@ TEST_CASE("arena: a second call while the first runs is contended") {
   Arena arena{ctx};
   const std::int64_t baseline = ctx.pool().outstanding();
   {
-    ArenaCall call("test", &arena, ctx.runtime(), {});
+    ArenaCall call("test", &arena, {});
     Tensor mine = call.allocate({3}, DType::f32);
     mine.fill_(7.0);
     FORGE_REQUIRE_ERROR(contended, "masked_select", forge::masked_select(x, m, &arena));
     FORGE_REQUIRE_ERROR(contended, "nonzero", forge::nonzero(x, &arena));
-    FORGE_REQUIRE_ERROR(contended, "other", ArenaCall("other", &arena, ctx.runtime(), {}));
+    FORGE_REQUIRE_ERROR(contended, "other", ArenaCall("other", &arena, {}));
     // The refused calls did not disturb the running one.
     CHECK(mine.to_vector<float>() == std::vector<float>{7, 7, 7});
     call.commit();
@@ -277,13 +277,12 @@ TEST_CASE("arena: a second call while the first runs is contended") {
 TEST_CASE("arena: two threads calling at once: exactly one is contended", "[concurrent]") {
   TestContext ctx;
   Arena arena{ctx};
-  forge::Runtime& rt = ctx.runtime();
   for (int round = 0; round < 20; ++round) {
     std::barrier sync(2);
     std::atomic<int> held{0}, contended{0}, other{0};
     auto body = [&] {
       try {
-        ArenaCall call("test", &arena, rt, {});
+        ArenaCall call("test", &arena, {});
         held.fetch_add(1);
         sync.arrive_and_wait();  // hold the call until the other thread has tried
       } catch (const forge::Error& e) {
@@ -312,7 +311,7 @@ TEST_CASE("arena: an arena that cannot grow is out_of_memory, an overflowing sha
   Arena arena{ctx};
   const std::int64_t baseline = ctx.pool().outstanding();
   {
-    ArenaCall call("test", &arena, ctx.runtime(), {});
+    ArenaCall call("test", &arena, {});
     // 2^58 f32 elements = 2^60 bytes: a valid shape no system can map.
     FORGE_REQUIRE_ERROR(out_of_memory, "test", call.allocate({std::int64_t{1} << 58}, DType::f32));
     // 2^62 f32 elements = 2^64 bytes: the byte count does not fit in int64.
@@ -338,6 +337,7 @@ TEST_CASE("arena: outputs of a previous call are stale") {
   const Tensor m2 = ctx.from_vector<bool>(pattern(8, 4));
   Arena arena{ctx};
   Arena spare{ctx};
+  Arena third{ctx};
   Tensor out1 = forge::masked_select(x, m1, &arena);
   REQUIRE(out1.numel() == 4);
   Tensor view_before = out1.narrow(0, 1, 2);
@@ -356,7 +356,7 @@ TEST_CASE("arena: outputs of a previous call are stale") {
   FORGE_REQUIRE_ERROR(stale_output, "narrow", out1.narrow(0, 0, 2));
   FORGE_REQUIRE_ERROR(stale_output, "clone_view", out1.clone_view());
   FORGE_REQUIRE_ERROR(stale_output, "to_vector", view_before.to_vector<float>());  // a view made before
-  FORGE_REQUIRE_ERROR(stale_output, "masked_select", forge::masked_select(out1, m2.narrow(0, 0, 4), &spare));
+  FORGE_REQUIRE_ERROR(stale_output, "masked_select", forge::masked_select(out1, m2.narrow(0, 0, 4), &third));
   CHECK(ctx.pool().outstanding() == baseline);
   // The current call's outputs, and another arena's, are fine.
   CHECK(out2.to_vector<float>() == std::vector<float>{1, 5});
@@ -383,7 +383,7 @@ TEST_CASE("arena: inputs inside the arena are refused and the arena stays usable
   FORGE_REQUIRE_ERROR(invalid_argument, "masked_select",
                       forge::masked_select(out.narrow(0, 1, 2), m4.narrow(0, 0, 2), &arena));  // a view of it
   FORGE_REQUIRE_ERROR(invalid_argument, "nonzero", forge::nonzero(out, &arena));
-  FORGE_REQUIRE_ERROR(invalid_argument, "test", ArenaCall("test", &arena, ctx.runtime(), {out}));
+  FORGE_REQUIRE_ERROR(invalid_argument, "test", ArenaCall("test", &arena, {out}));
   CHECK(ctx.pool().outstanding() == baseline);
 
   // A copy made before is fine, and the arena serves the call.
@@ -421,7 +421,7 @@ TEST_CASE("arena: a failed call leaves no outputs behind") {
   SECTION("a call that allocated and then failed") {
     Tensor partial;
     try {
-      ArenaCall call("test", &arena, ctx.runtime(), {});
+      ArenaCall call("test", &arena, {});
       partial = call.allocate({3}, DType::f32);
       partial.fill_(1.0);
       throw std::runtime_error("the call fails before commit()");
@@ -734,4 +734,47 @@ TEST_CASE("arena: rows_where_per_item gives a RowsTapeView with count + 1 row of
     CHECK(tape.item(b).size(1) == D);
   }
   FORGE_REQUIRE_ERROR(out_of_range, "RowsTapeView", tape.item(B));
+}
+
+// ---------------------------------------------------------------------------
+// Order of checks, caller memory, hand-made views
+
+TEST_CASE("arena: the arena is checked before the inputs, and any failure after that rewinds it") {
+  TestContext ctx;
+  const Tensor x = ctx.from_vector<float>({1, 2, 3, 4});
+  const Tensor float_mask = ctx.ones({4});
+  const Tensor good_mask = ctx.from_vector<bool>({true, false, true, false});
+  FORGE_REQUIRE_ERROR(invalid_argument, "masked_select", forge::masked_select(x, float_mask, nullptr));
+  Arena arena{ctx};
+  const Tensor kept = forge::masked_select(x, good_mask, &arena);
+  FORGE_REQUIRE_ERROR(dtype, "masked_select", forge::masked_select(x, float_mask, &arena));
+  CHECK(kept.buffer()->stale());  // a failed call leaves no outputs behind
+  FORGE_REQUIRE_ERROR(invalid_argument, "nonzero", forge::nonzero(Tensor{}, &arena));
+  CHECK(forge::masked_select(x, good_mask, &arena).to_vector<float>() == std::vector<float>{1, 3});
+}
+
+TEST_CASE("arena: bool masks in caller memory count any nonzero byte as true") {
+  TestContext ctx;
+  alignas(8) std::uint8_t bytes[4] = {0, 2, 1, 0};
+  const Tensor mask = ctx.from_blob(bytes, {4}, DType::boolean);
+  const Tensor x = ctx.from_vector<float>({10, 20, 30, 40});
+  Arena arena{ctx};
+  CHECK(forge::masked_select(x, mask, &arena).to_vector<float>() == std::vector<float>{20, 30});
+  CHECK(forge::nonzero(mask, &arena).to_vector<std::int64_t>() == std::vector<std::int64_t>{1, 2});
+  CHECK(mask.to_vector<bool>() == std::vector<bool>{false, true, true, false});
+  CHECK((mask + mask).to_vector<std::uint8_t>() == std::vector<std::uint8_t>{0, 1, 1, 0});
+}
+
+TEST_CASE("arena: ragged views check the layout they are given") {
+  TestContext ctx;
+  const Tensor values = ctx.zeros({10});
+  const Tensor expanded_offsets = ctx.zeros({1}, DType::i64).expand({100});
+  FORGE_REQUIRE_ERROR(invalid_argument, "TapeView", TapeView(values, expanded_offsets));
+  FORGE_REQUIRE_ERROR(invalid_argument, "TapeView", TapeView(values, ctx.zeros({3}, DType::f32)));
+  FORGE_REQUIRE_ERROR(invalid_argument, "RowsTapeView", RowsTapeView(values, ctx.zeros({3}, DType::i64)));
+  FORGE_REQUIRE_ERROR(invalid_argument, "RowsView", (void)RowsView(values));
+  const TapeView tape(values, ctx.from_vector<std::int64_t>({0, 4, 10}));
+  CHECK(tape.count() == 2);
+  CHECK(tape.item(1).numel() == 6);
+  FORGE_REQUIRE_ERROR(out_of_range, "TapeView", tape.item(2));
 }

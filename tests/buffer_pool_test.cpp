@@ -784,11 +784,11 @@ TEST_CASE("buffer_pool: an op whose allocation fails leaks nothing") {
   const PoolStats before = ctx.stats();
   SECTION("the output allocation fails") {
     ctx.pool().fail_system_allocation_after(1);
-    FORGE_REQUIRE_ERROR(out_of_memory, "pool", ctx.zeros({1000}));
+    FORGE_REQUIRE_ERROR(out_of_memory, "zeros", ctx.zeros({1000}));
   }
   SECTION("a cast temporary succeeds, then the output allocation fails") {
     ctx.pool().fail_system_allocation_after(2);  // a (f32) is cast to f64 first
-    FORGE_REQUIRE_ERROR(out_of_memory, "pool", a + b);
+    FORGE_REQUIRE_ERROR(out_of_memory, "add", a + b);
   }
   const PoolStats after = ctx.stats();
   CHECK(after.outstanding == before.outstanding);
@@ -816,7 +816,7 @@ TEST_CASE("buffer_pool: a huge request is out_of_memory") {
 
   TestContext ctx;
   const std::int64_t out = ctx.pool().outstanding();
-  FORGE_REQUIRE_ERROR(out_of_memory, "pool", ctx.empty({std::int64_t{1} << 58}, DType::f32));  // 2^60 bytes
+  FORGE_REQUIRE_ERROR(out_of_memory, "empty", ctx.empty({std::int64_t{1} << 58}, DType::f32));  // 2^60 bytes
   CHECK(ctx.pool().outstanding() == out);
 }
 

@@ -302,3 +302,71 @@ TEST_CASE("errors: huge indices, strides and offsets are errors, never integer o
   CHECK(t.slice(1, 0, 9, big).shape() == Shape{4, 1});
   CHECK(t.slice(1, 3, big, big).shape() == Shape{4, 1});
 }
+
+// ---------------------------------------------------------------------------
+// Sizes and layouts at the edge of int64
+
+TEST_CASE("errors: a broadcast whose element count overflows int64 is refused before allocating") {
+  TestContext ctx;
+  const Tensor a = ctx.ones({1}).expand({std::int64_t{1} << 32, 1});
+  const Tensor b = ctx.ones({1}).expand({1, std::int64_t{1} << 32});
+  const std::int64_t baseline = ctx.stats().outstanding;
+  const std::string msg = FORGE_REQUIRE_ERROR(invalid_argument, "add", a + b);
+  CHECK(msg.find("4294967296") != std::string::npos);
+  Tensor out = ctx.zeros({1});
+  FORGE_REQUIRE_ERROR(invalid_argument, "mul_into", forge::mul_into(out, a, b));
+  CHECK(ctx.stats().outstanding == baseline + 1);
+}
+
+TEST_CASE("errors: a shape with a zero extent still has to fit in int64") {
+  TestContext ctx;
+  const std::int64_t big = std::int64_t{1} << 40;
+  FORGE_REQUIRE_ERROR(invalid_argument, "zeros", ctx.zeros({0, big, big}));
+  FORGE_REQUIRE_ERROR(invalid_argument, "empty", ctx.empty({big, big, 0}));
+  const Tensor e = ctx.zeros({0, 4});
+  FORGE_REQUIRE_ERROR(invalid_argument, "reshape", e.reshape({0, big, big}));
+  FORGE_REQUIRE_ERROR(invalid_argument, "expand", ctx.zeros({1, 1, 0}).expand({big, big, 0}));
+  CHECK(ctx.stats().outstanding == 1);
+}
+
+TEST_CASE("errors: empty views take a canonical layout, so no offset arithmetic overflows") {
+  TestContext ctx;
+  const std::int64_t huge = std::int64_t{1} << 62;
+  const Tensor wide = ctx.zeros({0, huge});
+  const Tensor picked = wide.select(1, huge - 1);
+  CHECK(picked.shape() == Shape{0});
+  CHECK(picked.offset() == 0);
+  CHECK(picked.clone().numel() == 0);
+  const Tensor base = ctx.zeros({4});
+  const Tensor odd = base.view_with_strides({0, 2}, {1, std::numeric_limits<std::int64_t>::max()}, 0);
+  CHECK(odd.strides() == forge::contiguous_strides(Shape{0, 2}));
+  CHECK(odd.clone().numel() == 0);
+  const Tensor far = base.view_with_strides({0}, {1}, std::numeric_limits<std::int64_t>::max() / 2);
+  CHECK(far.offset() == 0);
+  CHECK(far.raw_data() == base.raw_data());
+}
+
+TEST_CASE("errors: writing through a view whose elements overlap each other is invalid_argument") {
+  TestContext ctx;
+  Tensor base = ctx.from_vector<float>({10, 20, 30});
+  Tensor out = base.view_with_strides({2, 2}, {1, 1}, 0);  // elements 0,1 / 1,2
+  const Tensor one = ctx.ones({2, 2});
+  FORGE_REQUIRE_ERROR(invalid_argument, "add_into", forge::add_into(out, out, one));
+  FORGE_REQUIRE_ERROR(invalid_argument, "copy_", out.copy_(one));
+  FORGE_REQUIRE_ERROR(invalid_argument, "fill_", out.fill_(1.0));
+  CHECK(base.to_vector<float>() == std::vector<float>{10, 20, 30});
+  // Interleaved but disjoint layouts stay writable.
+  Tensor grid = ctx.zeros({6});
+  Tensor columns = grid.view({3, 2}).t();  // strides [1, 2]
+  columns.fill_(2.0);
+  CHECK(grid.to_vector<float>() == std::vector<float>(6, 2.0f));
+}
+
+TEST_CASE("errors: size and stride of a 0-dimensional tensor are out_of_range") {
+  TestContext ctx;
+  const Tensor s = ctx.arange(0, 5).select(0, 1);
+  REQUIRE(s.dim() == 0);
+  FORGE_REQUIRE_ERROR(out_of_range, "size", s.size(0));
+  FORGE_REQUIRE_ERROR(out_of_range, "size", s.size(-1));
+  FORGE_REQUIRE_ERROR(out_of_range, "stride", s.stride(0));
+}

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <memory>
 #include <optional>
 #include <string>
 #include <thread>
@@ -339,4 +340,13 @@ TEST_CASE("exec_context: a context's pool starts empty and frees everything it c
     CHECK(s.outstanding == 0);
   }
   SUCCEED("torn down with a non-empty cache");
+}
+
+TEST_CASE("exec_context: a context destroyed on another thread is no longer current on its own") {
+  TestContext outer;
+  auto inner = std::make_unique<forge::ExecContext>(context_options(1));
+  REQUIRE(ExecContext::current() == inner.get());
+  std::thread([&] { inner.reset(); }).join();
+  CHECK(ExecContext::current() == &outer);
+  CHECK(forge::zeros({2}).runtime().threads() == outer.threads());
 }

@@ -310,12 +310,12 @@ TEST_CASE("exec_scope: a failed op inside a scope leaves outstanding unchanged")
   SECTION("an injected allocation failure of the output") {
     ctx.pool().trim();
     ctx.pool().fail_system_allocation_after(1);
-    FORGE_REQUIRE_ERROR(out_of_memory, "pool", f + f);
+    FORGE_REQUIRE_ERROR(out_of_memory, "add", f + f);
   }
   SECTION("an injected failure after a cast temporary was allocated") {
     ctx.pool().trim();
     ctx.pool().fail_system_allocation_after(2);
-    FORGE_REQUIRE_ERROR(out_of_memory, "pool", f + g);
+    FORGE_REQUIRE_ERROR(out_of_memory, "add", f + g);
   }
   CHECK(ctx.pool().outstanding() == baseline + 1);
   CHECK(scope.stats().buffers == 1);

@@ -58,20 +58,24 @@ class Arena {
   detail::ArenaCore* core_;
 };
 
-// The entry point of a call that returns its outputs in an arena. Constructing
-// it validates the arena against the call (null: invalid_argument; another
-// context or device: device; already serving a call: contended; an input
-// inside it: invalid_argument) and rewinds it. Outputs come from allocate().
-// If the call does not reach commit(), the destructor rewinds the arena again,
-// so a failed call leaves no outputs behind.
+// The entry point of a call that returns its outputs in an arena; a call
+// constructs it before anything else. Constructing it validates the arena
+// against the call (null: invalid_argument; an input of another context or
+// device: device; already serving a call: contended; an input inside it:
+// invalid_argument) and rewinds it. The call then validates its own inputs
+// and takes its outputs from allocate(). If the call does not reach commit(),
+// the destructor rewinds the arena again, so a failed call leaves no outputs.
 class ArenaCall {
  public:
-  ArenaCall(const char* op, Arena* arena, Runtime& runtime,
-            std::initializer_list<std::reference_wrapper<const Tensor>> inputs);
+  ArenaCall(const char* op, Arena* arena, std::initializer_list<std::reference_wrapper<const Tensor>> inputs);
   ~ArenaCall();
   ArenaCall(const ArenaCall&) = delete;
   ArenaCall& operator=(const ArenaCall&) = delete;
 
+  // The runtime the call runs on: the arena's.
+  Runtime& runtime() const noexcept;
+  // The arena bytes one output of `shape` and `dtype` takes (64-byte aligned).
+  static std::size_t bytes_for(const Shape& shape, DType dtype);
   // Makes sure `bytes` of outputs fit without growing again during this call.
   void reserve(std::size_t bytes);
   // A contiguous output tensor inside the arena (uninitialised).
@@ -81,25 +85,26 @@ class ArenaCall {
  private:
   const char* op_;
   detail::ArenaCore* core_;
-  Runtime* runtime_;
   bool committed_ = false;
 };
 
 // ---- ragged output views, laid out as Apache Arrow lays them ----
+// Their constructors check the layout (invalid_argument otherwise), and their
+// accessors check that the tensors are not stale arena outputs.
 
 // One row per item: rows[i] starts at data() + i * row_stride_bytes().
 class RowsView {
  public:
   RowsView() = default;
-  explicit RowsView(Tensor rows) : rows_(std::move(rows)) {}
+  explicit RowsView(Tensor rows);  // rank 2, unit stride along a row
   const Tensor& tensor() const noexcept { return rows_; }
   const void* data() const { return rows_.raw_data("RowsView"); }
-  std::int64_t count() const noexcept { return rows_.defined() ? rows_.size(0) : 0; }
-  std::int64_t columns() const noexcept { return rows_.defined() ? rows_.size(1) : 0; }
-  std::size_t row_stride_bytes() const noexcept {
+  std::int64_t count() const { return rows_.defined() ? rows_.size(0) : 0; }
+  std::int64_t columns() const { return rows_.defined() ? rows_.size(1) : 0; }
+  std::size_t row_stride_bytes() const {
     return rows_.defined() ? static_cast<std::size_t>(rows_.stride(0)) * rows_.element_size() : 0;
   }
-  DType dtype() const noexcept { return rows_.defined() ? rows_.dtype() : DType::f32; }
+  DType dtype() const { return rows_.defined() ? rows_.dtype() : DType::f32; }
 
  private:
   Tensor rows_;
@@ -109,10 +114,10 @@ class RowsView {
 class TapeView {
  public:
   TapeView() = default;
-  TapeView(Tensor values, Tensor offsets) : values_(std::move(values)), offsets_(std::move(offsets)) {}
+  TapeView(Tensor values, Tensor offsets);  // values rank 1; offsets contiguous i64 [count + 1]
   const Tensor& values() const noexcept { return values_; }
-  const Tensor& offsets() const noexcept { return offsets_; }  // i64, count + 1
-  std::int64_t count() const noexcept { return offsets_.defined() ? offsets_.numel() - 1 : 0; }
+  const Tensor& offsets() const noexcept { return offsets_; }
+  std::int64_t count() const { return offsets_.defined() ? offsets_.numel() - 1 : 0; }
   const void* data() const { return values_.raw_data("TapeView"); }
   const std::int64_t* offsets_data() const { return offsets_.data_ptr<std::int64_t>(); }
   Tensor item(std::int64_t i) const;  // a view of item i's elements
@@ -126,11 +131,11 @@ class TapeView {
 class RowsTapeView {
  public:
   RowsTapeView() = default;
-  RowsTapeView(Tensor rows, Tensor offsets) : rows_(std::move(rows)), offsets_(std::move(offsets)) {}
+  RowsTapeView(Tensor rows, Tensor offsets);  // rows rank 2; offsets contiguous i64 [count + 1]
   const Tensor& rows() const noexcept { return rows_; }
   const Tensor& offsets() const noexcept { return offsets_; }
-  std::int64_t count() const noexcept { return offsets_.defined() ? offsets_.numel() - 1 : 0; }
-  std::int64_t columns() const noexcept { return rows_.defined() ? rows_.size(1) : 0; }
+  std::int64_t count() const { return offsets_.defined() ? offsets_.numel() - 1 : 0; }
+  std::int64_t columns() const { return rows_.defined() ? rows_.size(1) : 0; }
   const void* data() const { return rows_.raw_data("RowsTapeView"); }
   const std::int64_t* offsets_data() const { return offsets_.data_ptr<std::int64_t>(); }
   Tensor item(std::int64_t i) const;  // a view of item i's rows

@@ -15,6 +15,13 @@
 
 namespace forge {
 
+namespace detail {
+// A key only forge's own sources can name: it guards constructors that trust
+// their arguments (a public header cannot hide them from user code otherwise).
+struct Internal;
+class PoolCore;
+}  // namespace detail
+
 class Buffer;
 
 // Who takes a buffer back when its last reference drops (see buffer.cpp).
@@ -67,7 +74,7 @@ class Buffer : public RefCounted<Buffer> {
     std::uint64_t generation = 0;
     const void* arena = nullptr;
   };
-  explicit Buffer(const Init& init) noexcept
+  Buffer(const detail::Internal&, const Init& init) noexcept
       : data_(init.data),
         nbytes_(init.nbytes),
         capacity_bytes_(init.capacity_bytes),
@@ -77,14 +84,16 @@ class Buffer : public RefCounted<Buffer> {
         generation_source_(init.generation_source),
         generation_(init.generation),
         arena_(init.arena) {}
+
+ private:
+  friend class detail::PoolCore;
   // Re-arms a cached pooled buffer for a new holder.
   void recycle(std::size_t nbytes) noexcept {
     nbytes_ = nbytes;
     reset_ref_count();
   }
-  Buffer* next_free = nullptr;  // intrusive free-list link, owned by the pool
+  Buffer* next_free_ = nullptr;  // intrusive free-list link, owned by the pool
 
- private:
   std::byte* data_;
   std::size_t nbytes_;
   std::size_t capacity_bytes_;

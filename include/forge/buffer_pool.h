@@ -35,9 +35,11 @@ struct PoolStats {
   std::size_t max_cached_bytes = 0;
 };
 
+inline constexpr std::size_t kDefaultMaxCachedBytes = std::size_t{1} << 30;
+
 struct BufferPoolOptions {
   Device device = Device::cpu();
-  std::size_t max_cached_bytes = std::size_t{1} << 30;
+  std::size_t max_cached_bytes = kDefaultMaxCachedBytes;
 };
 
 template <typename T>
@@ -49,7 +51,7 @@ class BufferPool {
   static constexpr std::size_t kSmallLimitBytes = 4096;  // up to here: powers of two
   static constexpr std::size_t kSlabQuantumBytes = 4096;  // beyond: multiples of this
   static constexpr std::size_t kMaxOversizeFactor = 2;   // a cached block > 2x the request stays put
-  static constexpr std::size_t kDefaultMaxCachedBytes = std::size_t{1} << 30;
+  static constexpr std::size_t kDefaultMaxCachedBytes = forge::kDefaultMaxCachedBytes;
 
   // The block size that serves a request of `nbytes`.
   static std::size_t rounded_size(std::size_t nbytes) noexcept;
@@ -59,9 +61,9 @@ class BufferPool {
   BufferPool(const BufferPool&) = delete;
   BufferPool& operator=(const BufferPool&) = delete;
 
-  // A buffer of at least `nbytes`, uninitialised. Throws out_of_memory when the
-  // system refuses.
-  Ref<Buffer> acquire(std::size_t nbytes);
+  // A buffer of at least `nbytes`, uninitialised. Throws out_of_memory, naming
+  // `op`, when the system refuses.
+  Ref<Buffer> acquire(std::size_t nbytes, const char* op = "pool");
 
   template <typename T>
   ScratchLease<T> scratch(std::size_t count);
@@ -118,7 +120,7 @@ template <typename T>
 ScratchLease<T> BufferPool::scratch(std::size_t count) {
   FORGE_CHECK(count <= SIZE_MAX / sizeof(T), out_of_memory, "scratch", count, " elements of ",
               sizeof(T), " bytes overflow the address space");
-  return ScratchLease<T>(acquire(count * sizeof(T)), count);
+  return ScratchLease<T>(acquire(count * sizeof(T), "scratch"), count);
 }
 
 }  // namespace forge

@@ -21,6 +21,10 @@
 
 namespace forge {
 
+namespace detail {
+class ContextSlot;
+}
+
 struct ExecContextOptions {
   Device device = Device::cpu();
   int threads = 0;                              // 0: FORGE_NUM_THREADS, else all hardware threads
@@ -38,7 +42,9 @@ class ExecContext {
   ExecContext(const ExecContext&) = delete;
   ExecContext& operator=(const ExecContext&) = delete;
 
-  // The innermost live context on this thread, or nullptr.
+  // The innermost live context made on this thread, or nullptr. A context
+  // belongs to the thread that made it; destroying it on another thread is
+  // allowed (the creating thread then no longer sees it).
   static ExecContext* current() noexcept;
   // The same, throwing invalid_argument naming `op` when there is none.
   static ExecContext& current_or_throw(const char* op);
@@ -81,6 +87,7 @@ class ExecContext {
   Tensor filled(const char* op, const Shape& shape, double value, DType dtype);
   Tensor from_host_checked(const void* data, std::size_t count, const Shape& shape, DType dtype);
   Ref<Runtime> runtime_;
+  detail::ContextSlot* slot_;  // this context's entry in its thread's stack of contexts
 };
 
 template <typename T>

@@ -56,7 +56,6 @@ class Runtime : public RefCounted<Runtime> {
   void manual_seed(std::uint64_t seed) noexcept { rng_.seed(seed); }
 
   // ---- exec scopes (see exec_scope.h) ----
-  bool scope_open() const noexcept { return !scope_frames_.empty(); }
   // Makes room so that the next scope_adopt cannot fail; call before computing.
   void scope_reserve() {
     if (!scope_frames_.empty() && scope_held_.size() == scope_held_.capacity())

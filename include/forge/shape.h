@@ -72,7 +72,13 @@ Strides contiguous_strides(const Shape& shape) noexcept;
 // Wraps a possibly negative dim into [0, rank); throws out_of_range naming op.
 int wrap_dim(std::int64_t dim, int rank, const char* op);
 
-// NumPy broadcast of two shapes; throws ErrorCode::shape naming op.
+// Validates a shape for op: every extent >= 0, and the product of the
+// extents (counting zeros as ones) fits in int64, so that numel and every
+// contiguous stride of it can be computed without overflow. Returns numel.
+// Throws invalid_argument naming op.
+std::int64_t checked_extents(const Shape& shape, const char* op);
+
+// NumPy broadcast of two shapes (checked as above); throws ErrorCode::shape naming op.
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
 
 }  // namespace forge

@@ -26,8 +26,9 @@ class ExecContext;
 
 class TensorImpl : public RefCounted<TensorImpl> {
  public:
-  TensorImpl(Ref<Runtime> runtime, Ref<Buffer> buffer, const Shape& shape, const Strides& strides,
-             std::int64_t offset, DType dtype) noexcept;
+  // Made by forge only (the key): it trusts its geometry.
+  TensorImpl(const detail::Internal&, Ref<Runtime> runtime, Ref<Buffer> buffer, const Shape& shape,
+             const Strides& strides, std::int64_t offset, DType dtype) noexcept;
   ~TensorImpl();
   void on_last_release() noexcept { delete this; }
 

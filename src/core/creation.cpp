@@ -2,6 +2,7 @@
 #include <cstring>
 
 #include "backend/cpu/convert.h"
+#include "core/internal.h"
 #include "core/tensor_internal.h"
 #include "forge/exec_context.h"
 
@@ -9,8 +10,7 @@ namespace forge {
 namespace {
 
 Tensor fresh(ExecContext& ctx, const char* op, const Shape& shape, DType dtype) {
-  detail::checked_numel(op, shape, dtype);
-  return detail::allocate(ctx.runtime(), shape, dtype);
+  return detail::allocate(ctx.runtime(), shape, dtype, op);
 }
 
 // Fills a contiguous tensor element by element from gen(i) -> double.
@@ -120,7 +120,7 @@ Tensor ExecContext::from_host_checked(const void* data, std::size_t count, const
   const std::int64_t n = detail::checked_numel("from_vector", shape, dtype);
   FORGE_CHECK(static_cast<std::size_t>(n) == count, shape, "from_vector", count, " values do not fill shape ", shape,
               " (", n, " elements)");
-  Tensor t = detail::allocate(runtime(), shape, dtype);
+  Tensor t = detail::allocate(runtime(), shape, dtype, "from_vector");
   if (n > 0) std::memcpy(detail::first_element(t), data, count * dtype_size(dtype));
   detail::adopt_output(t);
   return t;
@@ -133,7 +133,7 @@ Tensor ExecContext::from_blob(void* data, const Shape& shape, DType dtype, std::
               "data at ", data, " is not aligned to ", dtype_size(dtype), " bytes for ", dtype_name(dtype));
   Ref<Buffer> buffer =
       Buffer::borrow(data, static_cast<std::size_t>(n) * dtype_size(dtype), device(), std::move(on_release));
-  return Tensor(Ref<TensorImpl>::adopt(new TensorImpl(Ref<Runtime>::share(&runtime()), std::move(buffer), shape,
+  return Tensor(Ref<TensorImpl>::adopt(new TensorImpl(detail::internal, Ref<Runtime>::share(&runtime()), std::move(buffer), shape,
                                                       contiguous_strides(shape), 0, dtype)));
 }
 

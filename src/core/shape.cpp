@@ -75,6 +75,18 @@ int wrap_dim(std::int64_t dim, int rank, const char* op) {
   return static_cast<int>(dim < 0 ? dim + (rank == 0 ? 1 : rank) : dim);
 }
 
+std::int64_t checked_extents(const Shape& shape, const char* op) {
+  std::int64_t span = 1, numel = 1;
+  for (int d = 0; d < shape.rank(); ++d) {
+    FORGE_CHECK(shape[d] >= 0, invalid_argument, op, "negative size ", shape[d], " in dimension ", d, " of shape ",
+                shape);
+    FORGE_CHECK(!__builtin_mul_overflow(span, shape[d] > 1 ? shape[d] : 1, &span), invalid_argument, op, "shape ",
+                shape, " has more elements than fit in int64");
+    numel *= shape[d];
+  }
+  return numel;
+}
+
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
   const int rank = a.rank() > b.rank() ? a.rank() : b.rank();
   Shape out = Shape::filled(rank, 1);
@@ -85,6 +97,7 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
                 " do not broadcast (dimension ", i, ": ", da, " vs ", db, ")");
     out[i] = da == 1 ? db : da;
   }
+  checked_extents(out, op);
   return out;
 }
 

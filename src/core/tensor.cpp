@@ -1,15 +1,18 @@
 #include "forge/tensor.h"
 
+#include <algorithm>
+#include <cstdlib>
 #include <limits>
 
+#include "core/internal.h"
 #include "core/tensor_internal.h"
 #include "forge/ops.h"
 #include "forge/runtime.h"
 
 namespace forge {
 
-TensorImpl::TensorImpl(Ref<Runtime> runtime, Ref<Buffer> buffer, const Shape& shape, const Strides& strides,
-                       std::int64_t offset, DType dtype) noexcept
+TensorImpl::TensorImpl(const detail::Internal&, Ref<Runtime> runtime, Ref<Buffer> buffer, const Shape& shape,
+                       const Strides& strides, std::int64_t offset, DType dtype) noexcept
     : runtime_(std::move(runtime)),
       buffer_(std::move(buffer)),
       shape_(shape),
@@ -23,8 +26,15 @@ void Tensor::throw_undefined() {
   FORGE_FAIL(invalid_argument, "tensor", "the handle is undefined (default-constructed or moved from)");
 }
 
-std::int64_t Tensor::size(std::int64_t dim) const { return shape()[wrap_dim(dim, this->dim(), "size")]; }
-std::int64_t Tensor::stride(std::int64_t dim) const { return strides()[wrap_dim(dim, this->dim(), "stride")]; }
+std::int64_t Tensor::size(std::int64_t dim) const {
+  FORGE_CHECK(this->dim() > 0, out_of_range, "size", "a 0-dimensional tensor has no dimension ", dim);
+  return shape()[wrap_dim(dim, this->dim(), "size")];
+}
+
+std::int64_t Tensor::stride(std::int64_t dim) const {
+  FORGE_CHECK(this->dim() > 0, out_of_range, "stride", "a 0-dimensional tensor has no dimension ", dim);
+  return strides()[wrap_dim(dim, this->dim(), "stride")];
+}
 
 bool Tensor::is_contiguous() const {
   std::int64_t expected = 1;
@@ -50,7 +60,7 @@ void Tensor::check_dtype(DType expected, const char* op) const {
 
 Tensor Tensor::clone() const {
   detail::check_input("clone", *this, "tensor");
-  Tensor out = detail::allocate(runtime(), shape(), dtype());
+  Tensor out = detail::allocate(runtime(), shape(), dtype(), "clone");
   cpu::copy_cast(runtime(), shape(), detail::operand(out), detail::operand(*this));
   detail::adopt_output(out);
   return out;
@@ -64,7 +74,7 @@ Tensor Tensor::contiguous() const {
 Tensor Tensor::to(DType target) const {
   detail::check_input("to", *this, "tensor");
   if (target == dtype()) return *this;
-  Tensor out = detail::cast_temporary(*this, target);
+  Tensor out = detail::cast_temporary(*this, target, "to");
   detail::adopt_output(out);
   return out;
 }
@@ -88,7 +98,7 @@ Tensor& Tensor::copy_(const Tensor& src) {
               src.shape(), " does not broadcast to ", shape());
   if (src.buffer() == buffer()) {
     // Overlapping memory: go through a temporary so no element is read after it was written.
-    const Tensor tmp = detail::cast_temporary(src, src.dtype());  // internal: no scope adopts it
+    const Tensor tmp = detail::cast_temporary(src, src.dtype(), "copy_");  // internal: no scope adopts it
     cpu::copy_cast(runtime(), shape(), detail::operand(*this), detail::operand_broadcast(tmp, shape()));
   } else {
     cpu::copy_cast(runtime(), shape(), detail::operand(*this), detail::operand_broadcast(src, shape()));
@@ -104,33 +114,31 @@ Tensor Tensor::relu() const { return forge::relu(*this); }
 namespace detail {
 
 std::int64_t checked_numel(const char* op, const Shape& shape, DType dtype) {
-  std::int64_t n = 1;
-  const std::int64_t limit = std::numeric_limits<std::int64_t>::max() / static_cast<std::int64_t>(dtype_size(dtype));
-  bool overflow = false;
-  for (int d = 0; d < shape.rank(); ++d) {
-    FORGE_CHECK(shape[d] >= 0, invalid_argument, op, "negative size ", shape[d], " in dimension ", d,
-                " of shape ", shape);
-    if (shape[d] != 0 && n > limit / shape[d]) overflow = true;
-    else n *= shape[d];
-  }
-  if (overflow) {
-    for (int d = 0; d < shape.rank(); ++d)
-      if (shape[d] == 0) return 0;
-    FORGE_FAIL(invalid_argument, op, "shape ", shape, " of ", dtype_name(dtype), " holds more bytes than fit in int64");
-  }
+  const std::int64_t n = checked_extents(shape, op);
+  const auto size = static_cast<std::int64_t>(dtype_size(dtype));
+  FORGE_CHECK(n <= std::numeric_limits<std::int64_t>::max() / size, invalid_argument, op, "shape ", shape, " of ",
+              dtype_name(dtype), " holds more bytes than fit in int64");
+  FORGE_CHECK(static_cast<std::size_t>(n * size) <= kMaxTensorBytes, out_of_memory, op, "shape ", shape, " of ",
+              dtype_name(dtype), " needs ", n * size, " bytes, more than any allocation forge makes (",
+              kMaxTensorBytes, ")");
   return n;
 }
 
-Tensor allocate(Runtime& rt, const Shape& shape, DType dtype) {
+Tensor allocate(Runtime& rt, const Shape& shape, DType dtype, const char* op) {
+  const std::int64_t n = checked_numel(op, shape, dtype);
   rt.scope_reserve();
-  Ref<Buffer> buffer = rt.pool().acquire(static_cast<std::size_t>(shape.numel()) * dtype_size(dtype));
+  Ref<Buffer> buffer = rt.pool().acquire(static_cast<std::size_t>(n) * dtype_size(dtype), op);
   return Tensor(Ref<TensorImpl>::adopt(
-      new TensorImpl(Ref<Runtime>::share(&rt), std::move(buffer), shape, contiguous_strides(shape), 0, dtype)));
+      new TensorImpl(internal, Ref<Runtime>::share(&rt), std::move(buffer), shape, contiguous_strides(shape), 0, dtype)));
 }
 
 Tensor make_view(const Tensor& base, const Shape& shape, const Strides& strides, std::int64_t offset) {
-  return Tensor(Ref<TensorImpl>::adopt(
-      new TensorImpl(base.impl()->runtime_ref(), base.buffer(), shape, strides, offset, base.dtype())));
+  // An empty view reads nothing: give it a canonical layout, so that no later
+  // offset or stride arithmetic on it can overflow (Note [Views retain their buffer]).
+  const bool empty = shape.numel() == 0;
+  return Tensor(Ref<TensorImpl>::adopt(new TensorImpl(internal, base.impl()->runtime_ref(), base.buffer(), shape,
+                                                      empty ? contiguous_strides(shape) : strides,
+                                                      empty ? 0 : offset, base.dtype())));
 }
 
 void check_input(const char* op, const Tensor& t, const char* name) {
@@ -144,12 +152,45 @@ void check_same_runtime(const char* op, const Tensor& a, const Tensor& b) {
               "tensors belong to two different ExecContexts; move one first");
 }
 
+namespace {
+
+// Whether distinct elements of a layout may share memory. Sufficient test:
+// taking the dimensions of size > 1 by increasing |stride|, each stride must
+// step past everything the smaller ones reach. (Conservative: a few exotic
+// interleavings that do not overlap are refused too.)
+bool may_overlap_itself(const Shape& shape, const Strides& strides) {
+  std::int64_t span[kMaxRank];  // |stride| of each dimension of size > 1, ascending
+  std::int64_t size[kMaxRank];
+  int n = 0;
+  for (int d = 0; d < shape.rank(); ++d) {
+    if (shape[d] <= 1) continue;
+    int i = n++;
+    for (; i > 0 && span[i - 1] > std::abs(strides[d]); --i) {
+      span[i] = span[i - 1];
+      size[i] = size[i - 1];
+    }
+    span[i] = std::abs(strides[d]);
+    size[i] = shape[d];
+  }
+  std::int64_t reach = 0;  // the largest offset the smaller dimensions reach
+  for (int i = 0; i < n; ++i) {
+    if (span[i] <= reach) return true;
+    reach += (size[i] - 1) * span[i];
+  }
+  return false;
+}
+
+}  // namespace
+
 void check_writable(const char* op, const Tensor& out, const char* name) {
   check_input(op, out, name);
   for (int d = 0; d < out.dim(); ++d)
     FORGE_CHECK(out.strides()[d] != 0 || out.shape()[d] <= 1, invalid_argument, op,
                 "cannot write through an expanded view: ", name, " has stride 0 in dimension ", d,
                 " of size ", out.shape()[d]);
+  FORGE_CHECK(!may_overlap_itself(out.shape(), out.strides()), invalid_argument, op, "cannot write through a view ",
+              "whose elements overlap each other: ", name, " has shape ", out.shape(), " and strides ",
+              out.strides());
 }
 
 namespace {
@@ -186,8 +227,8 @@ cpu::Operand operand_broadcast(const Tensor& t, const Shape& shape) {
   return {first_element(t), t.dtype(), s};
 }
 
-Tensor cast_temporary(const Tensor& t, DType dtype) {
-  Tensor out = allocate(t.runtime(), t.shape(), dtype);
+Tensor cast_temporary(const Tensor& t, DType dtype, const char* op) {
+  Tensor out = allocate(t.runtime(), t.shape(), dtype, op);
   cpu::copy_cast(t.runtime(), t.shape(), operand(out), operand(t));
   return out;
 }

@@ -10,13 +10,18 @@
 
 namespace forge::detail {
 
-// Throws invalid_argument unless every extent is >= 0 and the element count
-// and its bytes fit in int64; returns the element count.
+// No tensor holds more bytes than this (2^56: beyond any machine, and far
+// from overflowing size_t or int64 in byte arithmetic).
+inline constexpr std::size_t kMaxTensorBytes = std::size_t{1} << 56;
+
+// checked_extents, and the byte count fits in int64 (else invalid_argument)
+// and in kMaxTensorBytes (else out_of_memory); returns the element count.
 std::int64_t checked_numel(const char* op, const Shape& shape, DType dtype);
 
-// A fresh contiguous tensor from rt's pool (shape already validated). Makes
-// room in an open exec scope first, so adopt_output cannot fail later.
-Tensor allocate(Runtime& rt, const Shape& shape, DType dtype);
+// A fresh contiguous tensor from rt's pool; checks the shape (checked_numel)
+// and names op in errors. Makes room in an open exec scope first, so
+// adopt_output cannot fail later.
+Tensor allocate(Runtime& rt, const Shape& shape, DType dtype, const char* op);
 // Hands a finished op's output to the innermost open exec scope, if any.
 inline void adopt_output(const Tensor& out) noexcept { out.runtime().scope_adopt(out.buffer()); }
 
@@ -36,10 +41,11 @@ void check_no_partial_overlap(const char* op, const Tensor& out, const Tensor& i
 cpu::Operand operand(const Tensor& t);
 cpu::Operand operand_broadcast(const Tensor& t, const Shape& shape);
 inline std::byte* first_element(const Tensor& t) noexcept {
+  // Views keep offset * element size inside their buffer; empty views have offset 0.
   return t.buffer()->data() + t.offset() * static_cast<std::int64_t>(t.element_size());
 }
 
 // A converted copy that no exec scope adopts (an op's internal temporary).
-Tensor cast_temporary(const Tensor& t, DType dtype);
+Tensor cast_temporary(const Tensor& t, DType dtype, const char* op);
 
 }  // namespace forge::detail

@@ -36,6 +36,7 @@ Shape infer_shape(const char* op, const Shape& requested, std::int64_t numel) {
     shape[infer] = numel / known;
   }
   FORGE_CHECK(infer >= 0 || known == numel, shape, op, "shape ", requested, " is invalid for ", numel, " elements");
+  checked_extents(shape, op);
   return shape;
 }
 
@@ -85,7 +86,7 @@ Tensor Tensor::view_with_strides(const Shape& shape, const Strides& strides, std
   FORGE_CHECK(shape.rank() == strides.rank(), invalid_argument, op, "shape ", shape, " and strides ", strides,
               " differ in rank");
   FORGE_CHECK(offset >= 0, out_of_range, op, "negative offset ", offset);
-  const std::int64_t numel = detail::checked_numel(op, shape, dtype());
+  const std::int64_t numel = checked_extents(shape, op);
   if (numel > 0) {
     std::int64_t lo = offset, hi = offset;
     bool overflow = false;
@@ -133,7 +134,7 @@ Tensor Tensor::broadcast_as(const Shape& target, const char* op) const {
                 " (dimension ", d, ": ", own, " vs ", target[d], ")");
     strides[d] = own == target[d] ? this->strides()[d - lead] : 0;
   }
-  detail::checked_numel(op, target, dtype());
+  checked_extents(target, op);
   return detail::make_view(*this, target, strides, offset());
 }
 

@@ -21,6 +21,7 @@
 #include <atomic>
 #include <vector>
 
+#include "core/internal.h"
 #include "core/tensor_internal.h"
 #include "forge/exec_context.h"
 #include "forge/runtime.h"
@@ -46,13 +47,15 @@ class ArenaChunk : public RefCounted<ArenaChunk> {
 
 // An output's header: a Buffer that keeps its chunk and the core alive.
 struct ArenaBuffer : Buffer {
-  ArenaBuffer(const Buffer::Init& init, Ref<ArenaChunk> c) noexcept : Buffer(init), chunk(std::move(c)) {}
+  ArenaBuffer(const Buffer::Init& init, Ref<ArenaChunk> c) noexcept : Buffer(internal, init), chunk(std::move(c)) {}
   Ref<ArenaChunk> chunk;
 };
 
 class ArenaCore final : public RefCounted<ArenaCore>, public BufferOwner {
  public:
-  static constexpr std::size_t kAlignmentBytes = 64;
+  static std::size_t aligned(std::size_t bytes) noexcept {
+    return (bytes + Buffer::kAlignmentBytes - 1) / Buffer::kAlignmentBytes * Buffer::kAlignmentBytes;
+  }
 
   explicit ArenaCore(Ref<Runtime> runtime) : runtime_(std::move(runtime)) {}
   void on_last_release() noexcept { delete this; }
@@ -92,12 +95,12 @@ class ArenaCore final : public RefCounted<ArenaCore>, public BufferOwner {
 
   Tensor allocate(const char* op, const Shape& shape, DType dtype) {
     const auto bytes = static_cast<std::size_t>(checked_numel(op, shape, dtype)) * dtype_size(dtype);
-    const std::size_t aligned = (bytes + kAlignmentBytes - 1) / kAlignmentBytes * kAlignmentBytes;
-    if (aligned > 0 && (!current_ || current_->bytes() - used_ < aligned)) grow(op, aligned);
+    const std::size_t padded = aligned(bytes);
+    if (padded > 0 && (!current_ || current_->bytes() - used_ < padded)) grow(op, padded);
     Buffer::Init init;
     init.data = current_ ? current_->data() + used_ : nullptr;
     init.nbytes = bytes;
-    init.capacity_bytes = aligned;
+    init.capacity_bytes = padded;
     init.device = device();
     init.owner = this;
     init.generation_source = &generation_;
@@ -106,11 +109,11 @@ class ArenaCore final : public RefCounted<ArenaCore>, public BufferOwner {
     auto* header = new ArenaBuffer(init, current_);
     retain_ref();  // the header's reference to this core, dropped in release()
     Ref<Buffer> buffer = Ref<Buffer>::adopt(header);
-    used_ += aligned;
-    call_bytes_ += aligned;
+    used_ += padded;
+    call_bytes_ += padded;
     high_water_ = std::max(high_water_, call_bytes_);
     return Tensor(Ref<TensorImpl>::adopt(
-        new TensorImpl(runtime_, std::move(buffer), shape, contiguous_strides(shape), 0, dtype)));
+        new TensorImpl(internal, runtime_, std::move(buffer), shape, contiguous_strides(shape), 0, dtype)));
   }
 
   void chunk_freed(std::size_t bytes, std::byte* data) noexcept {
@@ -189,16 +192,18 @@ Arena& Arena::operator=(Arena&& other) noexcept {
 ArenaDescription Arena::describe() const { return {core_ ? core_->device() : Device::cpu()}; }
 ArenaStats Arena::stats() const { return core_ ? core_->stats() : ArenaStats{}; }
 
-ArenaCall::ArenaCall(const char* op, Arena* arena, Runtime& runtime,
-                     std::initializer_list<std::reference_wrapper<const Tensor>> inputs)
-    : op_(op), core_(nullptr), runtime_(&runtime) {
+ArenaCall::ArenaCall(const char* op, Arena* arena, std::initializer_list<std::reference_wrapper<const Tensor>> inputs)
+    : op_(op), core_(nullptr) {
   FORGE_CHECK(arena != nullptr && arena->core_ != nullptr, invalid_argument, op,
               "no arena given; lend the call an Arena for its outputs");
   detail::ArenaCore* core = arena->core_;
-  FORGE_CHECK(core->device() == runtime.device(), device, op, "the arena lives on ", core->device().str(),
-              " but the call runs on ", runtime.device().str());
-  FORGE_CHECK(&core->runtime() == &runtime, device, op,
-              "the arena was made by another ExecContext than the one this call runs on");
+  for (const Tensor& input : inputs) {
+    if (!input.defined()) continue;  // the call's own checks report it
+    FORGE_CHECK(input.device() == core->device(), device, op, "the arena lives on ", core->device().str(),
+                " but an input lives on ", input.device().str());
+    FORGE_CHECK(&input.runtime() == &core->runtime(), device, op,
+                "the arena was made by another ExecContext than the inputs'");
+  }
   FORGE_CHECK(core->try_begin(), contended, op, "the arena is already serving another call");
   for (const Tensor& input : inputs) {
     if (input.defined() && input.buffer()->arena() == core) {
@@ -216,11 +221,43 @@ ArenaCall::~ArenaCall() {
   core_->end();
 }
 
+Runtime& ArenaCall::runtime() const noexcept { return core_->runtime(); }
+
+std::size_t ArenaCall::bytes_for(const Shape& shape, DType dtype) {
+  return detail::ArenaCore::aligned(static_cast<std::size_t>(detail::checked_numel("arena", shape, dtype)) *
+                                    dtype_size(dtype));
+}
+
 void ArenaCall::reserve(std::size_t bytes) { core_->reserve(op_, bytes); }
 
 Tensor ArenaCall::allocate(const Shape& shape, DType dtype) { return core_->allocate(op_, shape, dtype); }
 
 // ---- ragged views ----
+
+namespace {
+
+void check_offsets(const char* view, const Tensor& offsets) {
+  FORGE_CHECK(offsets.defined() && offsets.dim() == 1 && offsets.numel() >= 1 && offsets.dtype() == DType::i64 &&
+                  offsets.is_contiguous(),
+              invalid_argument, view, "offsets must be a contiguous i64 tensor of count + 1 elements");
+}
+
+}  // namespace
+
+RowsView::RowsView(Tensor rows) : rows_(std::move(rows)) {
+  FORGE_CHECK(rows_.defined() && rows_.dim() == 2 && (rows_.size(1) <= 1 || rows_.stride(1) == 1), invalid_argument,
+              "RowsView", "rows must be a rank-2 tensor with unit stride along a row");
+}
+
+TapeView::TapeView(Tensor values, Tensor offsets) : values_(std::move(values)), offsets_(std::move(offsets)) {
+  FORGE_CHECK(values_.defined() && values_.dim() == 1, invalid_argument, "TapeView", "values must be rank 1");
+  check_offsets("TapeView", offsets_);
+}
+
+RowsTapeView::RowsTapeView(Tensor rows, Tensor offsets) : rows_(std::move(rows)), offsets_(std::move(offsets)) {
+  FORGE_CHECK(rows_.defined() && rows_.dim() == 2, invalid_argument, "RowsTapeView", "rows must be rank 2");
+  check_offsets("RowsTapeView", offsets_);
+}
 
 Tensor TapeView::item(std::int64_t i) const {
   FORGE_CHECK(i >= 0 && i < count(), out_of_range, "TapeView", "item ", i, " of ", count());

@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "core/internal.h"
+
 namespace forge {
 namespace {
 
@@ -40,7 +42,7 @@ Ref<Buffer> Buffer::borrow(void* data, std::size_t nbytes, Device device,
   init.device = device;
   init.owner = owner;
   try {
-    return Ref<Buffer>::adopt(new Buffer(init));
+    return Ref<Buffer>::adopt(new Buffer(detail::internal, init));
   } catch (...) {
     delete owner;
     throw;

@@ -24,6 +24,7 @@
 #include <new>
 #include <vector>
 
+#include "core/internal.h"
 #include "forge/error.h"
 #include "memory/host_memory.h"
 
@@ -38,7 +39,7 @@ class PoolCore final : public BufferOwner {
   explicit PoolCore(const BufferPoolOptions& options)
       : device_(options.device), max_cached_bytes_(options.max_cached_bytes) {}
 
-  Ref<Buffer> acquire(std::size_t nbytes);
+  Ref<Buffer> acquire(std::size_t nbytes, const char* op);
   void release(Buffer* buffer) noexcept override;
   void trim() noexcept;
   void set_max_cached_bytes(std::size_t bytes) noexcept;
@@ -122,9 +123,9 @@ Buffer* PoolCore::take_cached(std::size_t rounded) noexcept {
   for (; it != buckets_.end() && it->bytes <= rounded * BufferPool::kMaxOversizeFactor; ++it) {
     if (it->head == nullptr) continue;
     Buffer* b = it->head;
-    it->head = b->next_free;
+    it->head = b->next_free_;
     --it->count;
-    b->next_free = nullptr;
+    b->next_free_ = nullptr;
     cached_bytes_ -= b->capacity_bytes();
     --cached_blocks_;
     return b;
@@ -132,8 +133,8 @@ Buffer* PoolCore::take_cached(std::size_t rounded) noexcept {
   return nullptr;
 }
 
-Ref<Buffer> PoolCore::acquire(std::size_t nbytes) {
-  FORGE_CHECK(nbytes <= kMaxRequestBytes, out_of_memory, "pool", "cannot allocate ", nbytes,
+Ref<Buffer> PoolCore::acquire(std::size_t nbytes, const char* op) {
+  FORGE_CHECK(nbytes <= kMaxRequestBytes, out_of_memory, op, "cannot allocate ", nbytes,
               " bytes: larger than any block the pool hands out");
   const std::size_t rounded = BufferPool::rounded_size(nbytes);
   {
@@ -158,13 +159,13 @@ Ref<Buffer> PoolCore::acquire(std::size_t nbytes) {
     init.device = device_;
     init.owner = this;
     init.pooled = true;
-    b = new (std::nothrow) Buffer(init);
+    b = new (std::nothrow) Buffer(internal, init);
     if (b == nullptr) free_host_block(block, rounded);
   }
   std::lock_guard lock(mu_);
   if (b == nullptr) {
     ++failed_allocations_;
-    FORGE_FAIL(out_of_memory, "pool", "the system refused ", rounded, " bytes (a request of ", nbytes,
+    FORGE_FAIL(out_of_memory, op, "the system refused ", rounded, " bytes (a request of ", nbytes,
                " bytes; ", live_bytes_, " bytes live, ", cached_bytes_, " cached)");
   }
   ++acquires_;
@@ -188,7 +189,7 @@ void PoolCore::release(Buffer* buffer) noexcept {
                                  [](const Bucket& b, std::size_t n) { return b.bytes < n; });
       try {
         if (it == buckets_.end() || it->bytes != bytes) it = buckets_.insert(it, Bucket{bytes, nullptr, 0});
-        buffer->next_free = it->head;
+        buffer->next_free_ = it->head;
         it->head = buffer;
         ++it->count;
         cached_bytes_ += bytes;
@@ -210,7 +211,7 @@ void PoolCore::evict_until(std::size_t limit, std::vector<Buffer*>& out) noexcep
   for (auto it = buckets_.rbegin(); it != buckets_.rend() && cached_bytes_ > limit; ++it) {
     while (it->head != nullptr && cached_bytes_ > limit) {
       Buffer* b = it->head;
-      it->head = b->next_free;
+      it->head = b->next_free_;
       --it->count;
       cached_bytes_ -= b->capacity_bytes();
       --cached_blocks_;
@@ -221,14 +222,14 @@ void PoolCore::evict_until(std::size_t limit, std::vector<Buffer*>& out) noexcep
   std::erase_if(buckets_, [](const Bucket& b) { return b.head == nullptr; });
 }
 
-// Unlinks every cached block into one chain (through next_free, so nothing
+// Unlinks every cached block into one chain (through next_free_, so nothing
 // is allocated) for freeing outside the lock. Under mu_.
 Buffer* PoolCore::take_all_cached() noexcept {
   Buffer* chain = nullptr;
   for (Bucket& bucket : buckets_) {
     while (Buffer* b = bucket.head) {
-      bucket.head = b->next_free;
-      b->next_free = chain;
+      bucket.head = b->next_free_;
+      b->next_free_ = chain;
       chain = b;
       ++system_frees_;
     }
@@ -241,7 +242,7 @@ Buffer* PoolCore::take_all_cached() noexcept {
 
 void PoolCore::free_chain(Buffer* chain) noexcept {
   while (chain != nullptr) {
-    Buffer* next = chain->next_free;
+    Buffer* next = chain->next_free_;
     free_block(chain);
     chain = next;
   }
@@ -314,7 +315,7 @@ std::size_t BufferPool::rounded_size(std::size_t nbytes) noexcept {
 BufferPool::BufferPool(BufferPoolOptions options) : core_(new detail::PoolCore(options)) {}
 BufferPool::~BufferPool() { core_->orphan(); }
 
-Ref<Buffer> BufferPool::acquire(std::size_t nbytes) { return core_->acquire(nbytes); }
+Ref<Buffer> BufferPool::acquire(std::size_t nbytes, const char* op) { return core_->acquire(nbytes, op); }
 void BufferPool::trim() { core_->trim(); }
 void BufferPool::set_max_cached_bytes(std::size_t bytes) { core_->set_max_cached_bytes(bytes); }
 PoolStats BufferPool::stats() const { return core_->stats(); }

@@ -4,6 +4,8 @@
 
 #include <cstdlib>
 
+#include "forge/buffer.h"
+
 namespace forge::detail {
 
 void* allocate_host_block(std::size_t bytes) noexcept {
@@ -11,7 +13,8 @@ void* allocate_host_block(std::size_t bytes) noexcept {
     void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     return p == MAP_FAILED ? nullptr : p;
   }
-  return std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+  constexpr std::size_t align = Buffer::kAlignmentBytes;
+  return std::aligned_alloc(align, (bytes + align - 1) / align * align);
 }
 
 void free_host_block(void* p, std::size_t bytes) noexcept {

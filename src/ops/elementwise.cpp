@@ -22,7 +22,7 @@ Tensor binary(const char* op, cpu::BinaryOp kind, const Tensor& a, const Tensor&
   Runtime& rt = a.runtime();
   // The hot case: same shape, same dtype, both contiguous. No strided setup.
   if (a.dtype() == b.dtype() && a.shape() == b.shape() && a.is_contiguous() && b.is_contiguous()) {
-    Tensor out = detail::allocate(rt, a.shape(), a.dtype());
+    Tensor out = detail::allocate(rt, a.shape(), a.dtype(), op);
     const std::int64_t n = a.numel();
     if (n <= cpu::kGrainElements) {
       cpu::binary_contiguous(kind, a.dtype(), n, detail::first_element(out), detail::first_element(a),
@@ -36,11 +36,11 @@ Tensor binary(const char* op, cpu::BinaryOp kind, const Tensor& a, const Tensor&
   const Shape shape = broadcast_shapes(a.shape(), b.shape(), op);
   const DType dtype = promote_types(a.dtype(), b.dtype());
   Tensor cast_a, cast_b;
-  if (a.dtype() != dtype) cast_a = detail::cast_temporary(a, dtype);
-  if (b.dtype() != dtype) cast_b = detail::cast_temporary(b, dtype);
+  if (a.dtype() != dtype) cast_a = detail::cast_temporary(a, dtype, op);
+  if (b.dtype() != dtype) cast_b = detail::cast_temporary(b, dtype, op);
   const Tensor& ca = cast_a.defined() ? cast_a : a;
   const Tensor& cb = cast_b.defined() ? cast_b : b;
-  Tensor out = detail::allocate(rt, shape, dtype);
+  Tensor out = detail::allocate(rt, shape, dtype, op);
   cpu::binary(rt, kind, shape, detail::operand(out), detail::operand_broadcast(ca, shape),
               detail::operand_broadcast(cb, shape));
   detail::adopt_output(out);
@@ -69,15 +69,15 @@ Tensor& binary_into(const char* op, cpu::BinaryOp kind, Tensor& out, const Tenso
     return out;
   }
   Tensor cast_a, cast_b;  // only when an input needs converting (no refcount traffic otherwise)
-  if (a.dtype() != dtype) cast_a = detail::cast_temporary(a, dtype);
-  if (b.dtype() != dtype) cast_b = detail::cast_temporary(b, dtype);
+  if (a.dtype() != dtype) cast_a = detail::cast_temporary(a, dtype, op);
+  if (b.dtype() != dtype) cast_b = detail::cast_temporary(b, dtype, op);
   const Tensor& ca = cast_a.defined() ? cast_a : a;
   const Tensor& cb = cast_b.defined() ? cast_b : b;
   if (out.dtype() == dtype) {
     cpu::binary(rt, kind, shape, detail::operand(out), detail::operand_broadcast(ca, shape),
                 detail::operand_broadcast(cb, shape));
   } else {
-    Tensor tmp = detail::allocate(rt, shape, dtype);
+    Tensor tmp = detail::allocate(rt, shape, dtype, op);
     cpu::binary(rt, kind, shape, detail::operand(tmp), detail::operand_broadcast(ca, shape),
                 detail::operand_broadcast(cb, shape));
     cpu::copy_cast(rt, shape, detail::operand(out), detail::operand(tmp));
@@ -105,7 +105,7 @@ Tensor& mul_into(Tensor& out, const Tensor& a, const Tensor& b) {
 Tensor relu(const Tensor& x) {
   detail::check_input("relu", x, "x");
   check_relu_dtype("relu", x.dtype());
-  Tensor out = detail::allocate(x.runtime(), x.shape(), x.dtype());
+  Tensor out = detail::allocate(x.runtime(), x.shape(), x.dtype(), "relu");
   cpu::relu(x.runtime(), x.shape(), detail::operand(out), detail::operand(x));
   detail::adopt_output(out);
   return out;

@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string_view>
-#include <vector>
+#include <thread>
 
 #include "backend/cuda/cuda_backend.h"
 #include "forge/error.h"
@@ -15,8 +15,43 @@
 namespace forge {
 namespace {
 
-// The stack of live contexts on this thread (the only global: DESIGN §5).
-thread_local std::vector<ExecContext*> t_contexts;
+}  // namespace
+
+namespace detail {
+
+// Note [The current context]
+// Each thread keeps a stack of the contexts it made (the only global of
+// forge, DESIGN §5), as a list of refcounted slots: the list holds one
+// reference, the context another. A context that dies clears its slot and,
+// on its own thread, unlinks it; one that dies on another thread only clears
+// it, and the owning thread drops the dead slot when it next looks. The list
+// head is a plain pointer (trivially destructible), so a context with static
+// storage may still unlink itself after the thread's other thread_locals died.
+class ContextSlot : public RefCounted<ContextSlot> {
+ public:
+  explicit ContextSlot(ExecContext* ctx) noexcept : ctx(ctx), owner(std::this_thread::get_id()) {}
+  void on_last_release() noexcept { delete this; }
+  std::atomic<ExecContext*> ctx;
+  const std::thread::id owner;
+  ContextSlot* below = nullptr;
+};
+
+}  // namespace detail
+
+namespace {
+
+thread_local detail::ContextSlot* t_top = nullptr;
+
+// Drops the list's references when a thread exits.
+struct SlotDrain {
+  ~SlotDrain() {
+    while (detail::ContextSlot* s = t_top) {
+      t_top = s->below;
+      s->release_ref();
+    }
+  }
+};
+thread_local SlotDrain t_drain;
 
 // A positive integer from the environment, with an optional K/M/G suffix
 // (powers of 1024) when `allow_suffix`.
@@ -64,13 +99,24 @@ RuntimeOptions resolve(const ExecContextOptions& o) {
 ExecContext::ExecContext() : ExecContext(ExecContextOptions{}) {}
 
 ExecContext::ExecContext(const ExecContextOptions& options)
-    : runtime_(Ref<Runtime>::adopt(new Runtime(resolve(options)))) {
-  t_contexts.push_back(this);
+    : runtime_(Ref<Runtime>::adopt(new Runtime(resolve(options)))), slot_(new detail::ContextSlot(this)) {
+  (void)&t_drain;  // constructs this thread's drain
+  slot_->retain_ref();  // the list's reference
+  slot_->below = t_top;
+  t_top = slot_;
 }
 
 ExecContext::~ExecContext() {
-  auto it = std::find(t_contexts.rbegin(), t_contexts.rend(), this);
-  if (it != t_contexts.rend()) t_contexts.erase(std::next(it).base());
+  slot_->ctx.store(nullptr, std::memory_order_release);
+  if (slot_->owner == std::this_thread::get_id()) {
+    for (detail::ContextSlot** link = &t_top; *link != nullptr; link = &(*link)->below) {
+      if (*link != slot_) continue;
+      *link = slot_->below;
+      slot_->release_ref();  // the list's reference
+      break;
+    }
+  }
+  slot_->release_ref();
   runtime_->pool().trim();
   const PoolStats s = runtime_->pool().stats();
   if (s.outstanding != 0) {
@@ -85,7 +131,14 @@ ExecContext::~ExecContext() {
   }
 }
 
-ExecContext* ExecContext::current() noexcept { return t_contexts.empty() ? nullptr : t_contexts.back(); }
+ExecContext* ExecContext::current() noexcept {
+  while (detail::ContextSlot* s = t_top) {
+    if (ExecContext* ctx = s->ctx.load(std::memory_order_acquire)) return ctx;
+    t_top = s->below;  // a context destroyed on another thread
+    s->release_ref();
+  }
+  return nullptr;
+}
 
 ExecContext& ExecContext::current_or_throw(const char* op) {
   ExecContext* ctx = current();

@@ -17,13 +17,13 @@ void copy_cast(Runtime& rt, const Shape& shape, const Operand& dst, const Operan
         To* d = reinterpret_cast<To*>(dst.data) + off[0];
         const From* s = reinterpret_cast<const From*>(src.data) + off[1];
         if (sd == 1 && ss == 1) {
-          if constexpr (std::is_same_v<To, From>) {
+          if constexpr (std::is_same_v<To, From> && !std::is_same_v<To, bool>) {
             std::memcpy(d, s, static_cast<std::size_t>(n) * sizeof(To));
           } else {
-            for (std::int64_t i = 0; i < n; ++i) d[i] = convert<To>(s[i]);
+            for (std::int64_t i = 0; i < n; ++i) d[i] = convert<To>(load(s + i));
           }
         } else {
-          for (std::int64_t i = 0; i < n; ++i) d[i * sd] = convert<To>(s[i * ss]);
+          for (std::int64_t i = 0; i < n; ++i) d[i * sd] = convert<To>(load(s + i * ss));
         }
       });
     });

@@ -41,15 +41,15 @@ template <BinaryOp Op, typename T>
 void binary_run(T* out, const T* a, const T* b, std::int64_t n, std::int64_t so,
                 std::int64_t sa, std::int64_t sb) noexcept {
   if (so == 1 && sa == 1 && sb == 1) {
-    for (std::int64_t i = 0; i < n; ++i) out[i] = apply<Op>(a[i], b[i]);
+    for (std::int64_t i = 0; i < n; ++i) out[i] = apply<Op>(load(a + i), load(b + i));
   } else if (so == 1 && sa == 1 && sb == 0) {
-    const T y = *b;
-    for (std::int64_t i = 0; i < n; ++i) out[i] = apply<Op>(a[i], y);
+    const T y = load(b);
+    for (std::int64_t i = 0; i < n; ++i) out[i] = apply<Op>(load(a + i), y);
   } else if (so == 1 && sa == 0 && sb == 1) {
-    const T x = *a;
-    for (std::int64_t i = 0; i < n; ++i) out[i] = apply<Op>(x, b[i]);
+    const T x = load(a);
+    for (std::int64_t i = 0; i < n; ++i) out[i] = apply<Op>(x, load(b + i));
   } else {
-    for (std::int64_t i = 0; i < n; ++i) out[i * so] = apply<Op>(a[i * sa], b[i * sb]);
+    for (std::int64_t i = 0; i < n; ++i) out[i * so] = apply<Op>(load(a + i * sa), load(b + i * sb));
   }
 }
 

@@ -68,7 +68,6 @@ struct StridedLoop {
   }
 
   std::int64_t inner() const noexcept { return shape.back(); }
-  std::int64_t rows() const noexcept { return shape.numel() / (inner() == 0 ? 1 : inner()); }
 
   // Element offsets of row `row` (all dims but the last) for every operand.
   void row_offsets(std::int64_t row, std::int64_t (&offsets)[N]) const noexcept {
