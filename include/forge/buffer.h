@@ -55,9 +55,14 @@ class Buffer : public RefCounted<Buffer> {
   // The arena this buffer lies in, if any (compared by identity only).
   const void* arena() const noexcept { return arena_; }
 
-  // Version counter shared by every view of these bytes; in-place writes bump it.
+  // Version counter shared by every view of these bytes; in-place writes bump
+  // it. Writes to one buffer come from the thread driving its context (two
+  // threads writing the same bytes race on the bytes anyway), so the bump is a
+  // plain load and store, not a locked read-modify-write.
   std::uint32_t version() const noexcept { return version_.load(std::memory_order_relaxed); }
-  void bump_version() noexcept { version_.fetch_add(1, std::memory_order_relaxed); }
+  void bump_version() noexcept {
+    version_.store(version_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  }
 
   // Called by RefCounted when the last reference drops: runs the release hook.
   void on_last_release() noexcept { owner_->release(this); }
