@@ -16,6 +16,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "format16.h"
 #include "support.h"
 
 namespace {
@@ -32,42 +33,6 @@ using forge_test::kFloatDTypes;
 using Index = std::vector<std::int64_t>;
 
 
-
-// ---- a naive 16-bit float rounding: nearest value by search, ties to even ----
-struct Format16 {
-  std::uint16_t inf_bits;
-  std::vector<double> values;  // magnitude of every pattern up to inf_bits (a virtual next power of two)
-  Format16(int mbits, int bias, std::uint16_t inf) : inf_bits(inf) {
-    for (std::uint32_t k = 0; k <= inf; ++k) {
-      const std::uint32_t m = k & ((1u << mbits) - 1u);
-      const int e = static_cast<int>(k >> mbits);
-      values.push_back(e == 0 ? std::ldexp(static_cast<double>(m), 1 - bias - mbits)
-                              : std::ldexp(static_cast<double>(m + (1u << mbits)), e - bias - mbits));
-    }
-  }
-  double round(double x) const {
-    if (std::isnan(x)) return x;
-    const double a = std::fabs(x);
-    double r;
-    if (a >= values.back()) {
-      r = std::numeric_limits<double>::infinity();
-    } else {
-      const auto k = static_cast<std::size_t>(std::upper_bound(values.begin(), values.end(), a) - values.begin() - 1);
-      const double below = a - values[k], above = values[k + 1] - a;
-      const std::size_t pick = below < above ? k : below > above ? k + 1 : (k % 2 == 0 ? k : k + 1);
-      r = pick == inf_bits ? std::numeric_limits<double>::infinity() : values[pick];
-    }
-    return std::signbit(x) ? -r : r;
-  }
-};
-const Format16& f16_format() {
-  static const Format16 f(10, 15, 0x7c00u);
-  return f;
-}
-const Format16& bf16_format() {
-  static const Format16 f(7, 127, 0x7f80u);
-  return f;
-}
 
 // ---- the reference semantics ----
 
@@ -91,8 +56,8 @@ long double to_dtype(long double v, DType t) {
   switch (t) {
     case DType::f64: return static_cast<double>(v);
     case DType::f32: return static_cast<float>(v);
-    case DType::f16: return f16_format().round(static_cast<double>(v));
-    case DType::bf16: return bf16_format().round(static_cast<double>(v));
+    case DType::f16: return forge_test::f16_format().value(forge_test::f16_format().round(static_cast<double>(v)));
+    case DType::bf16: return forge_test::bf16_format().value(forge_test::bf16_format().round(static_cast<double>(v)));
     case DType::boolean: return (std::isnan(v) || v != 0) ? 1 : 0;
     default: return v;
   }
