@@ -11,6 +11,12 @@ namespace {
 
 constexpr int kChain = 1000;
 
+// Reports the time of one op of the chain.
+void report_ns_per_op(benchmark::State& state) {
+  state.counters["ns_per_op"] = benchmark::Counter(static_cast<double>(state.iterations()) * kChain,
+                                                   benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+}
+
 void BM_AddChain64(benchmark::State& state) {
   forge::ExecContext ctx({.threads = static_cast<int>(state.range(0))});
   const forge::Tensor c = ctx.full({64}, 1e-3);
@@ -19,9 +25,7 @@ void BM_AddChain64(benchmark::State& state) {
     for (int i = 0; i < kChain; ++i) x = forge::add(x, c);
     benchmark::DoNotOptimize(x.buffer()->data());
   }
-  state.counters["ns_per_op"] =
-      benchmark::Counter(static_cast<double>(state.iterations()) * kChain,
-                         benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  report_ns_per_op(state);
   state.counters["system_allocations"] = static_cast<double>(ctx.stats().system_allocations);
 }
 BENCHMARK(BM_AddChain64)->Arg(1)->Arg(2);
@@ -36,9 +40,7 @@ void BM_AddChain64Scoped(benchmark::State& state) {
     for (int i = 0; i < kChain; ++i) x = forge::add(x, c);
     benchmark::DoNotOptimize(x.buffer()->data());
   }
-  state.counters["ns_per_op"] =
-      benchmark::Counter(static_cast<double>(state.iterations()) * kChain,
-                         benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  report_ns_per_op(state);
 }
 BENCHMARK(BM_AddChain64Scoped);
 
@@ -51,9 +53,7 @@ void BM_AddInto64(benchmark::State& state) {
     for (int i = 0; i < kChain; ++i) forge::add_into(x, x, c);
     benchmark::DoNotOptimize(x.buffer()->data());
   }
-  state.counters["ns_per_op"] =
-      benchmark::Counter(static_cast<double>(state.iterations()) * kChain,
-                         benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  report_ns_per_op(state);
 }
 BENCHMARK(BM_AddInto64);
 

@@ -36,6 +36,36 @@ using forge_test::bf16_format;
 
 float f(double x) { return static_cast<float>(x); }
 
+// Converts every midpoint between two neighbouring patterns of `ref` (all are
+// f32 values) and the floats just above and below it with T::from_float, and
+// counts the results that differ from the nearest-even pattern; optionally
+// also checks that the reference itself sends each midpoint to the even one.
+template <typename T>
+int midpoint_mismatches(const Format16& ref, bool check_reference_ties) {
+  int mismatches = 0;
+  for (std::uint32_t k = 0; k < ref.inf_bits; ++k) {
+    const double mid = (ref.values[k] + ref.values[k + 1]) / 2;
+    const float m = f(mid);
+    if (static_cast<double>(m) != mid) {
+      ++mismatches;
+      continue;
+    }
+    const float up = std::nextafter(m, std::numeric_limits<float>::infinity());
+    const float down = std::nextafter(m, 0.0f);
+    for (float x : {m, up, down, -m, -up, -down}) {
+      const std::uint16_t want = ref.round(static_cast<double>(x));
+      const std::uint16_t got = T::from_float(x);
+      if (got != want) {
+        if (mismatches < 5)
+          FAIL_CHECK("from_float(" << x << ") gave 0x" << std::hex << got << ", nearest-even is 0x" << want);
+        ++mismatches;
+      }
+    }
+    if (check_reference_ties && ref.round(mid) != ((k & 1u) ? k + 1 : k)) ++mismatches;
+  }
+  return mismatches;
+}
+
 }  // namespace
 
 // ============================================================================
@@ -184,27 +214,7 @@ TEST_CASE("dtype: every Half bit pattern round-trips through float exactly") {
 TEST_CASE("dtype: Half rounds every midpoint to even and its neighbours to the nearer value") {
   const Format16& ref = f16_format();
   int mismatches = 0;
-  for (std::uint32_t k = 0; k < ref.inf_bits; ++k) {
-    const double mid = (ref.values[k] + ref.values[k + 1]) / 2;
-    const float m = f(mid);
-    if (static_cast<double>(m) != mid) {  // f16 midpoints are f32 values
-      ++mismatches;
-      continue;
-    }
-    const float up = std::nextafter(m, std::numeric_limits<float>::infinity());
-    const float down = std::nextafter(m, 0.0f);
-    for (float x : {m, up, down, -m, -up, -down}) {
-      const std::uint16_t want = ref.round(static_cast<double>(x));
-      const std::uint16_t got = Half::from_float(x);
-      if (got != want) {
-        if (mismatches < 5)
-          FAIL_CHECK("from_float(" << x << ") gave 0x" << std::hex << got << ", nearest-even is 0x" << want);
-        ++mismatches;
-      }
-    }
-    // The midpoint itself goes to the even pattern of the two.
-    if (ref.round(mid) != ((k & 1u) ? k + 1 : k)) ++mismatches;
-  }
+  mismatches += midpoint_mismatches<Half>(ref, /*check_reference_ties=*/true);
   CHECK(mismatches == 0);
 }
 
@@ -281,25 +291,7 @@ TEST_CASE("dtype: every BFloat16 bit pattern round-trips, midpoints go to even")
   }
   CHECK(mismatches == 0);
   mismatches = 0;
-  for (std::uint32_t k = 0; k < ref.inf_bits; ++k) {
-    const double mid = (ref.values[k] + ref.values[k + 1]) / 2;
-    const float m = f(mid);
-    if (static_cast<double>(m) != mid) {
-      ++mismatches;
-      continue;
-    }
-    const float up = std::nextafter(m, std::numeric_limits<float>::infinity());
-    const float down = std::nextafter(m, 0.0f);
-    for (float x : {m, up, down, -m, -up, -down}) {
-      const std::uint16_t want = ref.round(static_cast<double>(x));
-      const std::uint16_t got = BFloat16::from_float(x);
-      if (got != want) {
-        if (mismatches < 5)
-          FAIL_CHECK("from_float(" << x << ") gave 0x" << std::hex << got << ", nearest-even is 0x" << want);
-        ++mismatches;
-      }
-    }
-  }
+  mismatches += midpoint_mismatches<BFloat16>(ref, /*check_reference_ties=*/false);
   CHECK(mismatches == 0);
 }
 

@@ -15,6 +15,20 @@ bool can_cast(DType from, DType to) noexcept {
   return true;
 }
 
+// `t` in `dtype`: itself when it already is, else a converted pool temporary
+// (no scope adopts it) kept alive by `holder`. No refcount traffic when equal.
+const Tensor& promoted(const char* op, const Tensor& t, DType dtype, Tensor& holder) {
+  if (t.dtype() == dtype) return t;
+  holder = detail::cast_temporary(t, dtype, op);
+  return holder;
+}
+
+// dst = a (op) b over `shape`, broadcasting a and b (which share dst's dtype).
+void run_broadcast(Runtime& rt, cpu::BinaryOp kind, const Shape& shape, const cpu::Operand& dst, const Tensor& a,
+                   const Tensor& b) {
+  cpu::binary(rt, kind, shape, dst, detail::operand_broadcast(a, shape), detail::operand_broadcast(b, shape));
+}
+
 Tensor binary(const char* op, cpu::BinaryOp kind, const Tensor& a, const Tensor& b) {
   detail::check_input(op, a, "a");
   detail::check_input(op, b, "b");
@@ -36,13 +50,10 @@ Tensor binary(const char* op, cpu::BinaryOp kind, const Tensor& a, const Tensor&
   const Shape shape = broadcast_shapes(a.shape(), b.shape(), op);
   const DType dtype = promote_types(a.dtype(), b.dtype());
   Tensor cast_a, cast_b;
-  if (a.dtype() != dtype) cast_a = detail::cast_temporary(a, dtype, op);
-  if (b.dtype() != dtype) cast_b = detail::cast_temporary(b, dtype, op);
-  const Tensor& ca = cast_a.defined() ? cast_a : a;
-  const Tensor& cb = cast_b.defined() ? cast_b : b;
+  const Tensor& ca = promoted(op, a, dtype, cast_a);
+  const Tensor& cb = promoted(op, b, dtype, cast_b);
   Tensor out = detail::allocate(rt, shape, dtype, op);
-  cpu::binary(rt, kind, shape, detail::operand(out), detail::operand_broadcast(ca, shape),
-              detail::operand_broadcast(cb, shape));
+  run_broadcast(rt, kind, shape, detail::operand(out), ca, cb);
   detail::adopt_output(out);
   return out;
 }
@@ -68,18 +79,14 @@ Tensor& binary_into(const char* op, cpu::BinaryOp kind, Tensor& out, const Tenso
     out.buffer()->bump_version();
     return out;
   }
-  Tensor cast_a, cast_b;  // only when an input needs converting (no refcount traffic otherwise)
-  if (a.dtype() != dtype) cast_a = detail::cast_temporary(a, dtype, op);
-  if (b.dtype() != dtype) cast_b = detail::cast_temporary(b, dtype, op);
-  const Tensor& ca = cast_a.defined() ? cast_a : a;
-  const Tensor& cb = cast_b.defined() ? cast_b : b;
+  Tensor cast_a, cast_b;
+  const Tensor& ca = promoted(op, a, dtype, cast_a);
+  const Tensor& cb = promoted(op, b, dtype, cast_b);
   if (out.dtype() == dtype) {
-    cpu::binary(rt, kind, shape, detail::operand(out), detail::operand_broadcast(ca, shape),
-                detail::operand_broadcast(cb, shape));
-  } else {
+    run_broadcast(rt, kind, shape, detail::operand(out), ca, cb);
+  } else {  // compute in the promoted dtype, then convert into out
     Tensor tmp = detail::allocate(rt, shape, dtype, op);
-    cpu::binary(rt, kind, shape, detail::operand(tmp), detail::operand_broadcast(ca, shape),
-                detail::operand_broadcast(cb, shape));
+    run_broadcast(rt, kind, shape, detail::operand(tmp), ca, cb);
     cpu::copy_cast(rt, shape, detail::operand(out), detail::operand(tmp));
   }
   out.buffer()->bump_version();
