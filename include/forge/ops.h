@@ -6,22 +6,14 @@
 // its inputs untouched and the pool's outstanding count unchanged.
 
 #include "forge/arena.h"
+#include "forge/ops/elementwise.h"
+#include "forge/ops/linalg.h"
+#include "forge/ops/nn.h"
+#include "forge/ops/reduce.h"
+#include "forge/ops/shape_ops.h"
 #include "forge/tensor.h"
 
 namespace forge {
-
-// ---- elementwise, NumPy broadcasting, libtorch type promotion ----
-Tensor add(const Tensor& a, const Tensor& b);
-Tensor mul(const Tensor& a, const Tensor& b);
-Tensor relu(const Tensor& x);
-// Write into `out`, whose shape must be the broadcast shape and whose dtype must
-// hold the promoted result; `out` may alias an input exactly (in place).
-Tensor& add_into(Tensor& out, const Tensor& a, const Tensor& b);
-Tensor& mul_into(Tensor& out, const Tensor& a, const Tensor& b);
-Tensor& relu_into(Tensor& out, const Tensor& x);
-
-inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
-inline Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
 
 // ---- calls whose output size only the call knows: outputs go to an Arena ----
 // The elements of x where mask is true (mask broadcasts to x), in row-major order.

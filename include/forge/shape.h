@@ -64,6 +64,14 @@ class Dims {
 using Shape = Dims;
 using Strides = Dims;
 
+// The dims a reduction runs over: a braced list, a single dim, or none.
+struct DimList : Dims {
+  DimList() = default;
+  DimList(std::int64_t dim) : Dims{dim} {}  // NOLINT(google-explicit-constructor): x.sum(1)
+  DimList(std::initializer_list<std::int64_t> dims) : Dims(dims) {}
+  DimList(const Dims& dims) : Dims(dims) {}  // NOLINT(google-explicit-constructor)
+};
+
 std::ostream& operator<<(std::ostream& out, const Dims& d);
 
 // Row-major strides for a shape.

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <optional>
 #include <iosfwd>
 #include <string>
 #include <type_traits>
@@ -17,12 +18,14 @@
 #include "forge/dtype.h"
 #include "forge/error.h"
 #include "forge/ref.h"
+#include "forge/scalar.h"
 #include "forge/shape.h"
 
 namespace forge {
 
 class Runtime;
 class ExecContext;
+struct ValuesIndices;  // forge/ops/reduce.h
 
 class TensorImpl : public RefCounted<TensorImpl> {
  public:
@@ -115,10 +118,85 @@ class Tensor {
   Tensor& zero_();
   Tensor& copy_(const Tensor& src);  // broadcasts src, converts dtype
 
-  // ---- ops (see ops.h) ----
+  // ---- ops: each calls the free function of the same name (forge/ops/*.h) ----
   Tensor add(const Tensor& other) const;
+  Tensor add(Scalar other) const;
+  Tensor sub(const Tensor& other) const;
+  Tensor sub(Scalar other) const;
   Tensor mul(const Tensor& other) const;
+  Tensor mul(Scalar other) const;
+  Tensor div(const Tensor& other) const;
+  Tensor div(Scalar other) const;
+  Tensor pow(const Tensor& exponent) const;
+  Tensor pow(Scalar exponent) const;
+  Tensor maximum(const Tensor& other) const;
+  Tensor minimum(const Tensor& other) const;
+  Tensor eq(const Tensor& other) const;
+  Tensor eq(Scalar other) const;
+  Tensor ne(const Tensor& other) const;
+  Tensor ne(Scalar other) const;
+  Tensor lt(const Tensor& other) const;
+  Tensor lt(Scalar other) const;
+  Tensor le(const Tensor& other) const;
+  Tensor le(Scalar other) const;
+  Tensor gt(const Tensor& other) const;
+  Tensor gt(Scalar other) const;
+  Tensor ge(const Tensor& other) const;
+  Tensor ge(Scalar other) const;
+  Tensor logical_not() const;
+  Tensor masked_fill(const Tensor& mask, Scalar value) const;
+  Tensor clamp(std::optional<Scalar> min, std::optional<Scalar> max) const;
+  Tensor neg() const;
+  Tensor abs() const;
+  Tensor sign() const;
+  Tensor exp() const;
+  Tensor log() const;
+  Tensor sqrt() const;
+  Tensor rsqrt() const;
+  Tensor square() const;
+  Tensor reciprocal() const;
+  Tensor sin() const;
+  Tensor cos() const;
+  Tensor tanh() const;
+  Tensor sigmoid() const;
   Tensor relu() const;
+
+  Tensor sum(const DimList& dims = {}, bool keepdim = false) const;
+  Tensor mean(const DimList& dims = {}, bool keepdim = false) const;
+  Tensor prod(const DimList& dims = {}, bool keepdim = false) const;
+  Tensor amax(const DimList& dims = {}, bool keepdim = false) const;
+  Tensor amin(const DimList& dims = {}, bool keepdim = false) const;
+  Tensor max() const;
+  Tensor min() const;
+  ValuesIndices max(std::int64_t dim, bool keepdim = false) const;
+  ValuesIndices min(std::int64_t dim, bool keepdim = false) const;
+  Tensor argmax() const;
+  Tensor argmin() const;
+  Tensor argmax(std::int64_t dim, bool keepdim = false) const;
+  Tensor argmin(std::int64_t dim, bool keepdim = false) const;
+  Tensor var(const DimList& dims = {}, std::int64_t correction = 1, bool keepdim = false) const;
+  Tensor std(const DimList& dims = {}, std::int64_t correction = 1, bool keepdim = false) const;
+  Tensor logsumexp(const DimList& dims, bool keepdim = false) const;
+  Tensor norm(double p = 2.0, const DimList& dims = {}, bool keepdim = false) const;
+  Tensor all(const DimList& dims = {}, bool keepdim = false) const;
+  Tensor any(const DimList& dims = {}, bool keepdim = false) const;
+  Tensor cumsum(std::int64_t dim) const;
+
+  Tensor matmul(const Tensor& other) const;
+  Tensor mm(const Tensor& other) const;
+  Tensor dot(const Tensor& other) const;
+
+  Tensor softmax(std::int64_t dim) const;
+  Tensor log_softmax(std::int64_t dim) const;
+  Tensor index_select(std::int64_t dim, const Tensor& index) const;
+  Tensor gather(std::int64_t dim, const Tensor& index) const;
+  Tensor triu(std::int64_t diagonal = 0) const;
+  Tensor tril(std::int64_t diagonal = 0) const;
+
+  std::vector<Tensor> split(std::int64_t split_size, std::int64_t dim = 0) const;
+  std::vector<Tensor> chunk(std::int64_t chunks, std::int64_t dim = 0) const;
+  Tensor repeat(const Dims& repeats) const;
+  Tensor flip(const Dims& dims) const;
 
   std::string str() const;  // libtorch's printing
 

@@ -1,0 +1,42 @@
+#pragma once
+// Linear algebra on Eigen's GEMM. Operands may be strided views: a transposed
+// matrix is read through its strides, not copied. Batches run in parallel in
+// the context's task arena. f16 and bf16 inputs accumulate in f32. Integer
+// inputs are not taken (dtype error); both operands must share a dtype.
+
+#include <optional>
+
+#include "forge/scalar.h"
+#include "forge/tensor.h"
+
+namespace forge {
+
+// NumPy/libtorch semantics: 1-D x 1-D is a dot product; a 1-D operand is
+// promoted to a matrix (a row on the left, a column on the right) and the
+// added dimension removed from the result; batch dimensions broadcast.
+Tensor matmul(const Tensor& a, const Tensor& b);
+// [m, k] x [k, n].
+Tensor mm(const Tensor& a, const Tensor& b);
+// [B, m, k] x [B, k, n], no broadcasting.
+Tensor bmm(const Tensor& a, const Tensor& b);
+// x [..., in] times weight [out, in] transposed, plus bias [out] when defined.
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+// beta * bias + alpha * (a [m, k] x b [k, n]); bias broadcasts to [m, n].
+Tensor addmm(const Tensor& bias, const Tensor& a, const Tensor& b, Scalar beta = 1, Scalar alpha = 1);
+// a [n] x b [m] -> [n, m].
+Tensor outer(const Tensor& a, const Tensor& b);
+// a [n] . b [n] -> a 0-d tensor.
+Tensor dot(const Tensor& a, const Tensor& b);
+
+// `out` must have the result's shape and the operands' dtype, and may not
+// overlap an operand.
+Tensor& matmul_into(Tensor& out, const Tensor& a, const Tensor& b);
+Tensor& mm_into(Tensor& out, const Tensor& a, const Tensor& b);
+Tensor& bmm_into(Tensor& out, const Tensor& a, const Tensor& b);
+Tensor& linear_into(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+Tensor& addmm_into(Tensor& out, const Tensor& bias, const Tensor& a, const Tensor& b, Scalar beta = 1,
+                   Scalar alpha = 1);
+Tensor& outer_into(Tensor& out, const Tensor& a, const Tensor& b);
+Tensor& dot_into(Tensor& out, const Tensor& a, const Tensor& b);
+
+}  // namespace forge
