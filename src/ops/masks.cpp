@@ -1,0 +1,149 @@
+// triu, tril and pad. The triangles copy the kept part of each row and zero
+// the rest (in place when out is x). pad is one index-mapped copy: each padded
+// dim gets a table from output index to source index (-1: the fill value).
+
+#include <cstring>
+#include <vector>
+
+#include "backend/cpu/convert.h"
+#include "backend/cpu/indexing_kernels.h"
+#include "forge/ops.h"
+#include "ops/nn_internal.h"
+
+namespace forge {
+namespace {
+
+void check_triangle(const char* op, const Tensor& x) {
+  detail::check_input(op, x, "x");
+  FORGE_CHECK(x.dim() >= 2, shape, op, "x must have at least 2 dims, got shape ", x.shape());
+}
+
+Tensor triangle(const char* op, const Tensor& x, std::int64_t diagonal, bool upper) {
+  check_triangle(op, x);
+  Tensor out = detail::allocate(x.runtime(), x.shape(), x.dtype(), op);
+  if (out.numel() > 0)
+    cpu::triangle(x.runtime(), x.shape(), detail::operand(out), detail::operand(x), diagonal, upper);
+  detail::adopt_output(out);
+  return out;
+}
+
+Tensor& triangle_into(const char* op, Tensor& out, const Tensor& x, std::int64_t diagonal, bool upper) {
+  check_triangle(op, x);
+  detail::check_writable(op, out, "out");
+  detail::check_same_runtime(op, out, x);
+  detail::check_out_geometry(op, out, x.shape(), x.dtype());
+  detail::check_no_partial_overlap(op, out, x, "x");
+  if (out.numel() > 0)
+    cpu::triangle(x.runtime(), x.shape(), detail::operand(out), detail::operand(x), diagonal, upper);
+  out.buffer()->bump_version();
+  return out;
+}
+
+const char* mode_name(PadMode mode) {
+  switch (mode) {
+    case PadMode::constant: return "constant";
+    case PadMode::reflect: return "reflect";
+    case PadMode::replicate: return "replicate";
+  }
+  return "?";
+}
+
+Shape pad_shape(const char* op, const Tensor& x, const Dims& pad, PadMode mode) {
+  FORGE_CHECK(pad.size() % 2 == 0, invalid_argument, op, "pad ", pad, " must hold (before, after) pairs");
+  FORGE_CHECK(pad.size() / 2 <= x.dim(), invalid_argument, op, "pad ", pad, " pads ", pad.size() / 2,
+              " dims but x has shape ", x.shape());
+  Shape s = x.shape();
+  for (int k = 0; k < pad.size() / 2; ++k) {
+    const int d = x.dim() - 1 - k;
+    const std::int64_t before = pad[2 * k], after = pad[2 * k + 1], size = x.shape()[d];
+    if (mode != PadMode::constant) {
+      FORGE_CHECK(before >= 0 && after >= 0, invalid_argument, op, mode_name(mode),
+                  " padding takes no negative amounts, got ", pad);
+      if (mode == PadMode::reflect) {
+        FORGE_CHECK(before < size && after < size, invalid_argument, op, "reflect padding (", before, ", ", after,
+                    ") must be less than dimension ", d, " of size ", size);
+      } else {
+        FORGE_CHECK(size > 0 || (before == 0 && after == 0), invalid_argument, op,
+                    "cannot replicate-pad dimension ", d, " of size 0");
+      }
+    }
+    std::int64_t n = 0;
+    FORGE_CHECK(!__builtin_add_overflow(size, before, &n) && !__builtin_add_overflow(n, after, &n), invalid_argument,
+                op, "padded size of dimension ", d, " overflows");
+    FORGE_CHECK(n >= 0, invalid_argument, op, "padding (", before, ", ", after, ") of dimension ", d, " of size ",
+                size, " gives a negative size ", n);
+    s[d] = n;
+  }
+  return s;
+}
+
+void pad_kernel(Tensor& out, const Tensor& x, const Dims& pad, PadMode mode, double value) {
+  if (out.numel() == 0) return;
+  const int r = x.dim();
+  std::size_t need = 0;
+  for (int k = 0; k < pad.size() / 2; ++k) need += static_cast<std::size_t>(out.shape()[r - 1 - k]);
+  std::vector<std::int64_t> table(need);
+  const std::int64_t* maps[kMaxRank] = {};
+  std::size_t at = 0;
+  for (int k = 0; k < pad.size() / 2; ++k) {
+    const int d = r - 1 - k;
+    const std::int64_t before = pad[2 * k], size = x.shape()[d], n = out.shape()[d];
+    std::int64_t* m = table.data() + at;
+    for (std::int64_t i = 0; i < n; ++i) {
+      std::int64_t j = i - before;
+      switch (mode) {
+        case PadMode::constant: j = (j >= 0 && j < size) ? j : -1; break;
+        case PadMode::reflect: j = j < 0 ? -j : (j >= size ? 2 * (size - 1) - j : j); break;
+        case PadMode::replicate: j = std::clamp<std::int64_t>(j, 0, size - 1); break;
+      }
+      m[i] = j;
+    }
+    maps[d] = m;
+    at += static_cast<std::size_t>(n);
+  }
+  alignas(8) unsigned char fill[8] = {};
+  dispatch_dtype(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T v = cpu::from_double<T>(value);
+    std::memcpy(fill, &v, sizeof(T));
+  });
+  cpu::mapped_copy(out.runtime(), out.shape(), detail::operand(out), detail::operand(x), maps, 0, fill);
+}
+
+}  // namespace
+
+Tensor triu(const Tensor& x, std::int64_t diagonal) { return triangle("triu", x, diagonal, true); }
+Tensor tril(const Tensor& x, std::int64_t diagonal) { return triangle("tril", x, diagonal, false); }
+Tensor& triu_into(Tensor& out, const Tensor& x, std::int64_t diagonal) {
+  return triangle_into("triu_into", out, x, diagonal, true);
+}
+Tensor& tril_into(Tensor& out, const Tensor& x, std::int64_t diagonal) {
+  return triangle_into("tril_into", out, x, diagonal, false);
+}
+
+Tensor pad(const Tensor& x, const Dims& pad, PadMode mode, double value) {
+  const char* op = "pad";
+  detail::check_input(op, x, "x");
+  const Shape shape = pad_shape(op, x, pad, mode);
+  Tensor out = detail::allocate(x.runtime(), shape, x.dtype(), op);
+  pad_kernel(out, x, pad, mode, value);
+  detail::adopt_output(out);
+  return out;
+}
+
+Tensor& pad_into(Tensor& out, const Tensor& x, const Dims& pad, PadMode mode, double value) {
+  const char* op = "pad_into";
+  detail::check_input(op, x, "x");
+  detail::check_writable(op, out, "out");
+  detail::check_same_runtime(op, out, x);
+  detail::check_out_geometry(op, out, pad_shape(op, x, pad, mode), x.dtype());
+  detail::check_no_overlap(op, out, x, "x");
+  pad_kernel(out, x, pad, mode, value);
+  out.buffer()->bump_version();
+  return out;
+}
+
+Tensor Tensor::triu(std::int64_t diagonal) const { return forge::triu(*this, diagonal); }
+Tensor Tensor::tril(std::int64_t diagonal) const { return forge::tril(*this, diagonal); }
+
+}  // namespace forge
