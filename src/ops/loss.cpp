@@ -1,0 +1,317 @@
+// cross_entropy, nll_loss, mse_loss.
+//
+// - cross_entropy is fused per row: max, then sum(exp(x - max)) and sum(x) in
+//   one sweep, in f32 (f64 for f64 input); no log_softmax is materialized.
+//   loss = (1 - ls) * (lse - x[t]) + ls * (lse - mean(x)), libtorch 1.13's
+//   label smoothing for class-index targets.
+// - Rows whose target is ignore_index give 0 and do not count in the mean;
+//   a mean over no counted rows is NaN (0 / 0), as in libtorch.
+// - Row losses land in a scratch array of doubles and are summed in row
+//   order, so a reduction does not depend on the thread count.
+
+#include <cmath>
+#include <limits>
+
+#include "backend/cpu/convert.h"
+#include "forge/ops.h"
+#include "ops/nn_internal.h"
+
+namespace forge {
+namespace {
+
+void check_reduction(const char* op, Reduction r) {
+  FORGE_CHECK(r == Reduction::none || r == Reduction::mean || r == Reduction::sum, invalid_argument, op,
+              "unknown reduction ", static_cast<int>(r));
+}
+
+// What a class-index loss is computed over.
+struct RowLoss {
+  std::int64_t rows;
+  std::int64_t classes;
+  Shape out_shape;
+};
+
+RowLoss plan_rows(const char* op, const Tensor& input, const char* input_name, const Tensor& target,
+                  std::int64_t ignore_index, Reduction reduction) {
+  detail::check_input(op, input, input_name);
+  detail::check_input(op, target, "target");
+  detail::check_same_runtime(op, input, target);
+  check_reduction(op, reduction);
+  detail::check_floating(op, input, input_name);
+  detail::check_index_dtype(op, target, "target");
+  FORGE_CHECK(input.dim() == 1 || input.dim() == 2, shape, op, input_name, " must be [N, C] or [C], got shape ",
+              input.shape());
+  const bool batched = input.dim() == 2;
+  const Shape want = batched ? Shape{input.shape()[0]} : Shape{};
+  FORGE_CHECK(target.shape() == want, shape, op, "target has shape ", target.shape(), " but ", input_name,
+              " of shape ", input.shape(), " needs ", want);
+  RowLoss plan{batched ? input.shape()[0] : 1, input.shape()[input.dim() - 1], Shape{}};
+  if (auto bad = detail::find_bad_index(target, plan.classes, ignore_index)) {
+    FORGE_FAIL(out_of_range, op, "target ", bad->value, " at position ", bad->position, " is out of range for ",
+               plan.classes, " classes (ignore_index is ", ignore_index, ")");
+  }
+  if (reduction == Reduction::none) plan.out_shape = target.shape();
+  return plan;
+}
+
+// Per-row losses into `losses` (0 for ignored rows), computed by
+// row_fn(row pointer, column stride, target) -> double.
+template <typename RowFn>
+void for_each_row(Runtime& rt, const Tensor& input, const std::int64_t* targets, std::int64_t ignore_index,
+                  double* losses, RowFn&& row_fn) {
+  const std::int64_t rows = input.dim() == 2 ? input.shape()[0] : 1, classes = input.shape()[input.dim() - 1];
+  const std::int64_t rs = input.dim() == 2 ? input.strides()[0] : 0, cs = input.strides()[input.dim() - 1];
+  const std::int64_t grain = std::max<std::int64_t>(1, cpu::kGrainElements / std::max<std::int64_t>(classes, 1));
+  dispatch_dtype(input.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_floating_point_v<T> || cpu::is_half_v<T>) {
+      const T* base = reinterpret_cast<const T*>(detail::first_element(input));
+      rt.parallel_for(rows, grain, [&](std::int64_t begin, std::int64_t end) {
+        for (std::int64_t i = begin; i < end; ++i) {
+          const std::int64_t t = targets[i];
+          losses[i] = t == ignore_index ? 0.0 : row_fn(base + i * rs, cs, classes, t);
+        }
+      });
+    }
+  });
+}
+
+// The fused cross entropy of one row.
+template <typename T>
+double cross_entropy_row(const T* x, std::int64_t cs, std::int64_t n, std::int64_t t, double smoothing) {
+  using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
+  A m = -std::numeric_limits<A>::infinity();
+  if (cs == 1) {
+    for (std::int64_t j = 0; j < n; ++j) m = std::max(m, static_cast<A>(cpu::widen(x[j])));
+  } else {
+    for (std::int64_t j = 0; j < n; ++j) m = std::max(m, static_cast<A>(cpu::widen(x[j * cs])));
+  }
+  A s = 0, sx = 0;
+  if (cs == 1) {
+    for (std::int64_t j = 0; j < n; ++j) {
+      const A v = static_cast<A>(cpu::widen(x[j]));
+      s += std::exp(v - m);
+      sx += v;
+    }
+  } else {
+    for (std::int64_t j = 0; j < n; ++j) {
+      const A v = static_cast<A>(cpu::widen(x[j * cs]));
+      s += std::exp(v - m);
+      sx += v;
+    }
+  }
+  const double lse = static_cast<double>(m) + std::log(static_cast<double>(s));
+  const double nll = lse - static_cast<double>(cpu::widen(x[t * cs]));
+  if (smoothing == 0.0) return nll;
+  return (1.0 - smoothing) * nll + smoothing * (lse - static_cast<double>(sx) / static_cast<double>(n));
+}
+
+// Writes the row losses (reduction none) or their sum / mean into out.
+void finish(Tensor& out, const double* losses, std::int64_t rows, const std::int64_t* targets,
+            std::int64_t ignore_index, Reduction reduction) {
+  Runtime& rt = out.runtime();
+  if (reduction == Reduction::none) {
+    const Shape shape{rows};
+    const cpu::Operand dst{detail::first_element(out), out.dtype(), out.dim() == 0 ? Strides{0} : out.strides()};
+    cpu::copy_cast(rt, shape, dst, {reinterpret_cast<std::byte*>(const_cast<double*>(losses)), DType::f64, Strides{1}});
+    return;
+  }
+  double total = 0;
+  std::int64_t counted = 0;
+  for (std::int64_t i = 0; i < rows; ++i) {
+    total += losses[i];
+    counted += targets[i] != ignore_index;
+  }
+  const double value = reduction == Reduction::sum ? total : total / static_cast<double>(counted);
+  cpu::fill(rt, Shape{}, detail::operand(out), value);
+}
+
+template <typename RowFn>
+void class_loss_kernel(Tensor& out, const Tensor& input, const Tensor& target, std::int64_t ignore_index,
+                       Reduction reduction, RowFn&& row_fn) {
+  Runtime& rt = input.runtime();
+  const std::int64_t rows = input.dim() == 2 ? input.shape()[0] : 1;
+  ScratchLease<std::int64_t> target_scratch;
+  const std::int64_t* targets = detail::index_values(target, target_scratch);
+  ScratchLease<double> losses = rt.pool().scratch<double>(static_cast<std::size_t>(std::max<std::int64_t>(rows, 1)));
+  for_each_row(rt, input, targets, ignore_index, losses.data(), row_fn);
+  finish(out, losses.data(), rows, targets, ignore_index, reduction);
+}
+
+void check_smoothing(const char* op, double ls) {
+  FORGE_CHECK(ls >= 0.0 && ls <= 1.0, invalid_argument, op, "label_smoothing must be in [0, 1], got ", ls);
+}
+
+void cross_entropy_kernel(Tensor& out, const Tensor& logits, const Tensor& target, const CrossEntropyOptions& o) {
+  const double ls = o.label_smoothing;
+  class_loss_kernel(out, logits, target, o.ignore_index, o.reduction,
+                    [ls](const auto* x, std::int64_t cs, std::int64_t n, std::int64_t t) {
+                      return cross_entropy_row(x, cs, n, t, ls);
+                    });
+}
+
+void nll_loss_kernel(Tensor& out, const Tensor& log_probs, const Tensor& target, Reduction reduction,
+                     std::int64_t ignore_index) {
+  class_loss_kernel(out, log_probs, target, ignore_index, reduction,
+                    [](const auto* x, std::int64_t cs, std::int64_t, std::int64_t t) {
+                      return -static_cast<double>(cpu::widen(x[t * cs]));
+                    });
+}
+
+void check_into(const char* op, const Tensor& out, const Tensor& in, const Shape& shape) {
+  detail::check_writable(op, out, "out");
+  detail::check_same_runtime(op, out, in);
+  detail::check_out_geometry(op, out, shape, in.dtype());
+}
+
+// ---- mse_loss ----
+
+struct MsePlan {
+  Shape shape;
+  DType dtype;
+};
+
+MsePlan plan_mse(const char* op, const Tensor& a, const Tensor& b, Reduction reduction) {
+  detail::check_input(op, a, "a");
+  detail::check_input(op, b, "b");
+  detail::check_same_runtime(op, a, b);
+  check_reduction(op, reduction);
+  const DType dtype = promote_types(a.dtype(), b.dtype());
+  FORGE_CHECK(is_floating(dtype), dtype, op, "takes floating tensors, got ", dtype_name(a.dtype()), " and ",
+              dtype_name(b.dtype()));
+  return {broadcast_shapes(a.shape(), b.shape(), op), dtype};
+}
+
+void mse_kernel(Tensor& out, const Tensor& a_in, const Tensor& b_in, const MsePlan& plan, Reduction reduction) {
+  Runtime& rt = out.runtime();
+  Tensor ca, cb;  // inputs in the result dtype, when they are not
+  if (a_in.dtype() != plan.dtype) ca = detail::cast_temporary(a_in, plan.dtype, "mse_loss");
+  if (b_in.dtype() != plan.dtype) cb = detail::cast_temporary(b_in, plan.dtype, "mse_loss");
+  const Tensor& a = ca.defined() ? ca : a_in;
+  const Tensor& b = cb.defined() ? cb : b_in;
+  const cpu::Operand oa = detail::operand_broadcast(a, plan.shape), ob = detail::operand_broadcast(b, plan.shape);
+  const std::int64_t n = plan.shape.numel();
+  dispatch_dtype(plan.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_floating_point_v<T> || cpu::is_half_v<T>) {
+      using C = cpu::compute_t<T>;
+      if (reduction == Reduction::none) {
+        const cpu::Operand oo = detail::operand(out);
+        const Strides* const strides[3] = {&oo.strides, &oa.strides, &ob.strides};
+        const cpu::StridedLoop<3> loop(plan.shape, strides);
+        const std::int64_t so = loop.strides[0].back(), sa = loop.strides[1].back(), sb = loop.strides[2].back();
+        cpu::for_each_run(rt, loop, [&](const std::int64_t (&off)[3], std::int64_t count) {
+          T* o = reinterpret_cast<T*>(oo.data) + off[0];
+          const T* x = reinterpret_cast<const T*>(oa.data) + off[1];
+          const T* y = reinterpret_cast<const T*>(ob.data) + off[2];
+          for (std::int64_t k = 0; k < count; ++k) {
+            const C d = cpu::widen(x[k * sa]) - cpu::widen(y[k * sb]);
+            o[k * so] = cpu::convert<T>(d * d);
+          }
+        });
+        return;
+      }
+      // Fixed blocks, each summed in f64, then the block sums in order: the
+      // result does not depend on how the blocks were spread over threads.
+      const Strides* const strides[2] = {&oa.strides, &ob.strides};
+      const cpu::StridedLoop<2> loop(plan.shape, strides);
+      const std::int64_t sa = loop.strides[0].back(), sb = loop.strides[1].back();
+      const std::int64_t block = cpu::kGrainElements, blocks = (n + block - 1) / block;
+      ScratchLease<double> partial = rt.pool().scratch<double>(static_cast<std::size_t>(std::max<std::int64_t>(blocks, 1)));
+      rt.parallel_for(blocks, 1, [&](std::int64_t begin, std::int64_t end) {
+        for (std::int64_t k = begin; k < end; ++k) {
+          double acc = 0;
+          detail::for_each_run_in(loop, k * block, std::min(n, (k + 1) * block),
+                                  [&](const std::int64_t (&off)[2], std::int64_t count, std::int64_t) {
+                                    const T* x = reinterpret_cast<const T*>(oa.data) + off[0];
+                                    const T* y = reinterpret_cast<const T*>(ob.data) + off[1];
+                                    for (std::int64_t j = 0; j < count; ++j) {
+                                      const double d = static_cast<double>(cpu::widen(x[j * sa])) -
+                                                       static_cast<double>(cpu::widen(y[j * sb]));
+                                      acc += d * d;
+                                    }
+                                  });
+          partial[static_cast<std::size_t>(k)] = acc;
+        }
+      });
+      double total = 0;
+      for (std::int64_t k = 0; k < blocks; ++k) total += partial[static_cast<std::size_t>(k)];
+      const double value = reduction == Reduction::sum ? total : total / static_cast<double>(n);
+      cpu::fill(rt, Shape{}, detail::operand(out), value);
+    }
+  });
+}
+
+}  // namespace
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& options) {
+  const char* op = "cross_entropy";
+  const RowLoss plan = plan_rows(op, logits, "logits", target, options.ignore_index, options.reduction);
+  check_smoothing(op, options.label_smoothing);
+  Tensor out = detail::allocate(logits.runtime(), plan.out_shape, logits.dtype(), op);
+  cross_entropy_kernel(out, logits, target, options);
+  detail::adopt_output(out);
+  return out;
+}
+
+Tensor& cross_entropy_into(Tensor& out, const Tensor& logits, const Tensor& target,
+                           const CrossEntropyOptions& options) {
+  const char* op = "cross_entropy_into";
+  const RowLoss plan = plan_rows(op, logits, "logits", target, options.ignore_index, options.reduction);
+  check_smoothing(op, options.label_smoothing);
+  check_into(op, out, logits, plan.out_shape);
+  detail::check_no_overlap(op, out, logits, "logits");
+  detail::check_no_overlap(op, out, target, "target");
+  cross_entropy_kernel(out, logits, target, options);
+  out.buffer()->bump_version();
+  return out;
+}
+
+Tensor nll_loss(const Tensor& log_probs, const Tensor& target, Reduction reduction, std::int64_t ignore_index) {
+  const char* op = "nll_loss";
+  const RowLoss plan = plan_rows(op, log_probs, "log_probs", target, ignore_index, reduction);
+  Tensor out = detail::allocate(log_probs.runtime(), plan.out_shape, log_probs.dtype(), op);
+  nll_loss_kernel(out, log_probs, target, reduction, ignore_index);
+  detail::adopt_output(out);
+  return out;
+}
+
+Tensor& nll_loss_into(Tensor& out, const Tensor& log_probs, const Tensor& target, Reduction reduction,
+                      std::int64_t ignore_index) {
+  const char* op = "nll_loss_into";
+  const RowLoss plan = plan_rows(op, log_probs, "log_probs", target, ignore_index, reduction);
+  check_into(op, out, log_probs, plan.out_shape);
+  detail::check_no_overlap(op, out, log_probs, "log_probs");
+  detail::check_no_overlap(op, out, target, "target");
+  nll_loss_kernel(out, log_probs, target, reduction, ignore_index);
+  out.buffer()->bump_version();
+  return out;
+}
+
+Tensor mse_loss(const Tensor& a, const Tensor& b, Reduction reduction) {
+  const char* op = "mse_loss";
+  const MsePlan plan = plan_mse(op, a, b, reduction);
+  const Shape shape = reduction == Reduction::none ? plan.shape : Shape{};
+  detail::checked_numel(op, plan.shape, plan.dtype);
+  Tensor out = detail::allocate(a.runtime(), shape, plan.dtype, op);
+  mse_kernel(out, a, b, plan, reduction);
+  detail::adopt_output(out);
+  return out;
+}
+
+Tensor& mse_loss_into(Tensor& out, const Tensor& a, const Tensor& b, Reduction reduction) {
+  const char* op = "mse_loss_into";
+  const MsePlan plan = plan_mse(op, a, b, reduction);
+  detail::check_writable(op, out, "out");
+  detail::check_same_runtime(op, out, a);
+  detail::check_out_geometry(op, out, reduction == Reduction::none ? plan.shape : Shape{}, plan.dtype);
+  if (reduction == Reduction::none) {  // elementwise: out may be an input exactly
+    detail::check_no_partial_overlap(op, out, a, "a");
+    detail::check_no_partial_overlap(op, out, b, "b");
+  }
+  mse_kernel(out, a, b, plan, reduction);
+  out.buffer()->bump_version();
+  return out;
+}
+
+}  // namespace forge
