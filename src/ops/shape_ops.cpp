@@ -42,8 +42,7 @@ CatPlan plan_cat(const char* op, const std::vector<Tensor>& tensors, std::int64_
   std::size_t ref = tensors.size();
   for (std::size_t i = 0; i < tensors.size() && ref == tensors.size(); ++i)
     if (!skipped_in_cat(tensors[i])) ref = i;
-  if (ref == tensors.size()) {  // only empty 1-D tensors
-    wrap_dim(dim, 1, op);
+  if (ref == tensors.size()) {  // only empty 1-D tensors: libtorch checks no dim then
     plan.shape = Shape{0};
     return plan;
   }
