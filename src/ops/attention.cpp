@@ -10,7 +10,8 @@
 // softmax and the weighted sum of the values, in f32 (f64 for f64) with the
 // scores and the output row in scratch; the [L, S] matrix is never stored.
 // Batch dims of q, k, v and the mask broadcast. A row whose keys are all
-// masked has no softmax and comes out NaN, as in libtorch.
+// masked has no softmax and comes out NaN, and no keys at all (S = 0) give
+// zeros (an empty weighted sum), as in libtorch.
 
 #include <cmath>
 #include <limits>
@@ -240,9 +241,6 @@ void attention_rows(Tensor& out, const Tensor& q, const Tensor& k, const Tensor&
           } else {
             for (std::int64_t e = 0; e < a.Ev; ++e) acc[e] += p * static_cast<A>(cpu::widen(vp[e * ve]));
           }
-        }
-        if (a.S == 0) {  // no keys: softmax over nothing
-          for (std::int64_t e = 0; e < a.Ev; ++e) acc[e] = std::numeric_limits<A>::quiet_NaN();
         }
         T* op = ob + off[0] + i * orow;
         for (std::int64_t e = 0; e < a.Ev; ++e) op[e * oe] = cpu::convert<T>(acc[e]);
