@@ -36,7 +36,20 @@ void mapped_copy_impl(Runtime& rt, const Shape& shape, const Operand& out, const
   }
   const std::int64_t inner = shape[r - 1], rows = inner == 0 ? 0 : shape.numel() / inner;
   const std::int64_t os = out.strides[r - 1], ss = src.strides[r - 1];
-  const std::int64_t* const inner_map = maps[r - 1];
+  const std::int64_t* inner_map = maps[r - 1];
+  // A constant pad's inner map is fill, then a run of consecutive sources,
+  // then fill: copy the run as a block instead of element by element.
+  std::int64_t run_lo = 0, run_hi = 0, run_src = 0;
+  if (inner_map) {
+    while (run_lo < inner && inner_map[run_lo] < 0) ++run_lo;
+    run_hi = run_lo;
+    run_src = run_lo < inner ? inner_map[run_lo] : 0;
+    while (run_hi < inner && inner_map[run_hi] == run_src + (run_hi - run_lo)) ++run_hi;
+    bool tail_filled = true;
+    for (std::int64_t j = run_hi; j < inner && tail_filled; ++j) tail_filled = inner_map[j] < 0;
+    if (tail_filled) inner_map = nullptr;
+  }
+  const bool blocked = maps[r - 1] && !inner_map;
   rt.parallel_for(rows, row_grain(inner), [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t row = begin; row < end; ++row) {
       std::int64_t rest = row, oo = 0, so = 0;
@@ -53,6 +66,14 @@ void mapped_copy_impl(Runtime& rt, const Shape& shape, const Operand& out, const
       const S* from = s + so;
       if (filled) {
         for (std::int64_t j = 0; j < inner; ++j) dst[j * os] = fill;
+      } else if (blocked) {
+        for (std::int64_t j = 0; j < run_lo; ++j) dst[j * os] = fill;
+        if (os == 1 && ss == 1) {
+          std::memcpy(dst + run_lo, from + run_src, static_cast<std::size_t>(run_hi - run_lo) * sizeof(S));
+        } else {
+          for (std::int64_t j = run_lo; j < run_hi; ++j) dst[j * os] = from[(run_src + j - run_lo) * ss];
+        }
+        for (std::int64_t j = run_hi; j < inner; ++j) dst[j * os] = fill;
       } else if (inner_map) {
         for (std::int64_t j = 0; j < inner; ++j) {
           const std::int64_t m = inner_map[j];
