@@ -17,6 +17,13 @@
 #include <limits>
 #include <optional>
 
+// GCC 12 reports a false -Wmaybe-uninitialized inside Eigen's AVX-512 exp
+// (_mm512_undefined_ps); the warning is about the intrinsic, not this code.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <Eigen/Core>
+
 #include "backend/cpu/convert.h"
 #include "forge/ops.h"
 #include "ops/nn_internal.h"
@@ -147,6 +154,7 @@ template <typename T, typename M>
 void attention_rows(Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
                     bool is_causal, const Attention& a) {
   using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
+  using Vec = Eigen::Matrix<A, Eigen::Dynamic, 1>;
   Runtime& rt = out.runtime();
   const bool masked = mask.defined();
   detail::OuterIndex<5> outer;
@@ -208,7 +216,11 @@ void attention_rows(Tensor& out, const Tensor& q, const Tensor& k, const Tensor&
           } else {
             const T* kp = kb + off[2] + j * kr;
             A dot = 0;
-            if (ke == 1) {
+            if constexpr (std::is_same_v<T, A>) {
+              if (ke == 1) dot = Vec::Map(qrow, a.E).dot(Vec::Map(kp, a.E));
+              else
+                for (std::int64_t e = 0; e < a.E; ++e) dot += qrow[e] * kp[e * ke];
+            } else if (ke == 1) {
               for (std::int64_t e = 0; e < a.E; ++e) dot += qrow[e] * static_cast<A>(cpu::widen(kp[e]));
             } else {
               for (std::int64_t e = 0; e < a.E; ++e) dot += qrow[e] * static_cast<A>(cpu::widen(kp[e * ke]));
@@ -226,11 +238,10 @@ void attention_rows(Tensor& out, const Tensor& q, const Tensor& k, const Tensor&
           scores[j] = s;
           m = std::max(m, s);
         }
-        A total = 0;
-        for (std::int64_t j = 0; j < a.S; ++j) {
-          scores[j] = std::exp(scores[j] - m);
-          total += scores[j];
-        }
+        // Eigen's exp and sum are vectorized (std::exp in a loop is not).
+        auto row = Eigen::Map<Eigen::Array<A, Eigen::Dynamic, 1>>(scores, a.S);
+        row = (row - m).exp();
+        const A total = row.sum();
         const A inv = A{1} / total;
         for (std::int64_t e = 0; e < a.Ev; ++e) acc[e] = 0;
         for (std::int64_t j = 0; j < a.S; ++j) {

@@ -1,7 +1,7 @@
 // cross_entropy, nll_loss, mse_loss.
 //
-// - cross_entropy is fused per row: max, then sum(exp(x - max)) and sum(x) in
-//   one sweep, in f32 (f64 for f64 input); no log_softmax is materialized.
+// - cross_entropy is fused per row: max, then sum(exp(x - max)) and sum(x),
+//   in f32 (f64 for f64 input); no log_softmax is materialized.
 //   loss = (1 - ls) * (lse - x[t]) + ls * (lse - mean(x)), libtorch 1.13's
 //   label smoothing for class-index targets.
 // - Rows whose target is ignore_index give 0 and do not count in the mean;
@@ -11,6 +11,13 @@
 
 #include <cmath>
 #include <limits>
+
+// GCC 12 reports a false -Wmaybe-uninitialized inside Eigen's AVX-512 exp
+// (_mm512_undefined_ps); the warning is about the intrinsic, not this code.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <Eigen/Core>
 
 #include "backend/cpu/convert.h"
 #include "forge/ops.h"
@@ -76,34 +83,38 @@ void for_each_row(Runtime& rt, const Tensor& input, const std::int64_t* targets,
   });
 }
 
-// The fused cross entropy of one row.
+// The fused cross entropy of one row: f32 and f64 rows go through Eigen's
+// vectorized max, exp and sums; 16-bit rows are widened to f32 as they are read.
 template <typename T>
 double cross_entropy_row(const T* x, std::int64_t cs, std::int64_t n, std::int64_t t, double smoothing) {
-  using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
-  A m = -std::numeric_limits<A>::infinity();
-  if (cs == 1) {
-    for (std::int64_t j = 0; j < n; ++j) m = std::max(m, static_cast<A>(cpu::widen(x[j])));
+  double m, s, sx;
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    using Row = Eigen::Array<T, Eigen::Dynamic, 1>;
+    auto stats = [&](const auto& row) {
+      const T mt = row.maxCoeff();
+      m = static_cast<double>(mt);
+      s = static_cast<double>((row - mt).exp().sum());
+      sx = smoothing == 0.0 ? 0.0 : static_cast<double>(row.sum());
+    };
+    if (cs == 1) stats(Eigen::Map<const Row>(x, n));
+    else stats(Eigen::Map<const Row, 0, Eigen::InnerStride<>>(x, n, Eigen::InnerStride<>(cs)));
   } else {
-    for (std::int64_t j = 0; j < n; ++j) m = std::max(m, static_cast<A>(cpu::widen(x[j * cs])));
-  }
-  A s = 0, sx = 0;
-  if (cs == 1) {
+    float mf = -std::numeric_limits<float>::infinity();
+    for (std::int64_t j = 0; j < n; ++j) mf = std::max(mf, static_cast<float>(x[j * cs]));
+    float sf = 0, sxf = 0;
     for (std::int64_t j = 0; j < n; ++j) {
-      const A v = static_cast<A>(cpu::widen(x[j]));
-      s += std::exp(v - m);
-      sx += v;
+      const float v = static_cast<float>(x[j * cs]);
+      sf += std::exp(v - mf);
+      sxf += v;
     }
-  } else {
-    for (std::int64_t j = 0; j < n; ++j) {
-      const A v = static_cast<A>(cpu::widen(x[j * cs]));
-      s += std::exp(v - m);
-      sx += v;
-    }
+    m = mf;
+    s = sf;
+    sx = sxf;
   }
-  const double lse = static_cast<double>(m) + std::log(static_cast<double>(s));
+  const double lse = m + std::log(s);
   const double nll = lse - static_cast<double>(cpu::widen(x[t * cs]));
   if (smoothing == 0.0) return nll;
-  return (1.0 - smoothing) * nll + smoothing * (lse - static_cast<double>(sx) / static_cast<double>(n));
+  return (1.0 - smoothing) * nll + smoothing * (lse - sx / static_cast<double>(n));
 }
 
 // Writes the row losses (reduction none) or their sum / mean into out.

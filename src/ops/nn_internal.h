@@ -3,6 +3,7 @@
 // `_into` targets and index tensors, and loops that hand a kernel its
 // element offsets together with the logical position they start at.
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 
