@@ -144,9 +144,17 @@ void class_loss_kernel(Tensor& out, const Tensor& input, const Tensor& target, s
   const std::int64_t rows = input.dim() == 2 ? input.shape()[0] : 1;
   ScratchLease<std::int64_t> target_scratch;
   const std::int64_t* targets = detail::index_values(target, target_scratch);
-  ScratchLease<double> losses = rt.pool().scratch<double>(static_cast<std::size_t>(std::max<std::int64_t>(rows, 1)));
-  for_each_row(rt, input, targets, ignore_index, losses.data(), row_fn);
-  finish(out, losses.data(), rows, targets, ignore_index, reduction);
+  // Small batches keep their row losses on the stack: no pool round trip.
+  constexpr std::int64_t kStackRows = 64;
+  double stack[kStackRows];
+  ScratchLease<double> lease;
+  double* losses = stack;
+  if (rows > kStackRows) {
+    lease = rt.pool().scratch<double>(static_cast<std::size_t>(rows));
+    losses = lease.data();
+  }
+  for_each_row(rt, input, targets, ignore_index, losses, row_fn);
+  finish(out, losses, rows, targets, ignore_index, reduction);
 }
 
 void check_smoothing(const char* op, double ls) {

@@ -3,6 +3,7 @@
 // differs from the promoted one is converted on the way); repeat and flip
 // are one index-mapped copy; split and chunk only make views.
 
+#include <cstring>
 #include <vector>
 
 #include "backend/cpu/indexing_kernels.h"
@@ -67,14 +68,34 @@ CatPlan plan_cat(const char* op, const std::vector<Tensor>& tensors, std::int64_
   return plan;
 }
 
+// A packed input of out's dtype into a packed out: for each index of the dims
+// before `dim`, one memcpy of the input's whole slab.
+void cat_rows(Tensor& out, const Tensor& t, int dim, std::int64_t at) {
+  std::int64_t outer = 1, inner = 1;
+  for (int d = 0; d < dim; ++d) outer *= out.shape()[d];
+  for (int d = dim + 1; d < out.dim(); ++d) inner *= out.shape()[d];
+  const auto es = static_cast<std::int64_t>(out.element_size());
+  const std::int64_t chunk = t.shape()[dim] * inner * es, out_row = out.shape()[dim] * inner * es;
+  std::byte* dst = detail::first_element(out) + at * inner * es;
+  const std::byte* src = detail::first_element(t);
+  const std::int64_t grain = std::max<std::int64_t>(1, cpu::kGrainElements * 4 / std::max<std::int64_t>(chunk, 1));
+  out.runtime().parallel_for(outer, grain, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t o = begin; o < end; ++o)
+      std::memcpy(dst + o * out_row, src + o * chunk, static_cast<std::size_t>(chunk));
+  });
+}
+
 void cat_kernel(Tensor& out, const std::vector<Tensor>& tensors, int dim) {
   if (out.numel() == 0) return;
+  const bool packed_out = out.is_contiguous();
   std::int64_t at = 0;
   const cpu::Operand base = detail::operand(out);
   const std::int64_t step = out.strides()[dim] * static_cast<std::int64_t>(out.element_size());
   for (const Tensor& t : tensors) {
     if (skipped_in_cat(t)) continue;
-    if (t.numel() > 0) {
+    if (t.numel() > 0 && packed_out && t.dtype() == out.dtype() && t.is_contiguous() && t.dtype() != DType::boolean) {
+      cat_rows(out, t, dim, at);
+    } else if (t.numel() > 0) {
       cpu::Operand dst = base;
       dst.data += at * step;
       cpu::copy_cast(out.runtime(), t.shape(), dst, detail::operand(t));
