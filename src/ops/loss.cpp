@@ -12,10 +12,11 @@
 #include <cmath>
 #include <limits>
 
-// GCC 12 reports a false -Wmaybe-uninitialized inside Eigen's AVX-512 exp
+// GCC 12 reports a false (maybe-)uninitialized use inside Eigen's AVX-512 exp
 // (_mm512_undefined_ps); the warning is about the intrinsic, not this code.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 #include <Eigen/Core>
 
