@@ -85,14 +85,43 @@ void pack_rows(std::int64_t rows, std::int64_t cols, const T* src, std::int64_t 
     for (std::int64_t j = 0; j < cols; ++j) dst[i * cols + j] = src[i * rs + j * cs];
 }
 
+// Eigen's packing buffers for one product, leased from the pool: Eigen's own
+// GEMM would malloc them per call, and at conv2d's many mid-sized products
+// that costs more in page faults than the arithmetic.
+template <typename T>
+class PooledBlocking : public Eigen::internal::level3_blocking<T, T> {
+ public:
+  // For C [m, n] row-major, which Eigen computes as C^T = B^T A^T.
+  PooledBlocking(Runtime& rt, Eigen::Index m, Eigen::Index n, Eigen::Index k) {
+    this->m_mc = n;
+    this->m_nc = m;
+    this->m_kc = k;
+    Eigen::internal::computeProductBlockingSizes<T, T, 1>(this->m_kc, this->m_mc, this->m_nc, Eigen::Index{1});
+    const auto size_a = static_cast<std::size_t>(this->m_mc * this->m_kc + 16) / 16 * 16;  // keep B 64-byte aligned
+    lease_ = rt.pool().scratch<T>(size_a + static_cast<std::size_t>(this->m_kc * this->m_nc));
+    this->m_blockA = lease_.data();
+    this->m_blockB = lease_.data() + size_a;
+  }
+
+ private:
+  ScratchLease<T> lease_;
+};
+
 // C (row-major, outer stride c_outer) += alpha * A B.
 template <typename T, int OA, int OB>
-void product(std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a, std::int64_t a_outer, const T* b,
-             std::int64_t b_outer, T* c, std::int64_t c_outer) {
-  const ConstMatMap<T, OA> A(a, m, k, Eigen::OuterStride<>(a_outer));
-  const ConstMatMap<T, OB> B(b, k, n, Eigen::OuterStride<>(b_outer));
-  MatMap<T, Eigen::RowMajor> C(c, m, n, Eigen::OuterStride<>(c_outer));
-  C.noalias() += alpha * A * B;
+void product(Runtime& rt, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a, std::int64_t a_outer,
+             const T* b, std::int64_t b_outer, T* c, std::int64_t c_outer) {
+  if (m == 1 || n == 1 || m + n + k < 20) {
+    // Vector and tiny products: Eigen's GEMV and coefficient kernels.
+    const ConstMatMap<T, OA> A(a, m, k, Eigen::OuterStride<>(a_outer));
+    const ConstMatMap<T, OB> B(b, k, n, Eigen::OuterStride<>(b_outer));
+    MatMap<T, Eigen::RowMajor> C(c, m, n, Eigen::OuterStride<>(c_outer));
+    C.noalias() += alpha * A * B;
+    return;
+  }
+  PooledBlocking<T> blocking(rt, m, n, k);
+  Eigen::internal::general_matrix_matrix_product<Eigen::Index, T, OA, false, T, OB, false, Eigen::RowMajor, 1>::run(
+      m, n, k, a, a_outer, b, b_outer, c, 1, c_outer, alpha, blocking);
 }
 
 template <typename T>
@@ -137,11 +166,11 @@ void gemm_serial(Runtime& rt, std::int64_t m, std::int64_t n, std::int64_t k, T 
   }
   constexpr int R = Eigen::RowMajor, C = Eigen::ColMajor;
   if (la == Layout::row) {
-    if (lb == Layout::row) product<T, R, R>(m, n, k, alpha, a, a_outer, b, b_outer, c, c_outer);
-    else product<T, R, C>(m, n, k, alpha, a, a_outer, b, b_outer, c, c_outer);
+    if (lb == Layout::row) product<T, R, R>(rt, m, n, k, alpha, a, a_outer, b, b_outer, c, c_outer);
+    else product<T, R, C>(rt, m, n, k, alpha, a, a_outer, b, b_outer, c, c_outer);
   } else {
-    if (lb == Layout::row) product<T, C, R>(m, n, k, alpha, a, a_outer, b, b_outer, c, c_outer);
-    else product<T, C, C>(m, n, k, alpha, a, a_outer, b, b_outer, c, c_outer);
+    if (lb == Layout::row) product<T, C, R>(rt, m, n, k, alpha, a, a_outer, b, b_outer, c, c_outer);
+    else product<T, C, C>(rt, m, n, k, alpha, a, a_outer, b, b_outer, c, c_outer);
   }
 }
 
