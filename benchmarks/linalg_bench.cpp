@@ -41,6 +41,19 @@ void BM_MatmulInto(benchmark::State& state) {
 }
 BENCHMARK(BM_MatmulInto)->Arg(256)->Arg(1024)->Arg(2048)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
+// Small products: dispatch, allocation and Eigen's coefficient kernels.
+void BM_MatmulSmall(benchmark::State& state) {
+  const std::int64_t n = state.range(0);
+  forge::ExecContext ctx({.threads = 2});
+  const forge::Tensor a = ctx.randn({n, n}), b = ctx.randn({n, n});
+  for (auto _ : state) {
+    forge::Tensor c = forge::matmul(a, b);
+    benchmark::DoNotOptimize(c.buffer()->data());
+  }
+  report_gflops(state, 2.0 * static_cast<double>(n * n * n));
+}
+BENCHMARK(BM_MatmulSmall)->Arg(4)->Arg(16)->Arg(64)->UseRealTime();
+
 // A transposed right operand, read through its strides.
 void BM_MatmulTransposed(benchmark::State& state) {
   const std::int64_t n = state.range(0);

@@ -12,6 +12,7 @@
 #include <random>
 #include <vector>
 
+#include "format16.h"
 #include "support.h"
 
 namespace {
@@ -290,6 +291,23 @@ TEST_CASE("linalg: addmm scales by beta and alpha and broadcasts its bias", "[li
     // beta = 0 ignores the bias entirely, NaN included (as libtorch).
     const Tensor nan_bias = ctx.full({4, 5}, std::numeric_limits<double>::quiet_NaN(), t);
     check_close(forge::addmm(nan_bias, a, b, 0, 1), e, t);
+  }
+}
+
+TEST_CASE("linalg: 16-bit products are exact in f32 and rounded once to nearest even", "[linalg]") {
+  TestContext ctx;
+  // outer has k = 1: each a_i * b_j is exact in f32, so the result must be
+  // that product rounded once, through the vector and the scalar conversions.
+  for (DType t : {DType::f16, DType::bf16}) {
+    const forge_test::Format16& format = t == DType::f16 ? forge_test::f16_format() : forge_test::bf16_format();
+    const Tensor a = ctx.randn({13}, t), b = ctx.randn({41}, t);
+    const std::vector<double> av = a.to_vector<double>(), bv = b.to_vector<double>();
+    const std::vector<double> got = forge::outer(a, b).to_vector<double>();
+    std::size_t bad = 0;
+    for (std::size_t i = 0; i < av.size(); ++i)
+      for (std::size_t j = 0; j < bv.size(); ++j)
+        if (got[i * bv.size() + j] != format.value(format.round(av[i] * bv[j]))) ++bad;
+    CHECK(bad == 0);
   }
 }
 
