@@ -7,24 +7,46 @@
 
 #include <benchmark/benchmark.h>
 
+#include <ctime>
+
 #include "forge/forge.h"
 
 namespace {
 
-void report_gflops(benchmark::State& state, double flops_per_iteration) {
-  state.counters["GFLOP/s"] = benchmark::Counter(flops_per_iteration * static_cast<double>(state.iterations()) * 1e-9,
-                                                 benchmark::Counter::kIsRate);
+double process_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
 }
+
+// GFLOP/s against wall time, and GFLOP per CPU-second of all the process's
+// threads: the second stays meaningful on a machine shared with other jobs
+// (two threads on an idle machine reach about twice it).
+class FlopCounter {
+ public:
+  explicit FlopCounter(benchmark::State& state, double flops_per_iteration)
+      : state_(state), flops_(flops_per_iteration), cpu0_(process_cpu_seconds()) {}
+  ~FlopCounter() {
+    const double total = flops_ * static_cast<double>(state_.iterations()) * 1e-9;
+    state_.counters["GFLOP/s"] = benchmark::Counter(total, benchmark::Counter::kIsRate);
+    state_.counters["GFLOP/cpu-s"] = total / (process_cpu_seconds() - cpu0_);
+  }
+
+ private:
+  benchmark::State& state_;
+  double flops_;
+  double cpu0_;
+};
 
 void BM_Matmul(benchmark::State& state) {
   const std::int64_t n = state.range(0);
   forge::ExecContext ctx({.threads = 2});
   const forge::Tensor a = ctx.randn({n, n}), b = ctx.randn({n, n});
+  const FlopCounter counter(state, 2.0 * static_cast<double>(n * n * n));
   for (auto _ : state) {
     forge::Tensor c = forge::matmul(a, b);
     benchmark::DoNotOptimize(c.buffer()->data());
   }
-  report_gflops(state, 2.0 * static_cast<double>(n * n * n));
 }
 BENCHMARK(BM_Matmul)->Arg(256)->Arg(1024)->Arg(2048)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
@@ -33,11 +55,11 @@ void BM_MatmulInto(benchmark::State& state) {
   forge::ExecContext ctx({.threads = 2});
   const forge::Tensor a = ctx.randn({n, n}), b = ctx.randn({n, n});
   forge::Tensor c = ctx.empty({n, n});
+  const FlopCounter counter(state, 2.0 * static_cast<double>(n * n * n));
   for (auto _ : state) {
     forge::matmul_into(c, a, b);
     benchmark::DoNotOptimize(c.buffer()->data());
   }
-  report_gflops(state, 2.0 * static_cast<double>(n * n * n));
 }
 BENCHMARK(BM_MatmulInto)->Arg(256)->Arg(1024)->Arg(2048)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
@@ -46,11 +68,11 @@ void BM_MatmulSmall(benchmark::State& state) {
   const std::int64_t n = state.range(0);
   forge::ExecContext ctx({.threads = 2});
   const forge::Tensor a = ctx.randn({n, n}), b = ctx.randn({n, n});
+  const FlopCounter counter(state, 2.0 * static_cast<double>(n * n * n));
   for (auto _ : state) {
     forge::Tensor c = forge::matmul(a, b);
     benchmark::DoNotOptimize(c.buffer()->data());
   }
-  report_gflops(state, 2.0 * static_cast<double>(n * n * n));
 }
 BENCHMARK(BM_MatmulSmall)->Arg(4)->Arg(16)->Arg(64)->UseRealTime();
 
@@ -59,11 +81,11 @@ void BM_MatmulTransposed(benchmark::State& state) {
   const std::int64_t n = state.range(0);
   forge::ExecContext ctx({.threads = 2});
   const forge::Tensor a = ctx.randn({n, n}), b = ctx.randn({n, n}).t();
+  const FlopCounter counter(state, 2.0 * static_cast<double>(n * n * n));
   for (auto _ : state) {
     forge::Tensor c = forge::matmul(a, b);
     benchmark::DoNotOptimize(c.buffer()->data());
   }
-  report_gflops(state, 2.0 * static_cast<double>(n * n * n));
 }
 BENCHMARK(BM_MatmulTransposed)->Arg(1024)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
@@ -71,11 +93,11 @@ void BM_MatmulF64(benchmark::State& state) {
   const std::int64_t n = state.range(0);
   forge::ExecContext ctx({.threads = 2});
   const forge::Tensor a = ctx.randn({n, n}, forge::DType::f64), b = ctx.randn({n, n}, forge::DType::f64);
+  const FlopCounter counter(state, 2.0 * static_cast<double>(n * n * n));
   for (auto _ : state) {
     forge::Tensor c = forge::matmul(a, b);
     benchmark::DoNotOptimize(c.buffer()->data());
   }
-  report_gflops(state, 2.0 * static_cast<double>(n * n * n));
 }
 BENCHMARK(BM_MatmulF64)->Arg(1024)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
@@ -84,11 +106,11 @@ void BM_MatmulHalf(benchmark::State& state) {
   const auto dtype = state.range(1) ? forge::DType::bf16 : forge::DType::f16;
   forge::ExecContext ctx({.threads = 2});
   const forge::Tensor a = ctx.randn({n, n}, dtype), b = ctx.randn({n, n}, dtype);
+  const FlopCounter counter(state, 2.0 * static_cast<double>(n * n * n));
   for (auto _ : state) {
     forge::Tensor c = forge::matmul(a, b);
     benchmark::DoNotOptimize(c.buffer()->data());
   }
-  report_gflops(state, 2.0 * static_cast<double>(n * n * n));
 }
 BENCHMARK(BM_MatmulHalf)->Args({1024, 0})->Args({1024, 1})->Unit(benchmark::kMicrosecond)->UseRealTime();
 
@@ -96,11 +118,11 @@ BENCHMARK(BM_MatmulHalf)->Args({1024, 0})->Args({1024, 1})->Unit(benchmark::kMic
 void BM_Bmm(benchmark::State& state) {
   forge::ExecContext ctx({.threads = 2});
   const forge::Tensor a = ctx.randn({64, 128, 64}), b = ctx.randn({64, 64, 128});
+  const FlopCounter counter(state, 2.0 * 64 * 128 * 64 * 128);
   for (auto _ : state) {
     forge::Tensor c = forge::bmm(a, b);
     benchmark::DoNotOptimize(c.buffer()->data());
   }
-  report_gflops(state, 2.0 * 64 * 128 * 64 * 128);
 }
 BENCHMARK(BM_Bmm)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
@@ -108,11 +130,11 @@ BENCHMARK(BM_Bmm)->Unit(benchmark::kMicrosecond)->UseRealTime();
 void BM_Linear(benchmark::State& state) {
   forge::ExecContext ctx({.threads = 2});
   const forge::Tensor x = ctx.randn({32, 128, 512}), w = ctx.randn({2048, 512}), bias = ctx.randn({2048});
+  const FlopCounter counter(state, 2.0 * 32 * 128 * 512 * 2048);
   for (auto _ : state) {
     forge::Tensor y = forge::linear(x, w, bias);
     benchmark::DoNotOptimize(y.buffer()->data());
   }
-  report_gflops(state, 2.0 * 32 * 128 * 512 * 2048);
 }
 BENCHMARK(BM_Linear)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
@@ -121,11 +143,11 @@ void BM_Conv2d(benchmark::State& state) {
   const forge::Tensor x = ctx.randn({32, 64, 56, 56}), w = ctx.randn({64, 64, 3, 3});
   forge::Conv2dOptions options;
   options.padding = {1, 1};
+  const FlopCounter counter(state, 2.0 * 32 * 64 * 56 * 56 * 64 * 9);
   for (auto _ : state) {
     forge::Tensor y = forge::conv2d(x, w, forge::Tensor(), options);
     benchmark::DoNotOptimize(y.buffer()->data());
   }
-  report_gflops(state, 2.0 * 32 * 64 * 56 * 56 * 64 * 9);
 }
 BENCHMARK(BM_Conv2d)->Unit(benchmark::kMillisecond)->UseRealTime();
 
