@@ -16,9 +16,10 @@
 
 #include <immintrin.h>
 
-// GCC 12 reports Eigen's AVX-512 packing as reading uninitialised lanes
-// (-Wmaybe-uninitialized, a false positive on _mm512_extract*).
+// GCC 12 reports Eigen's AVX-512 packing and transposes as reading
+// uninitialised lanes (false positives on _mm512_extract* / _mm512_insert*).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #include <Eigen/Core>
 #include <algorithm>
 #include <bit>
