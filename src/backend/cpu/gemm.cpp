@@ -26,6 +26,7 @@
 #include <cstring>
 #include <vector>
 
+#include "backend/cpu/kernels.h"
 #include "forge/buffer_pool.h"
 
 namespace forge::cpu {
@@ -262,32 +263,59 @@ void fold_batch(MatmulProblem& p) {
   p.a.batch_strides = p.b.batch_strides = p.c.batch_strides = p.bias.batch_strides = Strides{};
 }
 
+// Runs fn(first_row, last_row) over [0, rows), split over rt's threads when
+// `parallel` and there are more than kGrainElements elements.
+template <typename Fn>
+void for_rows(Runtime& rt, bool parallel, std::int64_t rows, std::int64_t cols, Fn&& fn) {
+  if (!parallel || rows * cols <= kGrainElements) {
+    fn(std::int64_t{0}, rows);
+    return;
+  }
+  rt.parallel_for(rows, std::max<std::int64_t>(1, kGrainElements / std::max<std::int64_t>(cols, 1)), fn);
+}
+
 // dst (row-major [rows, cols] f32, or column-major when the source's rows
 // are adjacent) = src widened; returns dst's row and column strides.
-void widen_block(DType dtype, std::int64_t rows, std::int64_t cols, const std::uint16_t* src, std::int64_t rs,
-                 std::int64_t cs, float* dst, std::int64_t& dst_rs, std::int64_t& dst_cs) {
+void widen_block(Runtime& rt, bool parallel, DType dtype, std::int64_t rows, std::int64_t cols,
+                 const std::uint16_t* src, std::int64_t rs, std::int64_t cs, float* dst, std::int64_t& dst_rs,
+                 std::int64_t& dst_cs) {
   if (rs == 1 && cs != 1 && rows > 1) {
     dst_rs = 1;
     dst_cs = rows;
-    for (std::int64_t j = 0; j < cols; ++j) widen_to_f32(dtype, src + j * cs, dst + j * rows, rows);
+    for_rows(rt, parallel, cols, rows, [&](std::int64_t j0, std::int64_t j1) {
+      for (std::int64_t j = j0; j < j1; ++j) widen_to_f32(dtype, src + j * cs, dst + j * rows, rows);
+    });
     return;
   }
   dst_rs = cols;
   dst_cs = 1;
-  for (std::int64_t i = 0; i < rows; ++i) {
-    if (cs == 1) {
-      widen_to_f32(dtype, src + i * rs, dst + i * cols, cols);
-    } else {
-      for (std::int64_t j = 0; j < cols; ++j) widen_to_f32(dtype, src + i * rs + j * cs, dst + i * cols + j, 1);
+  for_rows(rt, parallel, rows, cols, [&](std::int64_t i0, std::int64_t i1) {
+    for (std::int64_t i = i0; i < i1; ++i) {
+      if (cs == 1) {
+        widen_to_f32(dtype, src + i * rs, dst + i * cols, cols);
+      } else {
+        for (std::int64_t j = 0; j < cols; ++j) widen_to_f32(dtype, src + i * rs + j * cs, dst + i * cols + j, 1);
+      }
     }
-  }
+  });
 }
 
 template <typename T>
-void init_from_bias(std::int64_t m, std::int64_t n, T beta, const T* bias, std::int64_t b_rs, std::int64_t b_cs, T* c,
-                    std::int64_t c_rs, std::int64_t c_cs) {
-  for (std::int64_t i = 0; i < m; ++i)
-    for (std::int64_t j = 0; j < n; ++j) c[i * c_rs + j * c_cs] = beta * bias[i * b_rs + j * b_cs];
+void init_from_bias(Runtime& rt, bool parallel, std::int64_t m, std::int64_t n, T beta, const T* bias,
+                    std::int64_t b_rs, std::int64_t b_cs, T* c, std::int64_t c_rs, std::int64_t c_cs) {
+  for_rows(rt, parallel, m, n, [&](std::int64_t r0, std::int64_t r1) {
+    for (std::int64_t i = r0; i < r1; ++i) {
+      T* row = c + i * c_rs;
+      const T* src = bias + i * b_rs;
+      if (c_cs == 1 && b_cs == 1) {
+        for (std::int64_t j = 0; j < n; ++j) row[j] = beta * src[j];
+      } else if (c_cs == 1 && b_cs == 0) {
+        std::fill(row, row + n, beta * src[0]);
+      } else {
+        for (std::int64_t j = 0; j < n; ++j) row[j * c_cs] = beta * src[j * b_cs];
+      }
+    }
+  });
 }
 
 template <typename T>
@@ -298,7 +326,8 @@ void one_product(Runtime& rt, const MatmulProblem& p, std::int64_t index, bool p
   T* c = at(p.c);
   T beta = 0;
   if (p.bias.data) {
-    init_from_bias<T>(p.m, p.n, static_cast<T>(p.beta), at(p.bias), p.bias.rs, p.bias.cs, c, p.c.rs, p.c.cs);
+    init_from_bias<T>(rt, parallel, p.m, p.n, static_cast<T>(p.beta), at(p.bias), p.bias.rs, p.bias.cs, c, p.c.rs,
+                      p.c.cs);
     beta = 1;
   }
   gemm_impl<T>(rt, parallel, p.m, p.n, p.k, static_cast<T>(p.alpha), at(p.a), p.a.rs, p.a.cs, at(p.b), p.b.rs, p.b.cs,
@@ -315,8 +344,8 @@ void one_half_product(Runtime& rt, const MatmulProblem& p, std::int64_t index, b
   float* fb = fa + m * k;
   float* fc = fb + k * n;
   std::int64_t a_rs, a_cs, b_rs, b_cs;
-  widen_block(p.dtype, m, k, at(p.a), p.a.rs, p.a.cs, fa, a_rs, a_cs);
-  widen_block(p.dtype, k, n, at(p.b), p.b.rs, p.b.cs, fb, b_rs, b_cs);
+  widen_block(rt, parallel, p.dtype, m, k, at(p.a), p.a.rs, p.a.cs, fa, a_rs, a_cs);
+  widen_block(rt, parallel, p.dtype, k, n, at(p.b), p.b.rs, p.b.cs, fb, b_rs, b_cs);
   float beta = 0;
   if (p.bias.data) {
     const std::uint16_t* bias = at(p.bias);
@@ -331,13 +360,15 @@ void one_half_product(Runtime& rt, const MatmulProblem& p, std::int64_t index, b
   }
   gemm_impl<float>(rt, parallel, m, n, k, static_cast<float>(p.alpha), fa, a_rs, a_cs, fb, b_rs, b_cs, beta, fc, n, 1);
   std::uint16_t* c = at(p.c);
-  for (std::int64_t i = 0; i < m; ++i) {
-    if (p.c.cs == 1) {
-      narrow_from_f32(p.dtype, fc + i * n, c + i * p.c.rs, n);
-    } else {
-      for (std::int64_t j = 0; j < n; ++j) narrow_from_f32(p.dtype, fc + i * n + j, c + i * p.c.rs + j * p.c.cs, 1);
+  for_rows(rt, parallel, m, n, [&](std::int64_t i0, std::int64_t i1) {
+    for (std::int64_t i = i0; i < i1; ++i) {
+      if (p.c.cs == 1) {
+        narrow_from_f32(p.dtype, fc + i * n, c + i * p.c.rs, n);
+      } else {
+        for (std::int64_t j = 0; j < n; ++j) narrow_from_f32(p.dtype, fc + i * n + j, c + i * p.c.rs + j * p.c.cs, 1);
+      }
     }
-  }
+  });
 }
 
 }  // namespace
