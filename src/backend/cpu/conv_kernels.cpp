@@ -1,0 +1,294 @@
+// conv2d as im2col + GEMM: the output's spatial positions are cut into tiles
+// whose column matrix ([C/groups * kH * kW, tile]) stays in L2; each (image,
+// group, tile) item is one GEMM of the group's weights [O/groups, K] with the
+// tile's columns, written straight into the output with the bias already in
+// place. Items go to threads (one pooled scratch slot per thread) when there
+// are enough of them; otherwise each GEMM splits itself. A pointwise (1x1,
+// stride 1, unpadded) convolution reads its columns from x directly.
+// Pools are direct loops, parallel over the N * C planes.
+
+#include "backend/cpu/conv_kernels.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "backend/cpu/convert.h"
+#include "backend/cpu/gemm.h"
+#include "backend/cpu/kernels.h"
+#include "forge/buffer_pool.h"
+
+namespace forge::cpu {
+namespace {
+
+// A tile's column matrix aims at this many bytes (about L2; measured on a
+// [32, 64, 56, 56] x [64, 64, 3, 3] layer, 192 to 768 columns all come
+// within a few percent, whole images lose ~20%).
+constexpr std::int64_t kTileBytes = 1024 * 1024;
+
+// Rows [(c * kH + kh) * kW + kw] of the column matrix for output positions
+// [p0, p1) of one image-group; x points at the group's first channel.
+// The borders are a few elements per row: GCC would turn their loops into
+// memset calls, which cost more than the stores.
+#if defined(__GNUC__) && !defined(__clang__)
+#define FORGE_NO_MEMSET_CALLS __attribute__((optimize("no-tree-loop-distribute-patterns")))
+#else
+#define FORGE_NO_MEMSET_CALLS
+#endif
+
+template <typename T>
+FORGE_NO_MEMSET_CALLS void zero(T* d, std::int64_t begin, std::int64_t end) {
+  for (std::int64_t i = begin; i < end; ++i) d[i] = T(0);
+}
+
+template <typename T>
+FORGE_NO_MEMSET_CALLS void im2col(const Window2d& w, std::int64_t channels, const T* x, const Strides& xs, std::int64_t p0,
+            std::int64_t p1, T* col) {
+  const std::int64_t cols = p1 - p0;
+  for (std::int64_t c = 0; c < channels; ++c) {
+    const T* plane = x + c * xs[1];
+    for (std::int64_t kh = 0; kh < w.kernel_h; ++kh) {
+      for (std::int64_t kw = 0; kw < w.kernel_w; ++kw) {
+        T* dst = col + ((c * w.kernel_h + kh) * w.kernel_w + kw) * cols;
+        const std::int64_t off_w = kw * w.dilation_w - w.pad_w;
+        // ow with 0 <= ow * stride_w + off_w < w.w
+        const std::int64_t ow_lo = off_w >= 0 ? 0 : (-off_w + w.stride_w - 1) / w.stride_w;
+        const std::int64_t ow_hi =
+            w.w - off_w <= 0 ? 0 : std::min(w.out_w, (w.w - off_w + w.stride_w - 1) / w.stride_w);
+        std::int64_t p = p0;
+        while (p < p1) {
+          const std::int64_t oh = p / w.out_w, ow0 = p % w.out_w;
+          const std::int64_t ow1 = std::min(w.out_w, ow0 + (p1 - p));
+          T* d = dst + (p - p0) - ow0;  // d[ow] is position (oh, ow)
+          const std::int64_t ih = oh * w.stride_h - w.pad_h + kh * w.dilation_h;
+          if (ih < 0 || ih >= w.h) {
+            zero(d, ow0, ow1);
+          } else {
+            const T* row = plane + ih * xs[2];
+            const std::int64_t lo = std::clamp(ow_lo, ow0, ow1), hi = std::clamp(ow_hi, lo, ow1);
+            zero(d, ow0, lo);
+            if (w.stride_w == 1 && xs[3] == 1) {
+              const T* s = row + off_w;
+              for (std::int64_t ow = lo; ow < hi; ++ow) d[ow] = s[ow];
+            } else {
+              for (std::int64_t ow = lo; ow < hi; ++ow) d[ow] = row[(ow * w.stride_w + off_w) * xs[3]];
+            }
+            zero(d, hi, ow1);
+          }
+          p += ow1 - ow0;
+        }
+      }
+    }
+  }
+}
+
+template <typename T>
+void conv2d_typed(Runtime& rt, const Conv2dProblem& p) {
+  const Window2d& w = p.win;
+  const std::int64_t G = p.groups, Cg = w.c / G, Og = p.out_channels / G;
+  const std::int64_t K = Cg * w.kernel_h * w.kernel_w, P = w.out_h * w.out_w;
+  if (w.n == 0 || p.out_channels == 0 || P == 0) return;
+  const T* x = reinterpret_cast<const T*>(p.x);
+  const T* bias = reinterpret_cast<const T*>(p.bias);
+  T* out = reinterpret_cast<T*>(p.out);
+  const Strides& xs = p.x_strides;
+  const Strides& os = p.out_strides;
+
+  // The weights as [O, K] with unit column stride; packed when they are not.
+  const Strides& ws = p.weight_strides;
+  const T* weight = reinterpret_cast<const T*>(p.weight);
+  std::int64_t w_rs = ws[0];
+  ScratchLease<T> packed_w;
+  const bool w_flat = (w.kernel_w == 1 || ws[3] == 1) && (w.kernel_h == 1 || ws[2] == w.kernel_w) &&
+                      (Cg == 1 || ws[1] == w.kernel_h * w.kernel_w);
+  if (!w_flat) {
+    packed_w = rt.pool().scratch<T>(static_cast<std::size_t>(p.out_channels * K));
+    for (std::int64_t o = 0; o < p.out_channels; ++o)
+      for (std::int64_t c = 0; c < Cg; ++c)
+        for (std::int64_t kh = 0; kh < w.kernel_h; ++kh)
+          for (std::int64_t kw = 0; kw < w.kernel_w; ++kw)
+            packed_w[static_cast<std::size_t>(((o * Cg + c) * w.kernel_h + kh) * w.kernel_w + kw)] =
+                weight[o * ws[0] + c * ws[1] + kh * ws[2] + kw * ws[3]];
+    weight = packed_w.data();
+    w_rs = K;
+  }
+
+  const bool pointwise = w.kernel_h == 1 && w.kernel_w == 1 && w.stride_h == 1 && w.stride_w == 1 &&
+                         w.pad_h == 0 && w.pad_w == 0 && spatial_is_flat(w.h, w.w, xs);
+  std::int64_t tile = P;
+  if (!pointwise) {
+    tile = std::max<std::int64_t>(64, kTileBytes / static_cast<std::int64_t>(sizeof(T)) / std::max<std::int64_t>(K, 1));
+    tile = std::min(P, tile / 16 * 16);
+    const std::int64_t tiles = (P + tile - 1) / tile;
+    tile = (P + tiles - 1) / tiles;  // even tiles
+  }
+  const std::int64_t tiles = (P + tile - 1) / tile;
+  const std::int64_t items = w.n * G * tiles;
+  const double flops = static_cast<double>(Og) * static_cast<double>(K) * static_cast<double>(tile);
+  const int threads = rt.threads();
+  const bool by_item = threads > 1 && items >= 2 * threads &&
+                       flops * static_cast<double>(items) >= static_cast<double>(kParallelGemmFlops);
+  const std::int64_t slots = by_item ? threads : 1;
+  ScratchLease<T> cols;
+  if (!pointwise) cols = rt.pool().scratch<T>(static_cast<std::size_t>(slots * K * tile));
+
+  auto run_item = [&](std::int64_t item, std::int64_t slot) {
+    const std::int64_t t = item % tiles, g = (item / tiles) % G, n = item / (tiles * G);
+    const std::int64_t p0 = t * tile, p1 = std::min(P, p0 + tile);
+    const T* xg = x + n * xs[0] + g * Cg * xs[1];
+    const T* col;
+    std::int64_t col_rs;
+    if (pointwise) {
+      col = xg + p0;
+      col_rs = xs[1];
+    } else {
+      T* buf = cols.data() + slot * K * tile;
+      im2col(w, Cg, xg, xs, p0, p1, buf);
+      col = buf;
+      col_rs = p1 - p0;
+    }
+    T* c = out + n * os[0] + g * Og * os[1] + p0;
+    T beta = 0;
+    if (bias) {
+      for (std::int64_t o = 0; o < Og; ++o) std::fill(c + o * os[1], c + o * os[1] + (p1 - p0), bias[(g * Og + o) * p.bias_stride]);
+      beta = 1;
+    }
+    gemm(rt, !by_item, Og, p1 - p0, K, T(1), weight + g * Og * w_rs, w_rs, 1, col, col_rs, 1, beta, c, os[1], 1);
+  };
+  if (!by_item) {
+    for (std::int64_t i = 0; i < items; ++i) run_item(i, 0);
+    return;
+  }
+  rt.parallel_for(slots, 1, [&](std::int64_t s0, std::int64_t s1) {
+    for (std::int64_t s = s0; s < s1; ++s)
+      for (std::int64_t i = items * s / slots; i < items * (s + 1) / slots; ++i) run_item(i, s);
+  });
+}
+
+// Runs fn(plane) for every (n, c) plane, in parallel when the work is large.
+template <typename Fn>
+void for_each_plane(Runtime& rt, const Window2d& w, Fn&& fn) {
+  const std::int64_t planes = w.n * w.c;
+  const std::int64_t per_plane = std::max<std::int64_t>(1, w.out_h * w.out_w * w.kernel_h * w.kernel_w);
+  const std::int64_t grain = std::max<std::int64_t>(1, kGrainElements / per_plane);
+  rt.parallel_for(planes, grain, [&](std::int64_t first, std::int64_t last) {
+    for (std::int64_t i = first; i < last; ++i) fn(i / w.c, i % w.c);
+  });
+}
+
+// [first, last) of the kernel taps whose input index start + tap * dilation
+// lies in [0, size).
+inline void valid_taps(std::int64_t start, std::int64_t dilation, std::int64_t kernel, std::int64_t size,
+                       std::int64_t& first, std::int64_t& last) {
+  first = start >= 0 ? 0 : (-start + dilation - 1) / dilation;
+  last = start >= size ? 0 : std::min(kernel, (size - start + dilation - 1) / dilation);
+  if (last < first) last = first;
+}
+
+template <typename T>
+void max_pool_typed(Runtime& rt, const Pool2dProblem& p) {
+  const Window2d w = p.win;
+  const T* x = reinterpret_cast<const T*>(p.x);
+  T* out = reinterpret_cast<T*>(p.out);
+  const std::int64_t xs0 = p.x_strides[0], xs1 = p.x_strides[1], xs2 = p.x_strides[2], xs3 = p.x_strides[3];
+  const std::int64_t os0 = p.out_strides[0], os1 = p.out_strides[1], os2 = p.out_strides[2], os3 = p.out_strides[3];
+  using C = compute_t<T>;
+  for_each_plane(rt, w, [&](std::int64_t n, std::int64_t c) {
+    const T* plane = x + n * xs0 + c * xs1;
+    T* dst = out + n * os0 + c * os1;
+    for (std::int64_t oh = 0; oh < w.out_h; ++oh) {
+      const std::int64_t h0 = oh * w.stride_h - w.pad_h;
+      std::int64_t kh0, kh1;
+      valid_taps(h0, w.dilation_h, w.kernel_h, w.h, kh0, kh1);
+      for (std::int64_t ow = 0; ow < w.out_w; ++ow) {
+        const std::int64_t w0 = ow * w.stride_w - w.pad_w;
+        std::int64_t kw0, kw1;
+        valid_taps(w0, w.dilation_w, w.kernel_w, w.w, kw0, kw1);
+        // Branch-free (maxss); NaN, which wins as in libtorch, is tracked apart.
+        C best = -std::numeric_limits<C>::infinity();
+        bool nan = false;
+        for (std::int64_t kh = kh0; kh < kh1; ++kh) {
+          const T* row = plane + (h0 + kh * w.dilation_h) * xs2 + w0 * xs3;
+          for (std::int64_t kw = kw0; kw < kw1; ++kw) {
+            const C v = widen(row[kw * w.dilation_w * xs3]);
+            best = v > best ? v : best;
+            nan |= v != v;
+          }
+        }
+        dst[oh * os2 + ow * os3] = convert<T>(nan ? std::numeric_limits<C>::quiet_NaN() : best);
+      }
+    }
+  });
+}
+
+template <typename T>
+void avg_pool_typed(Runtime& rt, const Pool2dProblem& p) {
+  const Window2d& w = p.win;
+  const T* x = reinterpret_cast<const T*>(p.x);
+  T* out = reinterpret_cast<T*>(p.out);
+  const Strides &xs = p.x_strides, &os = p.out_strides;
+  for_each_plane(rt, w, [&](std::int64_t n, std::int64_t c) {
+    const T* plane = x + n * xs[0] + c * xs[1];
+    T* dst = out + n * os[0] + c * os[1];
+    for (std::int64_t oh = 0; oh < w.out_h; ++oh) {
+      std::int64_t h0 = oh * w.stride_h - w.pad_h;
+      std::int64_t h1 = std::min(h0 + w.kernel_h, w.h + w.pad_h);
+      const std::int64_t span_h = h1 - h0;
+      h0 = std::max<std::int64_t>(h0, 0);
+      h1 = std::min(h1, w.h);
+      for (std::int64_t ow = 0; ow < w.out_w; ++ow) {
+        std::int64_t w0 = ow * w.stride_w - w.pad_w;
+        std::int64_t w1 = std::min(w0 + w.kernel_w, w.w + w.pad_w);
+        const std::int64_t span_w = w1 - w0;
+        w0 = std::max<std::int64_t>(w0, 0);
+        w1 = std::min(w1, w.w);
+        T& o = dst[oh * os[2] + ow * os[3]];
+        if (h0 >= h1 || w0 >= w1) {
+          o = convert<T>(0.0f);
+          continue;
+        }
+        compute_t<T> sum = 0;
+        for (std::int64_t ih = h0; ih < h1; ++ih)
+          for (std::int64_t iw = w0; iw < w1; ++iw) sum += widen(plane[ih * xs[2] + iw * xs[3]]);
+        const std::int64_t count = p.count_include_pad ? span_h * span_w : (h1 - h0) * (w1 - w0);
+        o = convert<T>(sum / static_cast<compute_t<T>>(count));
+      }
+    }
+  });
+}
+
+template <template <typename> class Kernel, typename Problem>
+void dispatch_float(DType dtype, Runtime& rt, const Problem& p) {
+  switch (dtype) {
+    case DType::f64: Kernel<double>::run(rt, p); break;
+    case DType::f16: Kernel<Half>::run(rt, p); break;
+    case DType::bf16: Kernel<BFloat16>::run(rt, p); break;
+    default: Kernel<float>::run(rt, p); break;
+  }
+}
+
+template <typename T>
+struct MaxPool {
+  static void run(Runtime& rt, const Pool2dProblem& p) { max_pool_typed<T>(rt, p); }
+};
+template <typename T>
+struct AvgPool {
+  static void run(Runtime& rt, const Pool2dProblem& p) { avg_pool_typed<T>(rt, p); }
+};
+
+}  // namespace
+
+bool spatial_is_flat(std::int64_t h, std::int64_t w, const Strides& s) {
+  if (w == 1) return h == 1 || s[2] == 1;
+  return s[3] == 1 && (h == 1 || s[2] == w);
+}
+
+void conv2d(Runtime& rt, const Conv2dProblem& p) {
+  if (p.dtype == DType::f64) conv2d_typed<double>(rt, p);
+  else conv2d_typed<float>(rt, p);
+}
+
+void max_pool2d(Runtime& rt, const Pool2dProblem& p) { dispatch_float<MaxPool>(p.dtype, rt, p); }
+void avg_pool2d(Runtime& rt, const Pool2dProblem& p) { dispatch_float<AvgPool>(p.dtype, rt, p); }
+
+}  // namespace forge::cpu

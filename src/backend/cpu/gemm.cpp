@@ -1,0 +1,461 @@
+// GEMM policy:
+// - A block with a unit column stride maps as a row-major Eigen::Map with an
+//   outer stride, one with a unit row stride as a column-major Map; only
+//   blocks with neither are packed (pooled scratch). A column-major C is
+//   computed as C^T = B^T A^T, so Eigen sees a row-major C only.
+// - Eigen's GEMM runs single-threaded here; a product of at least
+//   kParallelGemmFlops multiply-adds is cut into one block of C's columns (or
+//   rows, whichever is longer) per thread.
+// - Batches run in parallel, one contiguous range of batch indices per
+//   thread, when that divides the work evenly or the products are small;
+//   otherwise one product at a time, each split over the threads.
+// - f16 and bf16 operands are widened into f32 scratch, multiplied in f32 and
+//   rounded back once.
+
+#include "backend/cpu/gemm.h"
+
+#include <immintrin.h>
+
+// GCC 12 reports Eigen's AVX-512 packing and transposes as reading
+// uninitialised lanes (false positives on _mm512_extract* / _mm512_insert*).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#include <Eigen/Core>
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <vector>
+
+#include "backend/cpu/kernels.h"
+#include "forge/buffer_pool.h"
+
+namespace forge::cpu {
+namespace {
+
+template <typename T, int Order>
+using MatMap = Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Order>, Eigen::Unaligned, Eigen::OuterStride<>>;
+template <typename T, int Order>
+using ConstMatMap =
+    Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Order>, Eigen::Unaligned, Eigen::OuterStride<>>;
+
+enum class Layout { row, col, general };
+
+// How a block is read in place, and its outer stride. A dimension of size 1
+// has no meaningful stride, so it never forces a copy.
+Layout layout_of(std::int64_t rows, std::int64_t cols, std::int64_t rs, std::int64_t cs, std::int64_t& outer) {
+  if (cs == 1 || cols <= 1) {
+    if (rows <= 1) {
+      outer = std::max<std::int64_t>(cols, 1);
+      return Layout::row;
+    }
+    if (rs >= 0) {
+      outer = rs;
+      return Layout::row;
+    }
+  }
+  if (rs == 1 || rows <= 1) {
+    if (cols <= 1) {
+      outer = std::max<std::int64_t>(rows, 1);
+      return Layout::col;
+    }
+    if (cs >= 0) {
+      outer = cs;
+      return Layout::col;
+    }
+  }
+  return Layout::general;
+}
+
+// C = beta * C, where beta == 0 writes zeros.
+template <typename T>
+void scale_block(std::int64_t m, std::int64_t n, T beta, T* c, std::int64_t rs, std::int64_t cs) {
+  for (std::int64_t i = 0; i < m; ++i) {
+    T* row = c + i * rs;
+    if (cs == 1) {
+      if (beta == T(0)) std::fill(row, row + n, T(0));
+      else
+        for (std::int64_t j = 0; j < n; ++j) row[j] *= beta;
+    } else {
+      for (std::int64_t j = 0; j < n; ++j) row[j * cs] = beta == T(0) ? T(0) : row[j * cs] * beta;
+    }
+  }
+}
+
+template <typename T>
+void pack_rows(std::int64_t rows, std::int64_t cols, const T* src, std::int64_t rs, std::int64_t cs, T* dst) {
+  for (std::int64_t i = 0; i < rows; ++i)
+    for (std::int64_t j = 0; j < cols; ++j) dst[i * cols + j] = src[i * rs + j * cs];
+}
+
+// Eigen's packing buffers for one product, leased from the pool: Eigen's own
+// GEMM would malloc them per call, and at conv2d's many mid-sized products
+// that costs more in page faults than the arithmetic.
+template <typename T>
+class PooledBlocking : public Eigen::internal::level3_blocking<T, T> {
+ public:
+  // For C [m, n] row-major, which Eigen computes as C^T = B^T A^T.
+  PooledBlocking(Runtime& rt, Eigen::Index m, Eigen::Index n, Eigen::Index k) {
+    this->m_mc = n;
+    this->m_nc = m;
+    this->m_kc = k;
+    Eigen::internal::computeProductBlockingSizes<T, T, 1>(this->m_kc, this->m_mc, this->m_nc, Eigen::Index{1});
+    const auto size_a = static_cast<std::size_t>(this->m_mc * this->m_kc + 16) / 16 * 16;  // keep B 64-byte aligned
+    lease_ = rt.pool().scratch<T>(size_a + static_cast<std::size_t>(this->m_kc * this->m_nc));
+    this->m_blockA = lease_.data();
+    this->m_blockB = lease_.data() + size_a;
+  }
+
+ private:
+  ScratchLease<T> lease_;
+};
+
+// C (row-major, outer stride c_outer) += alpha * A B.
+template <typename T, int OA, int OB>
+void product(Runtime& rt, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a, std::int64_t a_outer,
+             const T* b, std::int64_t b_outer, T* c, std::int64_t c_outer) {
+  if (m == 1 || n == 1 || m + n + k < 20) {
+    // Vector and tiny products: Eigen's GEMV and coefficient kernels.
+    const ConstMatMap<T, OA> A(a, m, k, Eigen::OuterStride<>(a_outer));
+    const ConstMatMap<T, OB> B(b, k, n, Eigen::OuterStride<>(b_outer));
+    MatMap<T, Eigen::RowMajor> C(c, m, n, Eigen::OuterStride<>(c_outer));
+    C.noalias() += alpha * A * B;
+    return;
+  }
+  PooledBlocking<T> blocking(rt, m, n, k);
+  Eigen::internal::general_matrix_matrix_product<Eigen::Index, T, OA, false, T, OB, false, Eigen::RowMajor, 1>::run(
+      m, n, k, a, a_outer, b, b_outer, c, 1, c_outer, alpha, blocking);
+}
+
+template <typename T>
+void gemm_serial(Runtime& rt, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a, std::int64_t a_rs,
+                 std::int64_t a_cs, const T* b, std::int64_t b_rs, std::int64_t b_cs, T beta, T* c, std::int64_t c_rs,
+                 std::int64_t c_cs) {
+  if (m <= 0 || n <= 0) return;
+  std::int64_t c_outer = 0;
+  const Layout lc = layout_of(m, n, c_rs, c_cs, c_outer);
+  if (lc == Layout::col) {
+    gemm_serial<T>(rt, n, m, k, alpha, b, b_cs, b_rs, a, a_cs, a_rs, beta, c, c_cs, c_rs);
+    return;
+  }
+  if (lc == Layout::general) {
+    ScratchLease<T> tmp = rt.pool().scratch<T>(static_cast<std::size_t>(m * n));
+    if (beta != T(0)) pack_rows(m, n, c, c_rs, c_cs, tmp.data());
+    gemm_serial<T>(rt, m, n, k, alpha, a, a_rs, a_cs, b, b_rs, b_cs, beta, tmp.data(), n, 1);
+    for (std::int64_t i = 0; i < m; ++i)
+      for (std::int64_t j = 0; j < n; ++j) c[i * c_rs + j * c_cs] = tmp[static_cast<std::size_t>(i * n + j)];
+    return;
+  }
+  if (beta != T(1)) scale_block(m, n, beta, c, c_rs, c_cs);
+  if (k <= 0) return;
+
+  std::int64_t a_outer = 0, b_outer = 0;
+  Layout la = layout_of(m, k, a_rs, a_cs, a_outer);
+  Layout lb = layout_of(k, n, b_rs, b_cs, b_outer);
+  ScratchLease<T> packed_a, packed_b;
+  if (la == Layout::general) {
+    packed_a = rt.pool().scratch<T>(static_cast<std::size_t>(m * k));
+    pack_rows(m, k, a, a_rs, a_cs, packed_a.data());
+    a = packed_a.data();
+    la = Layout::row;
+    a_outer = k;
+  }
+  if (lb == Layout::general) {
+    packed_b = rt.pool().scratch<T>(static_cast<std::size_t>(k * n));
+    pack_rows(k, n, b, b_rs, b_cs, packed_b.data());
+    b = packed_b.data();
+    lb = Layout::row;
+    b_outer = n;
+  }
+  constexpr int R = Eigen::RowMajor, C = Eigen::ColMajor;
+  if (la == Layout::row) {
+    if (lb == Layout::row) product<T, R, R>(rt, m, n, k, alpha, a, a_outer, b, b_outer, c, c_outer);
+    else product<T, R, C>(rt, m, n, k, alpha, a, a_outer, b, b_outer, c, c_outer);
+  } else {
+    if (lb == Layout::row) product<T, C, R>(rt, m, n, k, alpha, a, a_outer, b, b_outer, c, c_outer);
+    else product<T, C, C>(rt, m, n, k, alpha, a, a_outer, b, b_outer, c, c_outer);
+  }
+}
+
+template <typename T>
+void gemm_impl(Runtime& rt, bool parallel, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a,
+               std::int64_t a_rs, std::int64_t a_cs, const T* b, std::int64_t b_rs, std::int64_t b_cs, T beta, T* c,
+               std::int64_t c_rs, std::int64_t c_cs) {
+  const int threads = rt.threads();
+  const double flops = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+  const bool split_cols = n >= m;
+  const std::int64_t extent = split_cols ? n : m;
+  // Blocks narrower than this lose more to packing than they gain.
+  constexpr std::int64_t kMinBlock = 32;
+  const std::int64_t blocks = std::min<std::int64_t>(threads, extent / kMinBlock);
+  if (!parallel || threads <= 1 || flops < static_cast<double>(kParallelGemmFlops) || blocks <= 1) {
+    gemm_serial<T>(rt, m, n, k, alpha, a, a_rs, a_cs, b, b_rs, b_cs, beta, c, c_rs, c_cs);
+    return;
+  }
+  // Block edges on multiples of 16 keep each block's columns vector-aligned.
+  auto edge = [&](std::int64_t i) {
+    if (i == blocks) return extent;
+    return std::min(extent, (extent * i / blocks + 8) / 16 * 16);
+  };
+  rt.parallel_for(blocks, 1, [&](std::int64_t first, std::int64_t last) {
+    for (std::int64_t blk = first; blk < last; ++blk) {
+      const std::int64_t lo = edge(blk), hi = edge(blk + 1);
+      if (hi <= lo) continue;
+      if (split_cols)
+        gemm_serial<T>(rt, m, hi - lo, k, alpha, a, a_rs, a_cs, b + lo * b_cs, b_rs, b_cs, beta, c + lo * c_cs, c_rs,
+                       c_cs);
+      else
+        gemm_serial<T>(rt, hi - lo, n, k, alpha, a + lo * a_rs, a_rs, a_cs, b, b_rs, b_cs, beta, c + lo * c_rs, c_rs,
+                       c_cs);
+    }
+  });
+}
+
+// ---- batched products ----
+
+std::int64_t batch_offset(const Shape& batch, const Strides& strides, std::int64_t index) noexcept {
+  std::int64_t off = 0;
+  for (int d = batch.rank() - 1; d >= 0; --d) {
+    off += (index % batch[d]) * strides[d];
+    index /= batch[d];
+  }
+  return off;
+}
+
+// Folds the batch dimensions into the rows of `x` when consecutive batch
+// entries follow its last row: sets rs to the folded row stride.
+bool fold_rows(const Shape& batch, const Strides& strides, std::int64_t m, std::int64_t& rs) {
+  std::int64_t row_stride = rs, expected = 0;
+  bool known = m > 1;
+  if (known) expected = m * rs;
+  for (int d = batch.rank() - 1; d >= 0; --d) {
+    if (batch[d] == 1) continue;
+    if (!known) {
+      row_stride = strides[d];
+      expected = strides[d] * batch[d];
+      known = true;
+      continue;
+    }
+    if (strides[d] != expected) return false;
+    expected *= batch[d];
+  }
+  rs = row_stride;
+  return true;
+}
+
+bool broadcasts(const Shape& batch, const Strides& strides) {
+  for (int d = 0; d < batch.rank(); ++d)
+    if (batch[d] != 1 && strides[d] != 0) return false;
+  return true;
+}
+
+// One GEMM over all batches when b (and the bias's batch) broadcast and a's
+// and c's batches continue their rows: [batch * m, k] x [k, n].
+void fold_batch(MatmulProblem& p) {
+  if (p.batch.rank() == 0 || !broadcasts(p.batch, p.b.batch_strides)) return;
+  std::int64_t a_rs = p.a.rs, c_rs = p.c.rs, bias_rs = p.bias.rs;
+  if (!fold_rows(p.batch, p.a.batch_strides, p.m, a_rs) || !fold_rows(p.batch, p.c.batch_strides, p.m, c_rs)) return;
+  if (p.bias.data && !fold_rows(p.batch, p.bias.batch_strides, p.m, bias_rs)) return;
+  p.m *= p.batch.numel();
+  p.a.rs = a_rs;
+  p.c.rs = c_rs;
+  p.bias.rs = bias_rs;
+  p.batch = Shape{};
+  p.a.batch_strides = p.b.batch_strides = p.c.batch_strides = p.bias.batch_strides = Strides{};
+}
+
+// Runs fn(first_row, last_row) over [0, rows), split over rt's threads when
+// `parallel` and there are more than kGrainElements elements.
+template <typename Fn>
+void for_rows(Runtime& rt, bool parallel, std::int64_t rows, std::int64_t cols, Fn&& fn) {
+  if (!parallel || rows * cols <= kGrainElements) {
+    fn(std::int64_t{0}, rows);
+    return;
+  }
+  rt.parallel_for(rows, std::max<std::int64_t>(1, kGrainElements / std::max<std::int64_t>(cols, 1)), fn);
+}
+
+// dst (row-major [rows, cols] f32, or column-major when the source's rows
+// are adjacent) = src widened; returns dst's row and column strides.
+void widen_block(Runtime& rt, bool parallel, DType dtype, std::int64_t rows, std::int64_t cols,
+                 const std::uint16_t* src, std::int64_t rs, std::int64_t cs, float* dst, std::int64_t& dst_rs,
+                 std::int64_t& dst_cs) {
+  if (rs == 1 && cs != 1 && rows > 1) {
+    dst_rs = 1;
+    dst_cs = rows;
+    for_rows(rt, parallel, cols, rows, [&](std::int64_t j0, std::int64_t j1) {
+      for (std::int64_t j = j0; j < j1; ++j) widen_to_f32(dtype, src + j * cs, dst + j * rows, rows);
+    });
+    return;
+  }
+  dst_rs = cols;
+  dst_cs = 1;
+  for_rows(rt, parallel, rows, cols, [&](std::int64_t i0, std::int64_t i1) {
+    for (std::int64_t i = i0; i < i1; ++i) {
+      if (cs == 1) {
+        widen_to_f32(dtype, src + i * rs, dst + i * cols, cols);
+      } else {
+        for (std::int64_t j = 0; j < cols; ++j) widen_to_f32(dtype, src + i * rs + j * cs, dst + i * cols + j, 1);
+      }
+    }
+  });
+}
+
+template <typename T>
+void init_from_bias(Runtime& rt, bool parallel, std::int64_t m, std::int64_t n, T beta, const T* bias,
+                    std::int64_t b_rs, std::int64_t b_cs, T* c, std::int64_t c_rs, std::int64_t c_cs) {
+  for_rows(rt, parallel, m, n, [&](std::int64_t r0, std::int64_t r1) {
+    for (std::int64_t i = r0; i < r1; ++i) {
+      T* row = c + i * c_rs;
+      const T* src = bias + i * b_rs;
+      if (c_cs == 1 && b_cs == 1) {
+        for (std::int64_t j = 0; j < n; ++j) row[j] = beta * src[j];
+      } else if (c_cs == 1 && b_cs == 0) {
+        std::fill(row, row + n, beta * src[0]);
+      } else {
+        for (std::int64_t j = 0; j < n; ++j) row[j * c_cs] = beta * src[j * b_cs];
+      }
+    }
+  });
+}
+
+template <typename T>
+void one_product(Runtime& rt, const MatmulProblem& p, std::int64_t index, bool parallel) {
+  const auto at = [&](const MatrixOperand& x) {
+    return reinterpret_cast<T*>(x.data) + batch_offset(p.batch, x.batch_strides, index);
+  };
+  T* c = at(p.c);
+  T beta = 0;
+  if (p.bias.data) {
+    init_from_bias<T>(rt, parallel, p.m, p.n, static_cast<T>(p.beta), at(p.bias), p.bias.rs, p.bias.cs, c, p.c.rs,
+                      p.c.cs);
+    beta = 1;
+  }
+  gemm_impl<T>(rt, parallel, p.m, p.n, p.k, static_cast<T>(p.alpha), at(p.a), p.a.rs, p.a.cs, at(p.b), p.b.rs, p.b.cs,
+               beta, c, p.c.rs, p.c.cs);
+}
+
+// A 16-bit product through f32 scratch `work` (m*k + k*n + m*n floats).
+void one_half_product(Runtime& rt, const MatmulProblem& p, std::int64_t index, bool parallel, float* work) {
+  const auto at = [&](const MatrixOperand& x) {
+    return reinterpret_cast<std::uint16_t*>(x.data) + batch_offset(p.batch, x.batch_strides, index);
+  };
+  const std::int64_t m = p.m, n = p.n, k = p.k;
+  float* fa = work;
+  float* fb = fa + m * k;
+  float* fc = fb + k * n;
+  std::int64_t a_rs, a_cs, b_rs, b_cs;
+  widen_block(rt, parallel, p.dtype, m, k, at(p.a), p.a.rs, p.a.cs, fa, a_rs, a_cs);
+  widen_block(rt, parallel, p.dtype, k, n, at(p.b), p.b.rs, p.b.cs, fb, b_rs, b_cs);
+  float beta = 0;
+  if (p.bias.data) {
+    const std::uint16_t* bias = at(p.bias);
+    const float scale = static_cast<float>(p.beta);
+    for (std::int64_t i = 0; i < m; ++i)
+      for (std::int64_t j = 0; j < n; ++j) {
+        float v;
+        widen_to_f32(p.dtype, bias + i * p.bias.rs + j * p.bias.cs, &v, 1);
+        fc[i * n + j] = scale * v;
+      }
+    beta = 1;
+  }
+  gemm_impl<float>(rt, parallel, m, n, k, static_cast<float>(p.alpha), fa, a_rs, a_cs, fb, b_rs, b_cs, beta, fc, n, 1);
+  std::uint16_t* c = at(p.c);
+  for_rows(rt, parallel, m, n, [&](std::int64_t i0, std::int64_t i1) {
+    for (std::int64_t i = i0; i < i1; ++i) {
+      if (p.c.cs == 1) {
+        narrow_from_f32(p.dtype, fc + i * n, c + i * p.c.rs, n);
+      } else {
+        for (std::int64_t j = 0; j < n; ++j) narrow_from_f32(p.dtype, fc + i * n + j, c + i * p.c.rs + j * p.c.cs, 1);
+      }
+    }
+  });
+}
+
+}  // namespace
+
+void gemm(Runtime& rt, bool parallel, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a,
+          std::int64_t a_rs, std::int64_t a_cs, const float* b, std::int64_t b_rs, std::int64_t b_cs, float beta,
+          float* c, std::int64_t c_rs, std::int64_t c_cs) {
+  gemm_impl<float>(rt, parallel, m, n, k, alpha, a, a_rs, a_cs, b, b_rs, b_cs, beta, c, c_rs, c_cs);
+}
+
+void gemm(Runtime& rt, bool parallel, std::int64_t m, std::int64_t n, std::int64_t k, double alpha, const double* a,
+          std::int64_t a_rs, std::int64_t a_cs, const double* b, std::int64_t b_rs, std::int64_t b_cs, double beta,
+          double* c, std::int64_t c_rs, std::int64_t c_cs) {
+  gemm_impl<double>(rt, parallel, m, n, k, alpha, a, a_rs, a_cs, b, b_rs, b_cs, beta, c, c_rs, c_cs);
+}
+
+void matmul(Runtime& rt, const MatmulProblem& problem) {
+  MatmulProblem p = problem;
+  if (p.beta == 0) p.bias.data = nullptr;  // libtorch: beta 0 ignores the bias, NaN included
+  fold_batch(p);
+  const std::int64_t total = p.batch.numel();
+  if (total == 0 || p.m == 0 || p.n == 0) return;
+  const bool half = p.dtype == DType::f16 || p.dtype == DType::bf16;
+  const int threads = rt.threads();
+  const double flops = static_cast<double>(p.m) * static_cast<double>(p.n) * static_cast<double>(p.k);
+  const double big = static_cast<double>(kParallelGemmFlops);
+
+  // Whether batches go to threads, each product then running on one thread.
+  const bool by_batch = threads > 1 && total > 1 && flops * static_cast<double>(total) >= big &&
+                        (flops < big || total % threads == 0 || total >= 4 * threads);
+  const std::int64_t slots = by_batch ? std::min<std::int64_t>(threads, total) : 1;
+  const bool parallel_products = !by_batch;
+
+  ScratchLease<float> work;
+  const std::int64_t per_slot = half ? p.m * p.k + p.k * p.n + p.m * p.n : 0;
+  if (half) work = rt.pool().scratch<float>(static_cast<std::size_t>(per_slot * slots));
+
+  auto run_range = [&](std::int64_t first, std::int64_t last, std::int64_t slot) {
+    for (std::int64_t i = first; i < last; ++i) {
+      if (half) one_half_product(rt, p, i, parallel_products, work.data() + slot * per_slot);
+      else if (p.dtype == DType::f64) one_product<double>(rt, p, i, parallel_products);
+      else one_product<float>(rt, p, i, parallel_products);
+    }
+  };
+  if (!by_batch) {
+    run_range(0, total, 0);
+    return;
+  }
+  rt.parallel_for(slots, 1, [&](std::int64_t s0, std::int64_t s1) {
+    for (std::int64_t s = s0; s < s1; ++s) run_range(total * s / slots, total * (s + 1) / slots, s);
+  });
+}
+
+void widen_to_f32(DType dtype, const std::uint16_t* src, float* dst, std::int64_t count) noexcept {
+  if (dtype == DType::bf16) {
+    for (std::int64_t i = 0; i < count; ++i) dst[i] = std::bit_cast<float>(static_cast<std::uint32_t>(src[i]) << 16);
+    return;
+  }
+  std::int64_t i = 0;
+#if defined(__AVX512F__)
+  for (; i + 16 <= count; i += 16)
+    _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i))));
+#elif defined(__F16C__)
+  for (; i + 8 <= count; i += 8)
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
+#endif
+  for (; i < count; ++i) dst[i] = Half::to_float(src[i]);
+}
+
+void narrow_from_f32(DType dtype, const float* src, std::uint16_t* dst, std::int64_t count) noexcept {
+  if (dtype == DType::bf16) {
+    // Integer round-to-nearest-even; it vectorizes and, unlike VCVTNEPS2BF16,
+    // keeps subnormals.
+    for (std::int64_t i = 0; i < count; ++i) dst[i] = BFloat16::from_float(src[i]);
+    return;
+  }
+  std::int64_t i = 0;
+#if defined(__AVX512F__)
+  for (; i + 16 <= count; i += 16)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),
+                        _mm512_cvtps_ph(_mm512_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+#elif defined(__F16C__)
+  for (; i + 8 <= count; i += 8)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+#endif
+  for (; i < count; ++i) dst[i] = Half::from_float(src[i]);
+}
+
+}  // namespace forge::cpu

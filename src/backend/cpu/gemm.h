@@ -1,0 +1,58 @@
+#pragma once
+// GEMM on strided blocks (Eigen's single-threaded kernels underneath, split
+// over the context's threads here) and the batched matmul driver that the
+// linear-algebra ops and conv2d share. Unchecked: callers validate shapes,
+// dtypes and aliasing.
+
+#include <cstddef>
+#include <cstdint>
+
+#include "forge/dtype.h"
+#include "forge/runtime.h"
+#include "forge/shape.h"
+
+namespace forge::cpu {
+
+// C = alpha * A B + beta * C with A [m, k], B [k, n], C [m, n]; element (i, j)
+// of X lives at x[i * x_rs + j * x_cs]. beta == 0 ignores C's old contents (a
+// NaN there does not propagate). A block with a unit stride on either side is
+// read in place (a transposed view costs no copy); other layouts are packed
+// into pooled scratch. When `parallel`, a large product is split over rt's
+// threads; otherwise it runs on the calling thread.
+void gemm(Runtime& rt, bool parallel, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a,
+          std::int64_t a_rs, std::int64_t a_cs, const float* b, std::int64_t b_rs, std::int64_t b_cs, float beta,
+          float* c, std::int64_t c_rs, std::int64_t c_cs);
+void gemm(Runtime& rt, bool parallel, std::int64_t m, std::int64_t n, std::int64_t k, double alpha, const double* a,
+          std::int64_t a_rs, std::int64_t a_cs, const double* b, std::int64_t b_rs, std::int64_t b_cs, double beta,
+          double* c, std::int64_t c_rs, std::int64_t c_cs);
+
+// Below this many multiply-adds a product runs on one thread.
+inline constexpr std::int64_t kParallelGemmFlops = std::int64_t{1} << 21;
+
+// One operand of a batched product: its first element, its strides over the
+// batch shape (0 where it broadcasts) and its row and column strides, all in
+// elements.
+struct MatrixOperand {
+  std::byte* data = nullptr;
+  Strides batch_strides;
+  std::int64_t rs = 0, cs = 0;
+};
+
+// c[i] = beta * bias[i] + alpha * a[i] b[i] for every index i of `batch`;
+// without a bias (bias.data null) c[i] = alpha * a[i] b[i]. Every operand has
+// `dtype` (f32, f64, f16 or bf16; the 16-bit ones accumulate in f32). c must
+// not overlap the others.
+struct MatmulProblem {
+  DType dtype = DType::f32;
+  Shape batch;
+  std::int64_t m = 0, n = 0, k = 0;
+  MatrixOperand a, b, c, bias;
+  double alpha = 1, beta = 1;
+};
+void matmul(Runtime& rt, const MatmulProblem& p);
+
+// Contiguous 16-bit <-> f32 conversion (F16C for f16; round to nearest even).
+void widen_to_f32(DType dtype, const std::uint16_t* src, float* dst, std::int64_t count) noexcept;
+void narrow_from_f32(DType dtype, const float* src, std::uint16_t* dst, std::int64_t count) noexcept;
+
+}  // namespace forge::cpu

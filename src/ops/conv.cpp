@@ -1,0 +1,256 @@
+// conv2d, max_pool2d, avg_pool2d over NCHW (or unbatched CHW) inputs, with
+// libtorch's output-size rules. f16 and bf16 convolutions run in f32 on
+// widened copies; f32 and f64 read their inputs through their strides.
+
+#include "backend/cpu/conv_kernels.h"
+#include "forge/ops.h"
+#include "ops/linalg_internal.h"
+
+namespace forge {
+namespace {
+
+// x's dims and strides as [N, C, H, W]; an unbatched [C, H, W] is one image.
+struct Nchw {
+  std::int64_t dims[4];
+  Strides strides;
+};
+
+Nchw as_nchw(const Tensor& x) {
+  Nchw g{};
+  const int lead = 4 - x.dim();
+  g.strides = Strides::filled(4, 0);
+  for (int d = 0; d < 4; ++d) g.dims[d] = 1;
+  for (int d = 0; d < x.dim(); ++d) {
+    g.dims[lead + d] = x.shape()[d];
+    g.strides[lead + d] = x.strides()[d];
+  }
+  return g;
+}
+
+void check_image(const char* op, const Tensor& x) {
+  FORGE_CHECK(x.dim() == 3 || x.dim() == 4, shape, op, "x must be [N, C, H, W] or [C, H, W], got shape ", x.shape());
+}
+
+// The output shape: x's with C replaced by `channels` and the spatial dims.
+Shape image_shape(const Tensor& x, std::int64_t channels, std::int64_t h, std::int64_t w) {
+  Shape s;
+  if (x.dim() == 4) s.push_back(x.shape()[0]);
+  s.push_back(channels);
+  s.push_back(h);
+  s.push_back(w);
+  return s;
+}
+
+void check_out(const char* op, const Tensor& out, const Tensor& x, const Shape& shape) {
+  detail::check_same_runtime(op, out, x);
+  FORGE_CHECK(out.shape() == shape, shape, op, "out has shape ", out.shape(), " but the result has shape ", shape);
+  FORGE_CHECK(out.dtype() == x.dtype(), dtype, op, "out is ", dtype_name(out.dtype()), " but the result is ",
+              dtype_name(x.dtype()));
+}
+
+// ---- conv2d ----
+
+struct ConvPlan {
+  cpu::Conv2dProblem p;
+  Shape out_shape;
+};
+
+ConvPlan plan_conv(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                   const Conv2dOptions& o) {
+  detail::check_input(op, x, "x");
+  detail::check_input(op, weight, "weight");
+  detail::check_same_runtime(op, x, weight);
+  detail::check_same_floating(op, x, "x", weight, "weight");
+  if (bias.defined()) {
+    detail::check_input(op, bias, "bias");
+    detail::check_same_runtime(op, x, bias);
+    FORGE_CHECK(bias.dtype() == x.dtype(), dtype, op, "bias is ", dtype_name(bias.dtype()), " but x is ",
+                dtype_name(x.dtype()));
+  }
+  check_image(op, x);
+  FORGE_CHECK(weight.dim() == 4, shape, op, "weight must be [O, C / groups, kH, kW], got shape ", weight.shape());
+  for (int i = 0; i < 2; ++i) {
+    FORGE_CHECK(o.stride[i] > 0, invalid_argument, op, "stride must be positive, got [", o.stride[0], ", ",
+                o.stride[1], "]");
+    FORGE_CHECK(o.dilation[i] > 0, invalid_argument, op, "dilation must be positive, got [", o.dilation[0], ", ",
+                o.dilation[1], "]");
+    FORGE_CHECK(o.padding[i] >= 0, invalid_argument, op, "padding must be non-negative, got [", o.padding[0], ", ",
+                o.padding[1], "]");
+  }
+  FORGE_CHECK(o.groups > 0, invalid_argument, op, "groups must be positive, got ", o.groups);
+  const Nchw g = as_nchw(x);
+  const std::int64_t c = g.dims[1], out_c = weight.shape()[0], kh = weight.shape()[2], kw = weight.shape()[3];
+  FORGE_CHECK(c % o.groups == 0, shape, op, "x has ", c, " channels (shape ", x.shape(), "), not divisible by ",
+              o.groups, " groups");
+  FORGE_CHECK(out_c % o.groups == 0, shape, op, "weight has ", out_c, " output channels (shape ", weight.shape(),
+              "), not divisible by ", o.groups, " groups");
+  FORGE_CHECK(weight.shape()[1] * o.groups == c, shape, op, "weight of shape ", weight.shape(), " with ", o.groups,
+              " groups expects ", weight.shape()[1] * o.groups, " input channels, but x of shape ", x.shape(),
+              " has ", c);
+  FORGE_CHECK(kh > 0 && kw > 0, shape, op, "weight has an empty kernel: shape ", weight.shape());
+  if (bias.defined())
+    FORGE_CHECK(bias.dim() == 1 && bias.shape()[0] == out_c, shape, op, "bias must have shape [", out_c, "], got ",
+                bias.shape());
+  const std::int64_t span_h = g.dims[2] + 2 * o.padding[0] - o.dilation[0] * (kh - 1) - 1;
+  const std::int64_t span_w = g.dims[3] + 2 * o.padding[1] - o.dilation[1] * (kw - 1) - 1;
+  FORGE_CHECK(span_h >= 0 && span_w >= 0, shape, op, "the kernel (", kh, " x ", kw, ", dilation [", o.dilation[0],
+              ", ", o.dilation[1], "]) is larger than the padded input (", g.dims[2] + 2 * o.padding[0], " x ",
+              g.dims[3] + 2 * o.padding[1], ")");
+  ConvPlan pl;
+  cpu::Conv2dProblem& p = pl.p;
+  p.dtype = x.dtype();
+  p.win = {g.dims[0], c, g.dims[2], g.dims[3], span_h / o.stride[0] + 1, span_w / o.stride[1] + 1, kh, kw,
+           o.stride[0], o.stride[1], o.padding[0], o.padding[1], o.dilation[0], o.dilation[1]};
+  p.out_channels = out_c;
+  p.groups = o.groups;
+  pl.out_shape = image_shape(x, out_c, p.win.out_h, p.win.out_w);
+  return pl;
+}
+
+// Binds the operands and runs into `out` (of x's dtype, spatially flat).
+void run_conv(ConvPlan& pl, const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out) {
+  cpu::Conv2dProblem& p = pl.p;
+  p.x = detail::first_element(x);
+  p.x_strides = as_nchw(x).strides;
+  p.weight = detail::first_element(weight);
+  p.weight_strides = weight.strides();
+  p.bias = bias.defined() ? detail::first_element(bias) : nullptr;
+  p.bias_stride = bias.defined() ? bias.strides()[0] : 0;
+  p.out = detail::first_element(out);
+  p.out_strides = as_nchw(out).strides;
+  cpu::conv2d(x.runtime(), p);
+}
+
+// Computes the convolution into `out`, through f32 copies for 16-bit dtypes
+// and through a packed temporary when out's planes are not contiguous.
+void compute_conv(const char* op, ConvPlan& pl, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                  const Tensor& out) {
+  Runtime& rt = x.runtime();
+  const bool half = x.dtype() == DType::f16 || x.dtype() == DType::bf16;
+  const Nchw og = as_nchw(out);
+  if (!half && cpu::spatial_is_flat(og.dims[2], og.dims[3], og.strides)) {
+    run_conv(pl, x, weight, bias, out);
+    return;
+  }
+  const DType compute = half ? DType::f32 : x.dtype();
+  const Tensor cx = half ? detail::cast_temporary(x, compute, op) : x;
+  const Tensor cw = half ? detail::cast_temporary(weight, compute, op) : weight;
+  const Tensor cb = half && bias.defined() ? detail::cast_temporary(bias, compute, op) : bias;
+  const Tensor tmp = detail::allocate(rt, pl.out_shape, compute, op);
+  pl.p.dtype = compute;
+  run_conv(pl, cx, cw, cb, tmp);
+  cpu::copy_cast(rt, pl.out_shape, detail::operand(out), detail::operand(tmp));
+}
+
+// ---- pools ----
+
+// libtorch's pooling_output_shape.
+std::int64_t pooled_size(std::int64_t in, std::int64_t k, std::int64_t pad, std::int64_t stride, std::int64_t dil,
+                         bool ceil_mode) {
+  const std::int64_t num = in + 2 * pad - dil * (k - 1) - 1 + (ceil_mode ? stride - 1 : 0);
+  const std::int64_t q = num >= 0 ? num / stride : -((-num + stride - 1) / stride);  // floor division
+  std::int64_t out = q + 1;
+  if (ceil_mode && (out - 1) * stride >= in + pad) --out;
+  return out;
+}
+
+struct PoolPlan {
+  cpu::Pool2dProblem p;
+  Shape out_shape;
+};
+
+PoolPlan plan_pool(const char* op, const Tensor& x, const Pool2dOptions& o, bool is_max) {
+  detail::check_input(op, x, "x");
+  detail::check_floating(op, x, "x");
+  check_image(op, x);
+  std::int64_t stride[2];
+  for (int i = 0; i < 2; ++i) {
+    FORGE_CHECK(o.kernel[i] > 0, invalid_argument, op, "kernel must be positive, got [", o.kernel[0], ", ",
+                o.kernel[1], "]");
+    FORGE_CHECK(o.stride[i] >= 0, invalid_argument, op, "stride must be positive (or 0 for the kernel size), got [",
+                o.stride[0], ", ", o.stride[1], "]");
+    FORGE_CHECK(o.dilation[i] > 0, invalid_argument, op, "dilation must be positive, got [", o.dilation[0], ", ",
+                o.dilation[1], "]");
+    FORGE_CHECK(o.padding[i] >= 0 && o.padding[i] <= o.kernel[i] / 2, invalid_argument, op,
+                "padding must be between 0 and half the kernel size, got padding [", o.padding[0], ", ",
+                o.padding[1], "] for kernel [", o.kernel[0], ", ", o.kernel[1], "]");
+    stride[i] = o.stride[i] == 0 ? o.kernel[i] : o.stride[i];
+  }
+  if (!is_max)
+    FORGE_CHECK(o.dilation[0] == 1 && o.dilation[1] == 1, invalid_argument, op, "takes no dilation, got [",
+                o.dilation[0], ", ", o.dilation[1], "]");
+  const Nchw g = as_nchw(x);
+  const std::int64_t oh = pooled_size(g.dims[2], o.kernel[0], o.padding[0], stride[0], o.dilation[0], o.ceil_mode);
+  const std::int64_t ow = pooled_size(g.dims[3], o.kernel[1], o.padding[1], stride[1], o.dilation[1], o.ceil_mode);
+  FORGE_CHECK(oh >= 1 && ow >= 1, shape, op, "input of shape ", x.shape(), " is too small for the window: output ",
+              oh, " x ", ow);
+  PoolPlan pl;
+  cpu::Pool2dProblem& p = pl.p;
+  p.dtype = x.dtype();
+  p.win = {g.dims[0], g.dims[1], g.dims[2], g.dims[3], oh, ow, o.kernel[0], o.kernel[1], stride[0], stride[1],
+           o.padding[0], o.padding[1], o.dilation[0], o.dilation[1]};
+  p.count_include_pad = o.count_include_pad;
+  p.x = detail::first_element(x);
+  p.x_strides = g.strides;
+  pl.out_shape = image_shape(x, g.dims[1], oh, ow);
+  return pl;
+}
+
+void run_pool(PoolPlan& pl, const Tensor& out, bool is_max) {
+  pl.p.out = detail::first_element(out);
+  pl.p.out_strides = as_nchw(out).strides;
+  if (is_max) cpu::max_pool2d(out.runtime(), pl.p);
+  else cpu::avg_pool2d(out.runtime(), pl.p);
+}
+
+Tensor pool(const char* op, const Tensor& x, const Pool2dOptions& options, bool is_max) {
+  PoolPlan pl = plan_pool(op, x, options, is_max);
+  Tensor out = detail::allocate(x.runtime(), pl.out_shape, x.dtype(), op);
+  run_pool(pl, out, is_max);
+  detail::adopt_output(out);
+  return out;
+}
+
+Tensor& pool_into(const char* op, Tensor& out, const Tensor& x, const Pool2dOptions& options, bool is_max) {
+  detail::check_writable(op, out, "out");
+  PoolPlan pl = plan_pool(op, x, options, is_max);
+  check_out(op, out, x, pl.out_shape);
+  detail::check_no_overlap(op, out, x, "x");
+  run_pool(pl, out, is_max);
+  out.buffer()->bump_version();
+  return out;
+}
+
+}  // namespace
+
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dOptions& options) {
+  ConvPlan pl = plan_conv("conv2d", x, weight, bias, options);
+  Tensor out = detail::allocate(x.runtime(), pl.out_shape, x.dtype(), "conv2d");
+  compute_conv("conv2d", pl, x, weight, bias, out);
+  detail::adopt_output(out);
+  return out;
+}
+
+Tensor& conv2d_into(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                    const Conv2dOptions& options) {
+  detail::check_writable("conv2d_into", out, "out");
+  ConvPlan pl = plan_conv("conv2d_into", x, weight, bias, options);
+  check_out("conv2d_into", out, x, pl.out_shape);
+  detail::check_no_overlap("conv2d_into", out, x, "x");
+  detail::check_no_overlap("conv2d_into", out, weight, "weight");
+  if (bias.defined()) detail::check_no_overlap("conv2d_into", out, bias, "bias");
+  compute_conv("conv2d_into", pl, x, weight, bias, out);
+  out.buffer()->bump_version();
+  return out;
+}
+
+Tensor max_pool2d(const Tensor& x, const Pool2dOptions& options) { return pool("max_pool2d", x, options, true); }
+Tensor avg_pool2d(const Tensor& x, const Pool2dOptions& options) { return pool("avg_pool2d", x, options, false); }
+Tensor& max_pool2d_into(Tensor& out, const Tensor& x, const Pool2dOptions& options) {
+  return pool_into("max_pool2d_into", out, x, options, true);
+}
+Tensor& avg_pool2d_into(Tensor& out, const Tensor& x, const Pool2dOptions& options) {
+  return pool_into("avg_pool2d_into", out, x, options, false);
+}
+
+}  // namespace forge
