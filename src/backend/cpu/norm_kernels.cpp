@@ -27,108 +27,134 @@ constexpr int kLanes = 16;
 constexpr std::int64_t kStatBlock = 4096;
 constexpr std::int64_t kColumnTile = 64;
 
-template <typename C>
-inline C exp_c(C x) noexcept {
-  if constexpr (std::is_same_v<C, float>) return fast_exp(x);
-  else return std::exp(x);
+template <typename X>
+inline X exp_c(X x) noexcept {
+  if constexpr (std::is_same_v<X, double>) return std::exp(x);
+  else return fast_exp(x);  // float or VecF
 }
+
+// f32 rows run four VecF accumulators (32 floats) per step; f64 rows run
+// kLanes scalar accumulators, which the compiler may vectorize.
+constexpr std::int64_t kStep = 4 * kVecF;
 
 template <typename C>
 C row_max(const C* x, std::int64_t n) {
-  C acc[kLanes];
-  for (auto& a : acc) a = -std::numeric_limits<C>::infinity();
+  C m = -std::numeric_limits<C>::infinity();
   std::int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int k = 0; k < kLanes; ++k) acc[k] = x[i + k] > acc[k] ? x[i + k] : acc[k];
-  for (; i < n; ++i) acc[0] = x[i] > acc[0] ? x[i] : acc[0];
-  C m = acc[0];
-  for (int k = 1; k < kLanes; ++k) m = acc[k] > m ? acc[k] : m;
+  if constexpr (std::is_same_v<C, float>) {
+    VecF a[4];
+    for (auto& v : a) v = splat<VecF>(m);
+    for (; i + kStep <= n; i += kStep)
+      for (int u = 0; u < 4; ++u) {
+        const VecF v = load_vec<VecF>(x + i + u * kVecF);
+        a[u] = v > a[u] ? v : a[u];
+      }
+    for (int u = 0; u < 4; ++u)
+      for (int k = 0; k < kVecF; ++k) m = a[u][k] > m ? a[u][k] : m;
+  } else {
+    C acc[kLanes];
+    for (auto& a : acc) a = m;
+    for (; i + kLanes <= n; i += kLanes)
+      for (int k = 0; k < kLanes; ++k) acc[k] = x[i + k] > acc[k] ? x[i + k] : acc[k];
+    for (int k = 0; k < kLanes; ++k) m = acc[k] > m ? acc[k] : m;
+  }
+  for (; i < n; ++i) m = x[i] > m ? x[i] : m;
   return m;
 }
 
-// sum of exp(x - m); writes each exp into y when y is not null.
-template <typename C>
-C row_exp_sum(const C* x, C* y, std::int64_t n, C m) {
-  double total = 0;
-  for (std::int64_t b = 0; b < n; b += kStatBlock) {
-    const std::int64_t e = std::min(n, b + kStatBlock);
+// The sum of f(x[i]) over [b, e), accumulated in lanes of C.
+template <typename C, typename F>
+C block_sum(const C* x, std::int64_t b, std::int64_t e, F f) {
+  std::int64_t i = b;
+  C s = 0;
+  if constexpr (std::is_same_v<C, float>) {
+    VecF a[4] = {};
+    for (; i + kStep <= e; i += kStep)
+      for (int u = 0; u < 4; ++u) a[u] += f(load_vec<VecF>(x + i + u * kVecF));
+    const VecF t = (a[0] + a[1]) + (a[2] + a[3]);
+    for (int k = 0; k < kVecF; ++k) s += t[k];
+  } else {
     C acc[kLanes] = {};
-    std::int64_t i = b;
-    if (y) {
-      for (; i + kLanes <= e; i += kLanes)
-        for (int k = 0; k < kLanes; ++k) {
-          const C v = exp_c(x[i + k] - m);
-          y[i + k] = v;
-          acc[k] += v;
-        }
-      for (; i < e; ++i) acc[0] += (y[i] = exp_c(x[i] - m));
-    } else {
-      for (; i + kLanes <= e; i += kLanes)
-        for (int k = 0; k < kLanes; ++k) acc[k] += exp_c(x[i + k] - m);
-      for (; i < e; ++i) acc[0] += exp_c(x[i] - m);
-    }
-    C s = 0;
+    for (; i + kLanes <= e; i += kLanes)
+      for (int k = 0; k < kLanes; ++k) acc[k] += f(x[i + k]);
     for (int k = 0; k < kLanes; ++k) s += acc[k];
-    total += s;
   }
-  return static_cast<C>(total);
+  for (; i < e; ++i) s += f(x[i]);
+  return s;
+}
+
+// Sum of f(x[i]) in C lanes, folded into f64 every kStatBlock elements.
+template <typename C, typename F>
+double row_sum(const C* x, std::int64_t n, F f) {
+  double total = 0;
+  for (std::int64_t b = 0; b < n; b += kStatBlock) total += static_cast<double>(block_sum(x, b, std::min(n, b + kStatBlock), f));
+  return total;
+}
+
+// Applies y[i] = f(x[i], i) over a row; f takes a float or a VecF for f32.
+template <typename C, typename F>
+void row_map(const C* x, C* y, std::int64_t n, F f) {
+  std::int64_t i = 0;
+  if constexpr (std::is_same_v<C, float>) {
+    for (; i + kVecF <= n; i += kVecF) store_vec(y + i, f(load_vec<VecF>(x + i), i));
+  }
+  for (; i < n; ++i) y[i] = f(x[i], i);
+}
+
+// A float's or a VecF's slice of an array starting at i.
+template <typename X, typename C>
+inline X at(const C* p, std::int64_t i) {
+  if constexpr (std::is_same_v<X, VecF>) return load_vec<VecF>(p + i);
+  else return p[i];
 }
 
 template <typename C>
 void softmax_row(const C* x, C* y, std::int64_t n, bool log) {
   const C m = row_max(x, n);
   if (log) {
-    const C shift = m + std::log(row_exp_sum<C>(x, nullptr, n, m));
-    for (std::int64_t i = 0; i < n; ++i) y[i] = x[i] - shift;
-  } else {
-    const C inv = C(1) / row_exp_sum<C>(x, y, n, m);
-    for (std::int64_t i = 0; i < n; ++i) y[i] *= inv;
+    double s = 0;
+    for (std::int64_t b = 0; b < n; b += kStatBlock)
+      s += block_sum(x, b, std::min(n, b + kStatBlock), [m](auto v) { return exp_c(v - m); });
+    const C shift = m + static_cast<C>(std::log(s));
+    row_map(x, y, n, [shift](auto v, std::int64_t) { return v - shift; });
+    return;
   }
-}
-
-// Sum of f(x[i]) in f32 lanes, folded into f64 every kStatBlock elements.
-template <typename C, typename F>
-double row_sum(const C* x, std::int64_t n, F f) {
-  double total = 0;
+  // exp(x - m) is written out and summed in one pass; the scaling pass finds y in L1.
+  double s = 0;
   for (std::int64_t b = 0; b < n; b += kStatBlock) {
     const std::int64_t e = std::min(n, b + kStatBlock);
-    C acc[kLanes] = {};
-    std::int64_t i = b;
-    for (; i + kLanes <= e; i += kLanes)
-      for (int k = 0; k < kLanes; ++k) acc[k] += f(x[i + k]);
-    for (; i < e; ++i) acc[0] += f(x[i]);
-    C s = 0;
-    for (int k = 0; k < kLanes; ++k) s += acc[k];
-    total += static_cast<double>(s);
+    row_map(x + b, y + b, e - b, [m](auto v, std::int64_t) { return exp_c(v - m); });
+    s += static_cast<double>(block_sum(y, b, e, [](auto v) { return v; }));
   }
-  return total;
+  const C inv = static_cast<C>(1.0 / s);
+  row_map(y, y, n, [inv](auto v, std::int64_t) { return v * inv; });
 }
 
 template <typename C>
 void layer_norm_row(const C* x, C* y, std::int64_t n, const C* w, const C* b, double eps) {
-  const C mean = static_cast<C>(row_sum(x, n, [](C v) { return v; }) / static_cast<double>(n));
-  const double var = row_sum(x, n, [mean](C v) { return (v - mean) * (v - mean); }) / static_cast<double>(n);
+  const C mean = static_cast<C>(row_sum(x, n, [](auto v) { return v; }) / static_cast<double>(n));
+  const double var = row_sum(x, n, [mean](auto v) { return (v - mean) * (v - mean); }) / static_cast<double>(n);
   const C rstd = static_cast<C>(1.0 / std::sqrt(var + eps));
   if (w && b) {
-    for (std::int64_t i = 0; i < n; ++i) y[i] = (x[i] - mean) * rstd * w[i] + b[i];
+    row_map(x, y, n, [=](auto v, std::int64_t i) {
+      using X = decltype(v);
+      return (v - mean) * rstd * at<X>(w, i) + at<X>(b, i);
+    });
   } else if (w) {
-    for (std::int64_t i = 0; i < n; ++i) y[i] = (x[i] - mean) * rstd * w[i];
+    row_map(x, y, n, [=](auto v, std::int64_t i) { return (v - mean) * rstd * at<decltype(v)>(w, i); });
   } else if (b) {
-    for (std::int64_t i = 0; i < n; ++i) y[i] = (x[i] - mean) * rstd + b[i];
+    row_map(x, y, n, [=](auto v, std::int64_t i) { return (v - mean) * rstd + at<decltype(v)>(b, i); });
   } else {
-    for (std::int64_t i = 0; i < n; ++i) y[i] = (x[i] - mean) * rstd;
+    row_map(x, y, n, [=](auto v, std::int64_t) { return (v - mean) * rstd; });
   }
 }
 
 template <typename C>
 void rms_norm_row(const C* x, C* y, std::int64_t n, const C* w, double eps) {
-  const double ms = row_sum(x, n, [](C v) { return v * v; }) / static_cast<double>(n);
+  const double ms = row_sum(x, n, [](auto v) { return v * v; }) / static_cast<double>(n);
   const C rstd = static_cast<C>(1.0 / std::sqrt(ms + eps));
-  if (w) {
-    for (std::int64_t i = 0; i < n; ++i) y[i] = x[i] * rstd * w[i];
-  } else {
-    for (std::int64_t i = 0; i < n; ++i) y[i] = x[i] * rstd;
-  }
+  if (w) row_map(x, y, n, [=](auto v, std::int64_t i) { return v * rstd * at<decltype(v)>(w, i); });
+  else row_map(x, y, n, [=](auto v, std::int64_t) { return v * rstd; });
 }
 
 // Runs row(x, y) over `rows` rows of n elements, in parallel; 16-bit rows go

@@ -37,10 +37,15 @@ constexpr bool is_float_v = std::is_floating_point_v<V>;
 template <typename V>
 using int_acc_t = std::conditional_t<is_float_v<V>, V, std::uint64_t>;
 
+// Reducers whose Acc is their float element type also take SIMD blocks
+// (kVec): vmap and vcombine accept a float, a double or a vector of them.
 template <typename V>
 struct SumR {
   using Acc = int_acc_t<V>;
   static constexpr bool kCascade = is_float_v<V>;
+  static constexpr bool kVec = is_float_v<V>;
+  template <typename X> static X vmap(X v) { return v; }
+  template <typename X> static X vcombine(X a, X b) { return a + b; }
   Acc identity() const { return Acc(0); }
   Acc map(V v) const { return static_cast<Acc>(v); }
   Acc combine(Acc a, Acc b) const { return a + b; }
@@ -58,11 +63,13 @@ struct MeanR : SumR<V> {
 template <typename V>
 struct Norm1R : SumR<V> {
   V map(V v) const { return std::abs(v); }
+  template <typename X> static X vmap(X v) { return v < X{} ? -v : v; }
 };
 
 template <typename V>
 struct Norm2R : SumR<V> {
   V map(V v) const { return v * v; }
+  template <typename X> static X vmap(X v) { return v * v; }
   V finish(V a, std::int64_t) const { return std::sqrt(a); }
 };
 
@@ -70,6 +77,9 @@ template <typename V>
 struct ProdR {
   using Acc = int_acc_t<V>;
   static constexpr bool kCascade = false;
+  static constexpr bool kVec = is_float_v<V>;
+  template <typename X> static X vmap(X v) { return v; }
+  template <typename X> static X vcombine(X a, X b) { return a * b; }
   Acc identity() const { return Acc(1); }
   Acc map(V v) const { return static_cast<Acc>(v); }
   Acc combine(Acc a, Acc b) const { return a * b; }
@@ -84,6 +94,12 @@ template <typename V, bool kMax>
 struct ExtremeR {
   using Acc = V;
   static constexpr bool kCascade = false;
+  static constexpr bool kVec = is_float_v<V>;
+  template <typename X> static X vmap(X v) { return v; }
+  template <typename X> static X vcombine(X a, X b) {
+    if constexpr (kMax) return (a > b) | (a != a) ? a : b;
+    else return (a < b) | (a != a) ? a : b;
+  }
   Acc identity() const {
     if constexpr (is_float_v<V>) return kMax ? -std::numeric_limits<V>::infinity() : std::numeric_limits<V>::infinity();
     else return kMax ? std::numeric_limits<V>::lowest() : std::numeric_limits<V>::max();
@@ -100,6 +116,7 @@ template <typename V, bool kAll>
 struct LogicalR {
   using Acc = std::uint8_t;
   static constexpr bool kCascade = false;
+  static constexpr bool kVec = false;
   Acc identity() const { return kAll ? 1 : 0; }
   Acc map(V v) const { return v != V(0) ? 1 : 0; }
   Acc combine(Acc a, Acc b) const { return kAll ? (a & b) : (a | b); }
@@ -115,6 +132,7 @@ template <typename V, bool kStd>
 struct VarR {
   using Acc = Moments;
   static constexpr bool kCascade = false;
+  static constexpr bool kVec = false;
   double correction;
   Acc identity() const { return {0, 0, 0}; }
   Acc map(V v) const { return {1, static_cast<double>(v), 0}; }
@@ -139,6 +157,7 @@ struct LogSumExpR {
     V m, s;
   };
   static constexpr bool kCascade = false;
+  static constexpr bool kVec = false;
   Acc identity() const { return {-std::numeric_limits<V>::infinity(), V(0)}; }
   Acc map(V v) const { return {v, V(1)}; }
   Acc combine(Acc a, Acc b) const {
@@ -258,6 +277,10 @@ class Engine {
   using Acc = typename R::Acc;
   using V = compute_t<In>;
   static constexpr bool kWiden = is_half_v<In>;
+  // SIMD blocks when the elements are the accumulators (f32, f64).
+  static constexpr bool kSimd = R::kVec && std::is_same_v<In, Acc>;
+  using Vec = std::conditional_t<std::is_same_v<Acc, double>, VecD, VecF>;
+  static constexpr int kW = static_cast<int>(sizeof(Vec) / sizeof(Acc));
 
   Engine(Runtime& rt, const R& r, const Geometry& g, const In* in, Out* out)
       : rt_(rt), r_(r), g_(g), in_(in), out_(out) {}
@@ -326,6 +349,18 @@ class Engine {
   // kLanes independent accumulators over n elements `stride` apart.
   template <bool kUnit>
   Acc lanes(const In* p, std::int64_t n, std::int64_t stride) const {
+    if constexpr (kUnit && kSimd) {
+      Vec v[4];
+      for (auto& a : v) a = splat<Vec>(r_.identity());
+      std::int64_t i = 0;
+      for (; i + 4 * kW <= n; i += 4 * kW)
+        for (int u = 0; u < 4; ++u) v[u] = R::vcombine(v[u], R::vmap(load_vec<Vec>(p + i + u * kW)));
+      const Vec t = R::vcombine(R::vcombine(v[0], v[1]), R::vcombine(v[2], v[3]));
+      Acc acc = t[0];
+      for (int k = 1; k < kW; ++k) acc = r_.combine(acc, t[k]);
+      for (; i < n; ++i) acc = r_.combine(acc, r_.map(p[i]));
+      return acc;
+    }
     Acc acc[kLanes];
     for (auto& a : acc) a = r_.identity();
     std::int64_t i = 0;
@@ -399,12 +434,17 @@ class Engine {
       if constexpr (kWiden) {
         widen_block(row, buf, w);
         for (std::int64_t j = 0; j < w; ++j) into[j] = r_.combine(into[j], r_.map(buf[j]));
+      } else if constexpr (kSimd) {
+        std::int64_t j = 0;
+        for (; j + kW <= w; j += kW)
+          store_vec(into + j, R::vcombine(load_vec<Vec>(into + j), R::vmap(load_vec<Vec>(row + j))));
+        for (; j < w; ++j) into[j] = r_.combine(into[j], r_.map(row[j]));
       } else {
         for (std::int64_t j = 0; j < w; ++j) into[j] = r_.combine(into[j], r_.map(value(row + j)));
       }
       if constexpr (R::kCascade) {
         if (++rows == kCascadeRows) {
-          for (std::int64_t j = 0; j < w; ++j) acc[j] = r_.combine(acc[j], part[j]);
+          for (std::int64_t j = 0; j < w; ++j) acc[j] = r_.combine(acc[j], part[j]);  // NOLINT
           std::fill(part, part + w, r_.identity());
           rows = 0;
         }

@@ -7,6 +7,7 @@
 #include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "backend/cpu/convert.h"
@@ -74,32 +75,66 @@ void rms_norm(Runtime& rt, DType dtype, std::int64_t rows, std::int64_t n, const
 
 // ---- shared arithmetic ----
 
-// exp for f32, written so that a loop over it vectorizes: Cody-Waite range
-// reduction and a degree-6 polynomial (Cephes' expf), about 2 ulp. Inputs
-// below -87.33 give 0 (the true value is subnormal) and above 88.37 give inf
-// (2^n must stay a normal number; softmax only feeds it x - max <= 0); NaN
-// stays NaN. Bit casts rather than float-to-int conversions keep it free of
-// undefined behaviour for any input.
-inline float fast_exp(float x) noexcept {
-  constexpr float lo = -87.33654f, hi = 88.37626f;
-  const float xc = x < lo ? lo : (x > hi ? hi : x);
-  constexpr float shifter = 12582912.0f;  // 1.5 * 2^23: adding it leaves round(v) in the low mantissa bits
-  const float t = xc * 1.44269504088896341f + shifter;
-  const float n = t - shifter;
-  const std::uint32_t k = std::bit_cast<std::uint32_t>(t) - std::bit_cast<std::uint32_t>(shifter);
-  float r = xc - n * 0.693359375f;
+// SIMD blocks through GCC/Clang vector extensions: 32 bytes (AVX2 width; an
+// AVX-512 core runs them as well, and they keep one ABI for every -march).
+using VecF = float __attribute__((vector_size(32)));
+using VecU = std::uint32_t __attribute__((vector_size(32)));
+using VecD = double __attribute__((vector_size(32)));
+inline constexpr int kVecF = 8;
+
+template <typename X>
+inline X load_vec(const void* p) noexcept {
+  X v;
+  std::memcpy(&v, p, sizeof(X));
+  return v;
+}
+template <typename X>
+inline void store_vec(void* p, X v) noexcept {
+  std::memcpy(p, &v, sizeof(X));
+}
+// A scalar, or every lane of a vector, set to v.
+template <typename X, typename S>
+inline X splat(S v) noexcept {
+  return X{} + v;
+}
+
+template <typename X>
+struct float_bits {
+  using type = std::uint32_t;
+};
+template <>
+struct float_bits<VecF> {
+  using type = VecU;
+};
+
+// exp for f32 (a float or a VecF): Cody-Waite range reduction and a degree-6
+// polynomial (Cephes' expf), about 2 ulp. Inputs below -87.33 give 0 (the
+// true value is subnormal) and above 88.37 give inf (2^n must stay a normal
+// number; softmax only feeds it x - max <= 0); NaN stays NaN. Bit casts
+// rather than float-to-int conversions keep it defined for any input.
+template <typename X>
+inline X fast_exp(X x) noexcept {
+  using U = typename float_bits<X>::type;
+  const X lo = splat<X>(-87.33654f), hi = splat<X>(88.37626f);
+  X xc = x < lo ? lo : x;
+  xc = xc > hi ? hi : xc;
+  const X shifter = splat<X>(12582912.0f);  // 1.5 * 2^23: adding it leaves round(v) in the low mantissa bits
+  const X t = xc * 1.44269504088896341f + shifter;
+  const X n = t - shifter;
+  const U k = std::bit_cast<U>(t) - std::bit_cast<U>(shifter);
+  X r = xc - n * 0.693359375f;
   r = r + n * 2.12194440e-4f;
-  float p = 1.9875691500e-4f;
+  X p = splat<X>(1.9875691500e-4f);
   p = p * r + 1.3981999507e-3f;
   p = p * r + 8.3334519073e-3f;
   p = p * r + 4.1665795894e-2f;
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
-  const float y = p * r * r + r + 1.0f;
-  const float scale = std::bit_cast<float>(((k + 127u) & 0xffu) << 23);  // 2^n, n in [-126, 127]
-  float result = y * scale;
-  result = x < lo ? 0.0f : result;
-  result = x > hi ? __builtin_inff() : result;
+  const X y = p * r * r + r + 1.0f;
+  const X scale = std::bit_cast<X>(((k + 127u) & 0xffu) << 23);  // 2^n, n in [-126, 127]
+  X result = y * scale;
+  result = x < lo ? splat<X>(0.0f) : result;
+  result = x > hi ? splat<X>(__builtin_inff()) : result;
   return result;
 }
 
