@@ -180,6 +180,40 @@ void for_rows(Runtime& rt, std::int64_t rows, std::int64_t n, const std::byte* i
   });
 }
 
+// A full f32 tile of kColumnTile positions down n rows `inner` apart, in VecF blocks.
+void softmax_column_tile(const float* xb, float* yb, std::int64_t n, std::int64_t inner, bool log) {
+  constexpr int kU = kColumnTile / kVecF;
+  VecF m[kU], s[kU];
+  for (int u = 0; u < kU; ++u) {
+    m[u] = splat<VecF>(-std::numeric_limits<float>::infinity());
+    s[u] = VecF{};
+  }
+  for (std::int64_t d = 0; d < n; ++d)
+    for (int u = 0; u < kU; ++u) {
+      const VecF v = load_vec<VecF>(xb + d * inner + u * kVecF);
+      m[u] = v > m[u] ? v : m[u];
+    }
+  for (std::int64_t d = 0; d < n; ++d)
+    for (int u = 0; u < kU; ++u) {
+      const VecF e = fast_exp(load_vec<VecF>(xb + d * inner + u * kVecF) - m[u]);
+      if (!log) store_vec(yb + d * inner + u * kVecF, e);
+      s[u] += e;
+    }
+  for (int u = 0; u < kU; ++u) {
+    if (log) {
+      for (int k = 0; k < kVecF; ++k) s[u][k] = m[u][k] + std::log(s[u][k]);
+    } else {
+      s[u] = 1.0f / s[u];
+    }
+  }
+  for (std::int64_t d = 0; d < n; ++d)
+    for (int u = 0; u < kU; ++u) {
+      float* at_y = yb + d * inner + u * kVecF;
+      if (log) store_vec(at_y, load_vec<VecF>(xb + d * inner + u * kVecF) - s[u]);
+      else store_vec(at_y, load_vec<VecF>(at_y) * s[u]);
+    }
+}
+
 // softmax over the middle axis of [outer, n, inner], a tile of inner positions at a time.
 template <typename T>
 void softmax_columns(Runtime& rt, std::int64_t outer, std::int64_t n, std::int64_t inner, const T* x, T* y,
@@ -193,6 +227,12 @@ void softmax_columns(Runtime& rt, std::int64_t outer, std::int64_t n, std::int64
       const std::int64_t o = t / per, j0 = (t % per) * kColumnTile, w = std::min(kColumnTile, inner - j0);
       const T* xb = x + o * n * inner + j0;
       T* yb = y + o * n * inner + j0;
+      if constexpr (std::is_same_v<T, float>) {
+        if (w == kColumnTile) {
+          softmax_column_tile(xb, yb, n, inner, log);
+          continue;
+        }
+      }
       std::fill(m, m + w, -std::numeric_limits<C>::infinity());
       std::fill(s, s + w, C(0));
       for (std::int64_t d = 0; d < n; ++d)
