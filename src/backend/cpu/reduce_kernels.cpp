@@ -209,9 +209,8 @@ struct DimRun {
 // Sorts dims outermost first by their first stride, then merges neighbours
 // that are contiguous with each other in every stride set.
 int coalesce(DimRun* d, int n, int sets) {
-  std::stable_sort(d, d + n, [](const DimRun& a, const DimRun& b) {
-    return std::abs(a.s0) > std::abs(b.s0);
-  });
+  for (int i = 1; i < n; ++i)  // insertion sort: stable, and no buffer for at most kMaxRank dims
+    for (int j = i; j > 0 && std::abs(d[j - 1].s0) < std::abs(d[j].s0); --j) std::swap(d[j - 1], d[j]);
   int r = 0;
   for (int i = 0; i < n; ++i) {
     if (r > 0) {
