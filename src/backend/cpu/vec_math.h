@@ -54,10 +54,10 @@ inline vf exp(vf x) noexcept {
   return p * s1 * s2;
 }
 
-// erf, rational approximation on [-3.9, 3.9]; beyond, erf rounds to +-1 in
+// erf, rational approximation on [-3.92, 3.92]; beyond, erf rounds to +-1 in
 // f32, and returning exactly +-1 there keeps 1 + erf(x) at 0 for gelu.
 inline vf erf(vf a) noexcept {
-  const vf x = clamp(a, -3.9f, 3.9f);
+  const vf x = clamp(a, -3.92f, 3.92f);
   const vf x2 = x * x;
   vf p = x2 * -2.72614225801306e-10f + 2.77068142495902e-08f;
   p = p * x2 + -2.10102402082508e-06f;
@@ -71,7 +71,7 @@ inline vf erf(vf a) noexcept {
   q = q * x2 + -7.37332916720468e-03f;
   q = q * x2 + -1.42647390514189e-02f;
   const vf r = p / q;
-  return x == 3.9f ? splat(1.0f) : x == -3.9f ? splat(-1.0f) : r;
+  return x == 3.92f ? splat(1.0f) : x == -3.92f ? splat(-1.0f) : r;
 }
 
 // tanh, rational approximation on [-7.9988, 7.9988] (outside it tanh is +-1
