@@ -42,7 +42,6 @@ ScalarSlot checked_slot(const char* op, DType t, Scalar s, const char* what) {
 }
 
 void check_out(const char* op, const Tensor& out, const Tensor& in, const Shape& shape, DType result) {
-  check_writable(op, out, "out");
   check_same_runtime(op, out, in);
   FORGE_CHECK(out.shape() == shape, shape, op, "out has shape ", out.shape(), " but the result has shape ", shape);
   FORGE_CHECK(can_cast(result, out.dtype()), dtype, op, "result type ", dtype_name(result),
@@ -103,11 +102,16 @@ Tensor binary(const char* op, Binary kind, const Tensor& a, const Tensor& b) {
   detail::check_input(op, a, "a");
   detail::check_input(op, b, "b");
   detail::check_same_runtime(op, a, b);
-  const DType dtype = promote_types(a.dtype(), b.dtype());
+  const DType dtype = a.dtype() == b.dtype() ? a.dtype() : promote_types(a.dtype(), b.dtype());
   const DType compute = compute_dtype(op, kind, dtype);
   if (a.dtype() == b.dtype() && a.shape() == b.shape()) {  // the common case, no setup
     Tensor out = detail::allocate(a.runtime(), a.shape(), result_dtype(kind, compute), op);
-    launch(kind, compute, out, Arg{&a}, Arg{&b});
+    if (a.is_contiguous() && b.is_contiguous()) {
+      cpu::binary_flat(a.runtime(), kind, compute, out.numel(), detail::flat_arg(out), detail::flat_arg(a),
+                       detail::flat_arg(b));
+    } else {
+      launch(kind, compute, out, Arg{&a}, Arg{&b});
+    }
     detail::adopt_output(out);
     return out;
   }

@@ -68,8 +68,8 @@ struct ScalarSlot {
 // conversion for fill values and bounds): out_of_range naming `what`.
 ScalarSlot checked_slot(const char* op, DType t, Scalar s, const char* what);
 
-// `out` is a writable tensor of the inputs' context and of `shape`, whose
-// dtype a `result` value may be cast into.
+// `out` (already checked writable) is of the inputs' context and of `shape`,
+// and its dtype a `result` value may be cast into.
 void check_out(const char* op, const Tensor& out, const Tensor& in, const Shape& shape, DType result);
 
 inline cpu::FlatArg flat_arg(const Tensor& t) noexcept { return {first_element(t), t.dtype(), 1}; }

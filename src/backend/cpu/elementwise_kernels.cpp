@@ -2,10 +2,16 @@
 // 16-bit floats compute through f32 blocks (Note [Compute dtype] in
 // elementwise_kernels.h), so no op body is instantiated for Half or BFloat16.
 
+#include <array>
 #include <cmath>
 #include <type_traits>
+#include <utility>
 
 #include "backend/cpu/elementwise_kernels.h"
+
+#if defined(__AVX512F__) || defined(__AVX__)
+#include <immintrin.h>
+#endif
 
 namespace forge::cpu {
 namespace {
@@ -138,33 +144,25 @@ void binary_run(const FlatArg& o, const FlatArg& a, const FlatArg& b, std::int64
 using BinaryRunFn = void (*)(const FlatArg&, const FlatArg&, const FlatArg&, std::int64_t, DType, bool);
 
 template <Binary Op>
-BinaryRunFn run_for(DType compute) noexcept {
-  return ew::dispatch_compute(compute, [](auto tag) -> BinaryRunFn {
+constexpr std::array<BinaryRunFn, ew::kNumCompute> row_for() {
+  std::array<BinaryRunFn, ew::kNumCompute> row{};
+  ew::for_each_compute([&](auto tag, int index) {
     using C = decltype(tag);
-    if constexpr (kSupported<Op, C>) return &binary_run<Op, C>;
-    else return nullptr;
+    if constexpr (kSupported<Op, C>) row[static_cast<std::size_t>(index)] = &binary_run<Op, C>;
   });
+  return row;
 }
 
+template <std::size_t... I>
+constexpr std::array<std::array<BinaryRunFn, ew::kNumCompute>, kNumBinary> binary_table(std::index_sequence<I...>) {
+  return {row_for<static_cast<Binary>(I)>()...};
+}
+
+// [op][compute type]: one load per call, no dispatch.
+constexpr auto kBinaryTable = binary_table(std::make_index_sequence<kNumBinary>{});
+
 BinaryRunFn binary_fn(Binary op, DType compute) noexcept {
-  switch (op) {
-    case Binary::add: return run_for<Binary::add>(compute);
-    case Binary::sub: return run_for<Binary::sub>(compute);
-    case Binary::mul: return run_for<Binary::mul>(compute);
-    case Binary::div: return run_for<Binary::div>(compute);
-    case Binary::pow: return run_for<Binary::pow>(compute);
-    case Binary::maximum: return run_for<Binary::maximum>(compute);
-    case Binary::minimum: return run_for<Binary::minimum>(compute);
-    case Binary::eq: return run_for<Binary::eq>(compute);
-    case Binary::ne: return run_for<Binary::ne>(compute);
-    case Binary::lt: return run_for<Binary::lt>(compute);
-    case Binary::le: return run_for<Binary::le>(compute);
-    case Binary::gt: return run_for<Binary::gt>(compute);
-    case Binary::ge: return run_for<Binary::ge>(compute);
-    case Binary::logical_and: return run_for<Binary::logical_and>(compute);
-    case Binary::logical_or: return run_for<Binary::logical_or>(compute);
-  }
-  return nullptr;
+  return kBinaryTable[static_cast<std::size_t>(op)][static_cast<std::size_t>(ew::compute_index(compute))];
 }
 
 bool should_stream(std::int64_t n, DType out) noexcept {
@@ -210,6 +208,10 @@ void binary_op(Runtime& rt, Binary op, DType compute, const Shape& shape, const 
 void binary_flat(Runtime& rt, Binary op, DType compute, std::int64_t n, const FlatArg& out, const FlatArg& a,
                  const FlatArg& b) {
   const BinaryRunFn fn = binary_fn(op, compute);
+  if (n <= kGrainElements) {  // small ops: no stream, no task
+    fn(out, a, b, n, compute, false);
+    return;
+  }
   const bool stream = out.stride == 1 && should_stream(n, out.dtype);
   rt.parallel_for(n, kGrainElements, [&](std::int64_t begin, std::int64_t end) {
     fn(ew::advance(out, begin), ew::advance(a, begin), ew::advance(b, begin), end - begin, compute, stream);
@@ -232,6 +234,39 @@ void where_op(Runtime& rt, DType compute, const Shape& shape, const Operand& out
     });
   });
 }
+
+namespace ew {
+
+// memcpy with non-temporal stores for the 64-byte-aligned middle: the data
+// goes to memory without first being read into the cache.
+void stream_copy(void* dst, const void* src, std::size_t bytes) noexcept {
+  auto* d = static_cast<char*>(dst);
+  const auto* s = static_cast<const char*>(src);
+#if defined(__AVX512F__) || defined(__AVX__)
+  const std::size_t head = std::min(bytes, (64 - reinterpret_cast<std::uintptr_t>(d) % 64) % 64);
+  std::memcpy(d, s, head);
+  d += head, s += head, bytes -= head;
+  for (; bytes >= 64; d += 64, s += 64, bytes -= 64) {
+#if defined(__AVX512F__)
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(d), _mm512_loadu_si512(s));
+#else
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(d), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s)));
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(d + 32),
+                        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + 32)));
+#endif
+  }
+#endif
+  std::memcpy(d, s, bytes);
+}
+
+// Orders streamed stores before whatever the thread does next (the end of a task).
+void stream_fence() noexcept {
+#if defined(__AVX512F__) || defined(__AVX__)
+  _mm_sfence();
+#endif
+}
+
+}  // namespace ew
 
 // ---- the original add/mul/relu entry points of kernels.h ----
 

@@ -18,10 +18,6 @@
 #include "backend/cpu/convert.h"
 #include "backend/cpu/kernels.h"
 
-#if defined(__AVX512F__) || defined(__AVX__)
-#include <immintrin.h>
-#endif
-
 namespace forge::cpu {
 
 enum class Binary : std::uint8_t {
@@ -100,6 +96,29 @@ template <typename T>
 inline T wrap_mul(T a, T b) noexcept {
   using U = wide_unsigned_t<T>;
   return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
+}
+
+// The C++ types kernels compute in: f16 and bf16 compute as float.
+inline constexpr int kNumCompute = 6;
+constexpr int compute_index(DType compute) noexcept {
+  switch (compute) {
+    case DType::f64: return 1;
+    case DType::i32: return 2;
+    case DType::i64: return 3;
+    case DType::u8: return 4;
+    case DType::boolean: return 5;
+    default: return 0;
+  }
+}
+// Calls fn(T{}, compute_index) for each compute type T.
+template <typename Fn>
+constexpr void for_each_compute(Fn&& fn) {
+  fn(float{}, 0);
+  fn(double{}, 1);
+  fn(std::int32_t{}, 2);
+  fn(std::int64_t{}, 3);
+  fn(std::uint8_t{}, 4);
+  fn(bool{}, 5);
 }
 
 // The C++ type each compute dtype computes in (f16, bf16: float).
@@ -188,32 +207,9 @@ struct BlockInput {
 
 // memcpy with non-temporal stores for the 64-byte-aligned middle: the data
 // goes to memory without first being read into the cache.
-inline void stream_copy(void* dst, const void* src, std::size_t bytes) noexcept {
-  auto* d = static_cast<char*>(dst);
-  const auto* s = static_cast<const char*>(src);
-#if defined(__AVX512F__) || defined(__AVX__)
-  const std::size_t head = std::min(bytes, (64 - reinterpret_cast<std::uintptr_t>(d) % 64) % 64);
-  std::memcpy(d, s, head);
-  d += head, s += head, bytes -= head;
-  for (; bytes >= 64; d += 64, s += 64, bytes -= 64) {
-#if defined(__AVX512F__)
-    _mm512_stream_si512(reinterpret_cast<__m512i*>(d), _mm512_loadu_si512(s));
-#else
-    _mm256_stream_si256(reinterpret_cast<__m256i*>(d), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s)));
-    _mm256_stream_si256(reinterpret_cast<__m256i*>(d + 32),
-                        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + 32)));
-#endif
-  }
-#endif
-  std::memcpy(d, s, bytes);
-}
-
+void stream_copy(void* dst, const void* src, std::size_t bytes) noexcept;
 // Orders streamed stores before whatever the thread does next (the end of a task).
-inline void stream_fence() noexcept {
-#if defined(__AVX512F__) || defined(__AVX__)
-  _mm_sfence();
-#endif
-}
+void stream_fence() noexcept;
 
 }  // namespace ew
 }  // namespace forge::cpu

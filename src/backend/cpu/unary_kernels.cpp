@@ -3,8 +3,10 @@
 // vectorizes where it can. 16-bit floats compute through f32 blocks (Note
 // [Compute dtype] in elementwise_kernels.h).
 
+#include <array>
 #include <cmath>
 #include <type_traits>
+#include <utility>
 
 #include "backend/cpu/elementwise_kernels.h"
 #include "backend/cpu/vec_math.h"
@@ -162,42 +164,25 @@ void unary_run(const FlatArg& o, const FlatArg& x, std::int64_t n, DType compute
 using UnaryRunFn = void (*)(const FlatArg&, const FlatArg&, std::int64_t, DType, const UnaryParams&, bool);
 
 template <Unary Op>
-UnaryRunFn run_for(DType compute) noexcept {
-  return ew::dispatch_compute(compute, [](auto tag) -> UnaryRunFn {
+constexpr std::array<UnaryRunFn, ew::kNumCompute> row_for() {
+  std::array<UnaryRunFn, ew::kNumCompute> row{};
+  ew::for_each_compute([&](auto tag, int index) {
     using C = decltype(tag);
-    if constexpr (kSupported<Op, C>) return &unary_run<Op, C>;
-    else return nullptr;
+    if constexpr (kSupported<Op, C>) row[static_cast<std::size_t>(index)] = &unary_run<Op, C>;
   });
+  return row;
 }
 
+template <std::size_t... I>
+constexpr std::array<std::array<UnaryRunFn, ew::kNumCompute>, kNumUnary> unary_table(std::index_sequence<I...>) {
+  return {row_for<static_cast<Unary>(I)>()...};
+}
+
+// [op][compute type]: one load per call, no dispatch.
+constexpr auto kUnaryTable = unary_table(std::make_index_sequence<kNumUnary>{});
+
 UnaryRunFn unary_fn(Unary op, DType compute) noexcept {
-  switch (op) {
-    case Unary::neg: return run_for<Unary::neg>(compute);
-    case Unary::abs: return run_for<Unary::abs>(compute);
-    case Unary::sign: return run_for<Unary::sign>(compute);
-    case Unary::square: return run_for<Unary::square>(compute);
-    case Unary::relu: return run_for<Unary::relu>(compute);
-    case Unary::clamp: return run_for<Unary::clamp>(compute);
-    case Unary::exp: return run_for<Unary::exp>(compute);
-    case Unary::expm1: return run_for<Unary::expm1>(compute);
-    case Unary::log: return run_for<Unary::log>(compute);
-    case Unary::log1p: return run_for<Unary::log1p>(compute);
-    case Unary::sqrt: return run_for<Unary::sqrt>(compute);
-    case Unary::rsqrt: return run_for<Unary::rsqrt>(compute);
-    case Unary::reciprocal: return run_for<Unary::reciprocal>(compute);
-    case Unary::sin: return run_for<Unary::sin>(compute);
-    case Unary::cos: return run_for<Unary::cos>(compute);
-    case Unary::tanh: return run_for<Unary::tanh>(compute);
-    case Unary::sigmoid: return run_for<Unary::sigmoid>(compute);
-    case Unary::leaky_relu: return run_for<Unary::leaky_relu>(compute);
-    case Unary::gelu: return run_for<Unary::gelu>(compute);
-    case Unary::gelu_tanh: return run_for<Unary::gelu_tanh>(compute);
-    case Unary::silu: return run_for<Unary::silu>(compute);
-    case Unary::softplus: return run_for<Unary::softplus>(compute);
-    case Unary::elu: return run_for<Unary::elu>(compute);
-    case Unary::erf: return run_for<Unary::erf>(compute);
-  }
-  return nullptr;
+  return kUnaryTable[static_cast<std::size_t>(op)][static_cast<std::size_t>(ew::compute_index(compute))];
 }
 
 bool should_stream(std::int64_t n, DType out) noexcept {
@@ -222,6 +207,10 @@ void unary_op(Runtime& rt, Unary op, DType compute, const UnaryParams& params, c
 void unary_flat(Runtime& rt, Unary op, DType compute, const UnaryParams& params, std::int64_t n, const FlatArg& out,
                 const FlatArg& in) {
   const UnaryRunFn fn = unary_fn(op, compute);
+  if (n <= kGrainElements) {  // small ops: no stream, no task
+    fn(out, in, n, compute, params, false);
+    return;
+  }
   const bool stream = out.stride == 1 && should_stream(n, out.dtype);
   rt.parallel_for(n, kGrainElements, [&](std::int64_t begin, std::int64_t end) {
     fn(ew::advance(out, begin), ew::advance(in, begin), end - begin, compute, params, stream);
