@@ -78,11 +78,32 @@ struct Arg {
   }
 };
 
+// Whether t is one packed row that broadcasts along the leading dims of
+// `shape` (a bias of shape [C] or [1, C] against [N, C]).
+bool is_row(const Arg& t, const Shape& shape) {
+  if (!t.tensor || !t.tensor->is_contiguous() || t.tensor->numel() <= 1) return false;
+  const Shape& s = t.tensor->shape();
+  int d = 0;
+  while (d < s.rank() && s[d] == 1) ++d;
+  const int lead = shape.rank() - (s.rank() - d);
+  if (lead <= 0) return false;
+  for (int k = d; k < s.rank(); ++k)
+    if (s[k] != shape[lead + k - d]) return false;
+  return true;
+}
+
 void launch(Binary kind, DType compute, const Tensor& out, const Arg& a, const Arg& b) {
   Runtime& rt = out.runtime();
   const Shape& shape = out.shape();
-  if (out.is_contiguous() && a.flat(shape) && b.flat(shape)) {
+  const bool packed = out.is_contiguous();
+  const bool flat_a = a.flat(shape), flat_b = b.flat(shape);
+  if (packed && flat_a && flat_b) {
     cpu::binary_flat(rt, kind, compute, out.numel(), detail::flat_arg(out), a.flat_arg(), b.flat_arg());
+  } else if (packed && a.tensor && b.tensor && ((flat_a && is_row(b, shape)) || (flat_b && is_row(a, shape)))) {
+    const Arg& row = flat_a ? b : a;
+    const std::int64_t cols = row.tensor->numel();
+    cpu::binary_rows(rt, kind, compute, out.numel() / cols, cols, detail::flat_arg(out),
+                     flat_a ? a.flat_arg() : b.flat_arg(), row.flat_arg(), !flat_a);
   } else {
     cpu::binary_op(rt, kind, compute, shape, detail::operand(out), a.operand(shape), b.operand(shape));
   }

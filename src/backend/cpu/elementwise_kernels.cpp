@@ -218,6 +218,19 @@ void binary_flat(Runtime& rt, Binary op, DType compute, std::int64_t n, const Fl
   });
 }
 
+void binary_rows(Runtime& rt, Binary op, DType compute, std::int64_t rows, std::int64_t cols, const FlatArg& out,
+                 const FlatArg& full, const FlatArg& row, bool row_first) {
+  const BinaryRunFn fn = binary_fn(op, compute);
+  const bool stream = should_stream(rows * cols, out.dtype);
+  rt.parallel_for(rows, std::max<std::int64_t>(1, kGrainElements / cols), [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t r = begin; r < end; ++r) {
+      const FlatArg o = ew::advance(out, r * cols), f = ew::advance(full, r * cols);
+      if (row_first) fn(o, row, f, cols, compute, stream);
+      else fn(o, f, row, cols, compute, stream);
+    }
+  });
+}
+
 void where_op(Runtime& rt, DType compute, const Shape& shape, const Operand& out, const Operand& cond,
               const Operand& a, const Operand& b) {
   const Strides* const strides[4] = {&out.strides, &cond.strides, &a.strides, &b.strides};

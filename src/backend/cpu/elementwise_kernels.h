@@ -58,6 +58,11 @@ void binary_op(Runtime& rt, Binary op, DType compute, const Shape& shape, const 
 void binary_flat(Runtime& rt, Binary op, DType compute, std::int64_t n, const FlatArg& out, const FlatArg& a,
                  const FlatArg& b);
 
+// out[r, c] = full[r, c] (op) row[c] (or row[c] (op) full[r, c] when
+// row_first) over rows x cols, every operand packed: a bias added to every row.
+void binary_rows(Runtime& rt, Binary op, DType compute, std::int64_t rows, std::int64_t cols, const FlatArg& out,
+                 const FlatArg& full, const FlatArg& row, bool row_first);
+
 void unary_op(Runtime& rt, Unary op, DType compute, const UnaryParams& params, const Shape& shape,
               const Operand& out, const Operand& in);
 void unary_flat(Runtime& rt, Unary op, DType compute, const UnaryParams& params, std::int64_t n,
