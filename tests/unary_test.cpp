@@ -115,8 +115,9 @@ double ref_softplus(double x, double beta, double threshold) {
 double ref_elu(double x, double alpha) { return x <= 0 ? std::expm1(x) * alpha : x; }
 double ref_sign(double x) { return std::isnan(x) ? 0 : (x > 0) - (x < 0); }
 
-#define FORGE_UNARY(name) \
-  [](const Tensor& x) { return forge::name(x); }, [](Tensor& o, const Tensor& x) -> Tensor& { return forge::name##_into(o, x); }
+#define FORGE_UNARY(name)                      \
+  [](const Tensor& x) { return forge::name(x); }, \
+      [](Tensor& o, const Tensor& x) -> Tensor& { return forge::name##_into(o, x); }
 
 const std::vector<UnaryCase>& unary_cases() {
   static const std::vector<UnaryCase> cases = {
@@ -438,7 +439,9 @@ DType ref_result_type(DType t, const Scalar& s) {
   if (s.is_integral() && t == DType::boolean) return DType::i64;
   return t;
 }
-LD scalar_value(const Scalar& s) { return s.is_floating() ? static_cast<LD>(s.to_double()) : static_cast<LD>(s.to_int()); }
+LD scalar_value(const Scalar& s) {
+  return s.is_floating() ? static_cast<LD>(s.to_double()) : static_cast<LD>(s.to_int());
+}
 }  // namespace
 
 TEST_CASE("clamp: bounds of any kind, result_type over x and the bounds, NaN propagates", "[elementwise]") {

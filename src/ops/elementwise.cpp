@@ -55,11 +55,13 @@ namespace {
 using cpu::Binary;
 using detail::ScalarSlot;
 
-// The dtype `kind` computes in, given its operands' promoted dtype.
-DType compute_dtype(const char* op, Binary kind, DType promoted) {
-  if (kind == Binary::sub || kind == Binary::pow)
-    FORGE_CHECK(promoted != DType::boolean, dtype, op, "does not take two bool operands",
-                kind == Binary::sub ? " (use logical_xor, or logical_not for a bool tensor)" : "");
+// The dtype `kind` computes in, given its operands' promoted dtype; any_bool:
+// an operand (tensor or scalar) is bool.
+DType compute_dtype(const char* op, Binary kind, DType promoted, bool any_bool) {
+  // libtorch refuses subtraction with any bool operand, and pow of two bools.
+  FORGE_CHECK(!(kind == Binary::sub && any_bool), dtype, op,
+              "does not take bool operands (to invert a mask use logical_not, for two masks logical_xor)");
+  FORGE_CHECK(!(kind == Binary::pow && promoted == DType::boolean), dtype, op, "does not take two bool operands");
   if (kind == Binary::div && !is_floating(promoted)) return DType::f32;  // true division
   return promoted;
 }
@@ -124,7 +126,8 @@ Tensor binary(const char* op, Binary kind, const Tensor& a, const Tensor& b) {
   detail::check_input(op, b, "b");
   detail::check_same_runtime(op, a, b);
   const DType dtype = a.dtype() == b.dtype() ? a.dtype() : promote_types(a.dtype(), b.dtype());
-  const DType compute = compute_dtype(op, kind, dtype);
+  const bool any_bool = a.dtype() == DType::boolean || b.dtype() == DType::boolean;
+  const DType compute = compute_dtype(op, kind, dtype, any_bool);
   if (a.dtype() == b.dtype() && a.shape() == b.shape()) {  // the common case, no setup
     Tensor out = detail::allocate(a.runtime(), a.shape(), result_dtype(kind, compute), op);
     if (a.is_contiguous() && b.is_contiguous()) {
@@ -149,7 +152,7 @@ Tensor binary(const char* op, Binary kind, const Tensor& a, const Tensor& b) {
 // t (op) s, or s (op) t when scalar_first.
 Tensor binary_scalar(const char* op, Binary kind, const Tensor& t, Scalar s, bool scalar_first) {
   detail::check_input(op, t, scalar_first ? "b" : "a");
-  const DType compute = compute_dtype(op, kind, result_type(t.dtype(), s));
+  const DType compute = compute_dtype(op, kind, result_type(t.dtype(), s), t.dtype() == DType::boolean || s.is_bool());
   ScalarSlot slot(compute, s);
   Tensor out = detail::allocate(t.runtime(), t.shape(), result_dtype(kind, compute), op);
   const Arg ta{&t}, sa{nullptr, &slot};
@@ -164,7 +167,8 @@ Tensor& binary_into(const char* op, Binary kind, Tensor& out, const Tensor& a, c
   detail::check_input(op, b, "b");
   detail::check_same_runtime(op, a, b);
   const Shape shape = broadcast_shapes(a.shape(), b.shape(), op);
-  const DType compute = compute_dtype(op, kind, promote_types(a.dtype(), b.dtype()));
+  const DType compute = compute_dtype(op, kind, promote_types(a.dtype(), b.dtype()),
+                                      a.dtype() == DType::boolean || b.dtype() == DType::boolean);
   detail::check_out(op, out, a, shape, result_dtype(kind, compute));
   detail::check_no_partial_overlap(op, out, a, "a");
   detail::check_no_partial_overlap(op, out, b, "b");
@@ -179,7 +183,7 @@ Tensor& binary_into(const char* op, Binary kind, Tensor& out, const Tensor& a, c
 Tensor& binary_scalar_into(const char* op, Binary kind, Tensor& out, const Tensor& a, Scalar s) {
   detail::check_writable(op, out, "out");
   detail::check_input(op, a, "a");
-  const DType compute = compute_dtype(op, kind, result_type(a.dtype(), s));
+  const DType compute = compute_dtype(op, kind, result_type(a.dtype(), s), a.dtype() == DType::boolean || s.is_bool());
   detail::check_out(op, out, a, a.shape(), result_dtype(kind, compute));
   detail::check_no_partial_overlap(op, out, a, "a");
   ScalarSlot slot(compute, s);
@@ -233,23 +237,33 @@ Tensor pow(Scalar a, const Tensor& b) { return binary_scalar("pow", Binary::pow,
 Tensor maximum(const Tensor& a, const Tensor& b) { return binary("maximum", Binary::maximum, a, b); }
 Tensor minimum(const Tensor& a, const Tensor& b) { return binary("minimum", Binary::minimum, a, b); }
 
-Tensor& add_into(Tensor& out, const Tensor& a, const Tensor& b) { return binary_into("add_into", Binary::add, out, a, b); }
+Tensor& add_into(Tensor& out, const Tensor& a, const Tensor& b) {
+  return binary_into("add_into", Binary::add, out, a, b);
+}
 Tensor& add_into(Tensor& out, const Tensor& a, Scalar b) {
   return binary_scalar_into("add_into", Binary::add, out, a, b);
 }
-Tensor& sub_into(Tensor& out, const Tensor& a, const Tensor& b) { return binary_into("sub_into", Binary::sub, out, a, b); }
+Tensor& sub_into(Tensor& out, const Tensor& a, const Tensor& b) {
+  return binary_into("sub_into", Binary::sub, out, a, b);
+}
 Tensor& sub_into(Tensor& out, const Tensor& a, Scalar b) {
   return binary_scalar_into("sub_into", Binary::sub, out, a, b);
 }
-Tensor& mul_into(Tensor& out, const Tensor& a, const Tensor& b) { return binary_into("mul_into", Binary::mul, out, a, b); }
+Tensor& mul_into(Tensor& out, const Tensor& a, const Tensor& b) {
+  return binary_into("mul_into", Binary::mul, out, a, b);
+}
 Tensor& mul_into(Tensor& out, const Tensor& a, Scalar b) {
   return binary_scalar_into("mul_into", Binary::mul, out, a, b);
 }
-Tensor& div_into(Tensor& out, const Tensor& a, const Tensor& b) { return binary_into("div_into", Binary::div, out, a, b); }
+Tensor& div_into(Tensor& out, const Tensor& a, const Tensor& b) {
+  return binary_into("div_into", Binary::div, out, a, b);
+}
 Tensor& div_into(Tensor& out, const Tensor& a, Scalar b) {
   return binary_scalar_into("div_into", Binary::div, out, a, b);
 }
-Tensor& pow_into(Tensor& out, const Tensor& a, const Tensor& b) { return binary_into("pow_into", Binary::pow, out, a, b); }
+Tensor& pow_into(Tensor& out, const Tensor& a, const Tensor& b) {
+  return binary_into("pow_into", Binary::pow, out, a, b);
+}
 Tensor& pow_into(Tensor& out, const Tensor& a, Scalar b) {
   if (a.defined()) check_int_pow("pow_into", a.dtype(), b);
   return binary_scalar_into("pow_into", Binary::pow, out, a, b);

@@ -173,7 +173,9 @@ Tensor& clamp_into(Tensor& out, const Tensor& x, std::optional<Scalar> min, std:
 
 // ---- Tensor methods ----
 
-Tensor Tensor::clamp(std::optional<Scalar> min, std::optional<Scalar> max) const { return forge::clamp(*this, min, max); }
+Tensor Tensor::clamp(std::optional<Scalar> min, std::optional<Scalar> max) const {
+  return forge::clamp(*this, min, max);
+}
 Tensor Tensor::neg() const { return forge::neg(*this); }
 Tensor Tensor::abs() const { return forge::abs(*this); }
 Tensor Tensor::sign() const { return forge::sign(*this); }

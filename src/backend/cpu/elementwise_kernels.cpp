@@ -242,7 +242,8 @@ void where_op(Runtime& rt, DType compute, const Shape& shape, const Operand& out
     for_each_run(rt, loop, [&](const std::int64_t (&off)[4], std::int64_t n) {
       where_run<C>({ew::advance(out.data, out.dtype, off[0]), out.dtype, so},
                    {ew::advance(cond.data, cond.dtype, off[1]), cond.dtype, sc},
-                   {ew::advance(a.data, a.dtype, off[2]), a.dtype, sa}, {ew::advance(b.data, b.dtype, off[3]), b.dtype, sb},
+                   {ew::advance(a.data, a.dtype, off[2]), a.dtype, sa},
+                   {ew::advance(b.data, b.dtype, off[3]), b.dtype, sb},
                    n, compute);
     });
   });

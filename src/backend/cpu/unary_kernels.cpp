@@ -199,8 +199,8 @@ void unary_op(Runtime& rt, Unary op, DType compute, const UnaryParams& params, c
   const std::int64_t so = loop.strides[0].back(), si = loop.strides[1].back();
   const bool stream = so == 1 && should_stream(shape.numel(), out.dtype);
   for_each_run(rt, loop, [&](const std::int64_t (&off)[2], std::int64_t n) {
-    fn({ew::advance(out.data, out.dtype, off[0]), out.dtype, so}, {ew::advance(in.data, in.dtype, off[1]), in.dtype, si},
-       n, compute, params, stream);
+    fn({ew::advance(out.data, out.dtype, off[0]), out.dtype, so},
+       {ew::advance(in.data, in.dtype, off[1]), in.dtype, si}, n, compute, params, stream);
   });
 }
 
