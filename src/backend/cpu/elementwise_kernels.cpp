@@ -165,10 +165,11 @@ BinaryRunFn binary_fn(Binary op, DType compute) noexcept {
   return kBinaryTable[static_cast<std::size_t>(op)][static_cast<std::size_t>(ew::compute_index(compute))];
 }
 
-bool should_stream(std::int64_t n, DType out) noexcept {
-  return n * static_cast<std::int64_t>(dtype_size(out)) >= kStreamBytes;
+// Streaming stores pay off for ops bound by memory; pow is bound by its
+// arithmetic, and streaming would stall it (Note [Streaming stores]).
+bool should_stream(Binary op, std::int64_t n, DType out) noexcept {
+  return op != Binary::pow && n * static_cast<std::int64_t>(dtype_size(out)) >= kStreamBytes;
 }
-
 // ---- where ----
 
 template <typename C>
@@ -198,7 +199,7 @@ void binary_op(Runtime& rt, Binary op, DType compute, const Shape& shape, const 
   const Strides* const strides[3] = {&out.strides, &a.strides, &b.strides};
   const StridedLoop<3> loop(shape, strides);
   const std::int64_t so = loop.strides[0].back(), sa = loop.strides[1].back(), sb = loop.strides[2].back();
-  const bool stream = so == 1 && should_stream(shape.numel(), out.dtype);
+  const bool stream = so == 1 && should_stream(op, shape.numel(), out.dtype);
   for_each_run(rt, loop, [&](const std::int64_t (&off)[3], std::int64_t n) {
     fn({ew::advance(out.data, out.dtype, off[0]), out.dtype, so}, {ew::advance(a.data, a.dtype, off[1]), a.dtype, sa},
        {ew::advance(b.data, b.dtype, off[2]), b.dtype, sb}, n, compute, stream);
@@ -212,7 +213,7 @@ void binary_flat(Runtime& rt, Binary op, DType compute, std::int64_t n, const Fl
     fn(out, a, b, n, compute, false);
     return;
   }
-  const bool stream = out.stride == 1 && should_stream(n, out.dtype);
+  const bool stream = out.stride == 1 && should_stream(op, n, out.dtype);
   rt.parallel_for(n, kGrainElements, [&](std::int64_t begin, std::int64_t end) {
     fn(ew::advance(out, begin), ew::advance(a, begin), ew::advance(b, begin), end - begin, compute, stream);
   });
@@ -221,7 +222,7 @@ void binary_flat(Runtime& rt, Binary op, DType compute, std::int64_t n, const Fl
 void binary_rows(Runtime& rt, Binary op, DType compute, std::int64_t rows, std::int64_t cols, const FlatArg& out,
                  const FlatArg& full, const FlatArg& row, bool row_first) {
   const BinaryRunFn fn = binary_fn(op, compute);
-  const bool stream = should_stream(rows * cols, out.dtype);
+  const bool stream = should_stream(op, rows * cols, out.dtype);
   rt.parallel_for(rows, std::max<std::int64_t>(1, kGrainElements / cols), [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t r = begin; r < end; ++r) {
       const FlatArg o = ew::advance(out, r * cols), f = ew::advance(full, r * cols);

@@ -185,10 +185,13 @@ UnaryRunFn unary_fn(Unary op, DType compute) noexcept {
   return kUnaryTable[static_cast<std::size_t>(op)][static_cast<std::size_t>(ew::compute_index(compute))];
 }
 
-bool should_stream(std::int64_t n, DType out) noexcept {
-  return n * static_cast<std::int64_t>(dtype_size(out)) >= kStreamBytes;
+// Only the cheap ops stream their stores (Note [Streaming stores]): the
+// transcendental ones are bound by their arithmetic, which streaming stalls.
+bool should_stream(Unary op, std::int64_t n, DType out) noexcept {
+  const bool cheap = op <= Unary::clamp || op == Unary::sqrt || op == Unary::rsqrt || op == Unary::reciprocal ||
+                     op == Unary::leaky_relu;
+  return cheap && n * static_cast<std::int64_t>(dtype_size(out)) >= kStreamBytes;
 }
-
 }  // namespace
 
 void unary_op(Runtime& rt, Unary op, DType compute, const UnaryParams& params, const Shape& shape,
@@ -197,7 +200,7 @@ void unary_op(Runtime& rt, Unary op, DType compute, const UnaryParams& params, c
   const Strides* const strides[2] = {&out.strides, &in.strides};
   const StridedLoop<2> loop(shape, strides);
   const std::int64_t so = loop.strides[0].back(), si = loop.strides[1].back();
-  const bool stream = so == 1 && should_stream(shape.numel(), out.dtype);
+  const bool stream = so == 1 && should_stream(op, shape.numel(), out.dtype);
   for_each_run(rt, loop, [&](const std::int64_t (&off)[2], std::int64_t n) {
     fn({ew::advance(out.data, out.dtype, off[0]), out.dtype, so},
        {ew::advance(in.data, in.dtype, off[1]), in.dtype, si}, n, compute, params, stream);
@@ -211,7 +214,7 @@ void unary_flat(Runtime& rt, Unary op, DType compute, const UnaryParams& params,
     fn(out, in, n, compute, params, false);
     return;
   }
-  const bool stream = out.stride == 1 && should_stream(n, out.dtype);
+  const bool stream = out.stride == 1 && should_stream(op, n, out.dtype);
   rt.parallel_for(n, kGrainElements, [&](std::int64_t begin, std::int64_t end) {
     fn(ew::advance(out, begin), ew::advance(in, begin), end - begin, compute, params, stream);
   });
