@@ -98,7 +98,7 @@ inline result_t<Op, C> apply(C a, C b) noexcept {
 // o[i] = a[i * sa] (op) b[i * sb] with sa, sb in {0, 1}: the loops the
 // compiler vectorizes.
 template <Binary Op, typename C, typename R = result_t<Op, C>>
-void block(R* o, const C* a, std::int64_t sa, const C* b, std::int64_t sb, std::int64_t n) noexcept {
+[[gnu::always_inline]] inline void block(R* o, const C* a, std::int64_t sa, const C* b, std::int64_t sb, std::int64_t n) noexcept {
   if (sa == 1 && sb == 1) {
     for (std::int64_t i = 0; i < n; ++i) o[i] = apply<Op>(a[i], b[i]);
   } else if (sa == 1) {
