@@ -107,10 +107,6 @@ Tensor& Tensor::copy_(const Tensor& src) {
   return *this;
 }
 
-Tensor Tensor::add(const Tensor& other) const { return forge::add(*this, other); }
-Tensor Tensor::mul(const Tensor& other) const { return forge::mul(*this, other); }
-Tensor Tensor::relu() const { return forge::relu(*this); }
-
 namespace detail {
 
 std::int64_t checked_numel(const char* op, const Shape& shape, DType dtype) {

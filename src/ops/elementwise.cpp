@@ -1,136 +1,439 @@
-// add, mul, relu: validate, allocate from the inputs' context (or take the
-// caller's `out`), then call an unchecked CPU kernel.
+// Binary elementwise ops, comparisons, logic, where and masked_fill: validate,
+// allocate from the inputs' context (or take the caller's `out`), then call an
+// unchecked kernel. Two tensor operands of different dtypes are converted to
+// the promoted dtype first; scalars, 16-bit floats, true division of integers
+// and outputs of another dtype convert inside the kernels (Note [Compute
+// dtype] in backend/cpu/elementwise_kernels.h).
 
-#include "core/tensor_internal.h"
+#include <cmath>
+#include <limits>
+
 #include "forge/ops.h"
+#include "ops/elementwise_internal.h"
 
 namespace forge {
+namespace detail {
+
+ScalarSlot checked_slot(const char* op, DType t, Scalar s, const char* what) {
+  const bool fits = dispatch_dtype(t, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_same_v<T, bool>) {
+      return true;
+    } else if constexpr (std::is_integral_v<T>) {
+      constexpr auto lo = static_cast<double>(std::numeric_limits<T>::min());
+      constexpr auto hi_excl = static_cast<double>(std::numeric_limits<T>::max()) + 1.0;
+      if (s.is_floating()) {
+        const double d = std::trunc(s.to_double());
+        return d >= lo && d < hi_excl;
+      }
+      const std::int64_t v = s.to_int();
+      return v >= static_cast<std::int64_t>(std::numeric_limits<T>::min()) &&
+             (std::is_same_v<T, std::int64_t> || v <= static_cast<std::int64_t>(std::numeric_limits<T>::max()));
+    } else {
+      const double d = s.to_double();
+      return !std::isfinite(d) || std::isfinite(ScalarSlot(t, s).as_double());
+    }
+  });
+  if (!fits) {
+    if (s.is_floating()) FORGE_FAIL(out_of_range, op, what, " ", s.to_double(), " does not fit in ", dtype_name(t));
+    FORGE_FAIL(out_of_range, op, what, " ", s.to_int(), " does not fit in ", dtype_name(t));
+  }
+  return ScalarSlot(t, s);
+}
+
+void check_out(const char* op, const Tensor& out, const Tensor& in, const Shape& shape, DType result) {
+  check_same_runtime(op, out, in);
+  FORGE_CHECK(out.shape() == shape, shape, op, "out has shape ", out.shape(), " but the result has shape ", shape);
+  FORGE_CHECK(can_cast(result, out.dtype()), dtype, op, "result type ", dtype_name(result),
+              " cannot be written into out of dtype ", dtype_name(out.dtype()));
+}
+
+}  // namespace detail
+
 namespace {
 
-// Whether a value of dtype `from` may be written into `to` (libtorch's
-// can_cast: no float into an integer, nothing non-bool into bool).
-bool can_cast(DType from, DType to) noexcept {
-  if (is_floating(from) && !is_floating(to)) return false;
-  if (from != DType::boolean && to == DType::boolean) return false;
+using cpu::Binary;
+using detail::ScalarSlot;
+
+// The dtype `kind` computes in, given its operands' promoted dtype; any_bool:
+// an operand (tensor or scalar) is bool.
+DType compute_dtype(const char* op, Binary kind, DType promoted, bool any_bool) {
+  // libtorch refuses subtraction with any bool operand, and pow of two bools.
+  FORGE_CHECK(!(kind == Binary::sub && any_bool), dtype, op,
+              "does not take bool operands (to invert a mask use logical_not, for two masks logical_xor)");
+  FORGE_CHECK(!(kind == Binary::pow && promoted == DType::boolean), dtype, op, "does not take two bool operands");
+  if (kind == Binary::div && !is_floating(promoted)) return DType::f32;  // true division
+  return promoted;
+}
+
+DType result_dtype(Binary kind, DType compute) noexcept { return cpu::gives_bool(kind) ? DType::boolean : compute; }
+
+// An operand: a tensor, or a scalar stored in the compute dtype.
+struct Arg {
+  const Tensor* tensor = nullptr;
+  ScalarSlot* slot = nullptr;
+
+  bool flat(const Shape& shape) const { return !tensor || (tensor->shape() == shape && tensor->is_contiguous()); }
+  cpu::FlatArg flat_arg() const { return tensor ? detail::flat_arg(*tensor) : slot->flat(); }
+  cpu::Operand operand(const Shape& shape) const {
+    return tensor ? detail::operand_broadcast(*tensor, shape) : slot->operand(shape);
+  }
+};
+
+// Whether t is one packed row that broadcasts along the leading dims of
+// `shape` (a bias of shape [C] or [1, C] against [N, C]).
+bool is_row(const Arg& t, const Shape& shape) {
+  if (!t.tensor || !t.tensor->is_contiguous() || t.tensor->numel() <= 1) return false;
+  const Shape& s = t.tensor->shape();
+  int d = 0;
+  while (d < s.rank() && s[d] == 1) ++d;
+  const int lead = shape.rank() - (s.rank() - d);
+  if (lead <= 0) return false;
+  for (int k = d; k < s.rank(); ++k)
+    if (s[k] != shape[lead + k - d]) return false;
   return true;
 }
 
+void launch(Binary kind, DType compute, const Tensor& out, const Arg& a, const Arg& b) {
+  Runtime& rt = out.runtime();
+  const Shape& shape = out.shape();
+  const bool packed = out.is_contiguous();
+  const bool flat_a = a.flat(shape), flat_b = b.flat(shape);
+  if (packed && flat_a && flat_b) {
+    cpu::binary_flat(rt, kind, compute, out.numel(), detail::flat_arg(out), a.flat_arg(), b.flat_arg());
+  } else if (packed && a.tensor && b.tensor && ((flat_a && is_row(b, shape)) || (flat_b && is_row(a, shape)))) {
+    const Arg& row = flat_a ? b : a;
+    const std::int64_t cols = row.tensor->numel();
+    cpu::binary_rows(rt, kind, compute, out.numel() / cols, cols, detail::flat_arg(out),
+                     flat_a ? a.flat_arg() : b.flat_arg(), row.flat_arg(), !flat_a);
+  } else {
+    cpu::binary_op(rt, kind, compute, shape, detail::operand(out), a.operand(shape), b.operand(shape));
+  }
+}
+
 // `t` in `dtype`: itself when it already is, else a converted pool temporary
-// (no scope adopts it) kept alive by `holder`. No refcount traffic when equal.
+// (no scope adopts it) kept alive by `holder`. Operands of two dtypes are
+// converted up front, so the kernel reads one dtype; the temporary counts in
+// the pool's and the scope's peaks.
 const Tensor& promoted(const char* op, const Tensor& t, DType dtype, Tensor& holder) {
   if (t.dtype() == dtype) return t;
   holder = detail::cast_temporary(t, dtype, op);
   return holder;
 }
 
-// dst = a (op) b over `shape`, broadcasting a and b (which share dst's dtype).
-void run_broadcast(Runtime& rt, cpu::BinaryOp kind, const Shape& shape, const cpu::Operand& dst, const Tensor& a,
-                   const Tensor& b) {
-  cpu::binary(rt, kind, shape, dst, detail::operand_broadcast(a, shape), detail::operand_broadcast(b, shape));
-}
-
-Tensor binary(const char* op, cpu::BinaryOp kind, const Tensor& a, const Tensor& b) {
+Tensor binary(const char* op, Binary kind, const Tensor& a, const Tensor& b) {
   detail::check_input(op, a, "a");
   detail::check_input(op, b, "b");
   detail::check_same_runtime(op, a, b);
-  Runtime& rt = a.runtime();
-  // The hot case: same shape, same dtype, both contiguous. No strided setup.
-  if (a.dtype() == b.dtype() && a.shape() == b.shape() && a.is_contiguous() && b.is_contiguous()) {
-    Tensor out = detail::allocate(rt, a.shape(), a.dtype(), op);
-    const std::int64_t n = a.numel();
-    if (n <= cpu::kGrainElements) {
-      cpu::binary_contiguous(kind, a.dtype(), n, detail::first_element(out), detail::first_element(a),
-                             detail::first_element(b));
+  const DType dtype = a.dtype() == b.dtype() ? a.dtype() : promote_types(a.dtype(), b.dtype());
+  const bool any_bool = a.dtype() == DType::boolean || b.dtype() == DType::boolean;
+  const DType compute = compute_dtype(op, kind, dtype, any_bool);
+  if (a.dtype() == b.dtype() && a.shape() == b.shape()) {  // the common case, no setup
+    Tensor out = detail::allocate(a.runtime(), a.shape(), result_dtype(kind, compute), op);
+    if (a.is_contiguous() && b.is_contiguous()) {
+      cpu::binary_flat(a.runtime(), kind, compute, out.numel(), detail::flat_arg(out), detail::flat_arg(a),
+                       detail::flat_arg(b));
     } else {
-      cpu::binary(rt, kind, a.shape(), detail::operand(out), detail::operand(a), detail::operand(b));
+      launch(kind, compute, out, Arg{&a}, Arg{&b});
     }
     detail::adopt_output(out);
     return out;
   }
   const Shape shape = broadcast_shapes(a.shape(), b.shape(), op);
-  const DType dtype = promote_types(a.dtype(), b.dtype());
   Tensor cast_a, cast_b;
   const Tensor& ca = promoted(op, a, dtype, cast_a);
   const Tensor& cb = promoted(op, b, dtype, cast_b);
-  Tensor out = detail::allocate(rt, shape, dtype, op);
-  run_broadcast(rt, kind, shape, detail::operand(out), ca, cb);
+  Tensor out = detail::allocate(a.runtime(), shape, result_dtype(kind, compute), op);
+  launch(kind, compute, out, Arg{&ca}, Arg{&cb});
   detail::adopt_output(out);
   return out;
 }
 
-Tensor& binary_into(const char* op, cpu::BinaryOp kind, Tensor& out, const Tensor& a, const Tensor& b) {
+// t (op) s, or s (op) t when scalar_first.
+Tensor binary_scalar(const char* op, Binary kind, const Tensor& t, Scalar s, bool scalar_first) {
+  detail::check_input(op, t, scalar_first ? "b" : "a");
+  const DType compute = compute_dtype(op, kind, result_type(t.dtype(), s), t.dtype() == DType::boolean || s.is_bool());
+  ScalarSlot slot(compute, s);
+  Tensor out = detail::allocate(t.runtime(), t.shape(), result_dtype(kind, compute), op);
+  const Arg ta{&t}, sa{nullptr, &slot};
+  launch(kind, compute, out, scalar_first ? sa : ta, scalar_first ? ta : sa);
+  detail::adopt_output(out);
+  return out;
+}
+
+Tensor& binary_into(const char* op, Binary kind, Tensor& out, const Tensor& a, const Tensor& b) {
   detail::check_writable(op, out, "out");
   detail::check_input(op, a, "a");
   detail::check_input(op, b, "b");
-  detail::check_same_runtime(op, out, a);
-  detail::check_same_runtime(op, out, b);
+  detail::check_same_runtime(op, a, b);
   const Shape shape = broadcast_shapes(a.shape(), b.shape(), op);
-  FORGE_CHECK(out.shape() == shape, shape, op, "out has shape ", out.shape(), " but the result has shape ", shape);
-  const DType dtype = promote_types(a.dtype(), b.dtype());
-  FORGE_CHECK(can_cast(dtype, out.dtype()), dtype, op, "result type ", dtype_name(dtype),
-              " cannot be written into out of dtype ", dtype_name(out.dtype()));
+  const DType compute = compute_dtype(op, kind, promote_types(a.dtype(), b.dtype()),
+                                      a.dtype() == DType::boolean || b.dtype() == DType::boolean);
+  detail::check_out(op, out, a, shape, result_dtype(kind, compute));
   detail::check_no_partial_overlap(op, out, a, "a");
   detail::check_no_partial_overlap(op, out, b, "b");
-  Runtime& rt = out.runtime();
   if (a.dtype() == out.dtype() && b.dtype() == out.dtype() && a.shape() == shape && b.shape() == shape &&
-      out.numel() <= cpu::kGrainElements && out.is_contiguous() && a.is_contiguous() && b.is_contiguous()) {
-    cpu::binary_contiguous(kind, out.dtype(), out.numel(), detail::first_element(out), detail::first_element(a),
-                           detail::first_element(b));
+      out.is_contiguous() && a.is_contiguous() && b.is_contiguous()) {  // the common case, no setup
+    cpu::binary_flat(out.runtime(), kind, compute, out.numel(), detail::flat_arg(out), detail::flat_arg(a),
+                     detail::flat_arg(b));
     out.buffer()->bump_version();
     return out;
   }
   Tensor cast_a, cast_b;
-  const Tensor& ca = promoted(op, a, dtype, cast_a);
-  const Tensor& cb = promoted(op, b, dtype, cast_b);
-  if (out.dtype() == dtype) {
-    run_broadcast(rt, kind, shape, detail::operand(out), ca, cb);
-  } else {  // compute in the promoted dtype, then convert into out
-    Tensor tmp = detail::allocate(rt, shape, dtype, op);
-    run_broadcast(rt, kind, shape, detail::operand(tmp), ca, cb);
-    cpu::copy_cast(rt, shape, detail::operand(out), detail::operand(tmp));
-  }
+  const Tensor& ca = promoted(op, a, promote_types(a.dtype(), b.dtype()), cast_a);
+  const Tensor& cb = promoted(op, b, promote_types(a.dtype(), b.dtype()), cast_b);
+  launch(kind, compute, out, Arg{&ca}, Arg{&cb});
   out.buffer()->bump_version();
   return out;
 }
 
-void check_relu_dtype(const char* op, DType dtype) {
-  FORGE_CHECK(dtype != DType::boolean, dtype, op, "does not take bool tensors");
+Tensor& binary_scalar_into(const char* op, Binary kind, Tensor& out, const Tensor& a, Scalar s) {
+  detail::check_writable(op, out, "out");
+  detail::check_input(op, a, "a");
+  const DType compute = compute_dtype(op, kind, result_type(a.dtype(), s), a.dtype() == DType::boolean || s.is_bool());
+  detail::check_out(op, out, a, a.shape(), result_dtype(kind, compute));
+  detail::check_no_partial_overlap(op, out, a, "a");
+  ScalarSlot slot(compute, s);
+  launch(kind, compute, out, Arg{&a}, Arg{nullptr, &slot});
+  out.buffer()->bump_version();
+  return out;
+}
+
+// libtorch refuses an integer tensor to a negative integer scalar power.
+void check_int_pow(const char* op, DType base, Scalar exponent) {
+  FORGE_CHECK(!((is_integral(base) || base == DType::boolean) && !exponent.is_floating() && exponent.to_int() < 0),
+              invalid_argument, op, "integers to negative integer powers are not allowed (exponent ",
+              exponent.to_int(), " for a ", dtype_name(base), " tensor)");
+}
+
+void check_bool(const char* op, const Tensor& t, const char* name) {
+  FORGE_CHECK(t.dtype() == DType::boolean, dtype, op, name, " must be bool, not ", dtype_name(t.dtype()));
+}
+
+Shape broadcast3(const char* op, const Shape& a, const Shape& b, const Shape& c) {
+  return broadcast_shapes(broadcast_shapes(a, b, op), c, op);
+}
+
+// out = cond ? a : b, every operand already validated.
+void launch_where(DType compute, const Tensor& out, const Tensor& cond, const Arg& a, const Arg& b) {
+  const Shape& shape = out.shape();
+  cpu::where_op(out.runtime(), compute, shape, detail::operand(out), detail::operand_broadcast(cond, shape),
+                a.operand(shape), b.operand(shape));
 }
 
 }  // namespace
 
-Tensor add(const Tensor& a, const Tensor& b) { return binary("add", cpu::BinaryOp::add, a, b); }
-Tensor mul(const Tensor& a, const Tensor& b) { return binary("mul", cpu::BinaryOp::mul, a, b); }
+// ---- arithmetic ----
+
+Tensor add(const Tensor& a, const Tensor& b) { return binary("add", Binary::add, a, b); }
+Tensor add(const Tensor& a, Scalar b) { return binary_scalar("add", Binary::add, a, b, false); }
+Tensor sub(const Tensor& a, const Tensor& b) { return binary("sub", Binary::sub, a, b); }
+Tensor sub(const Tensor& a, Scalar b) { return binary_scalar("sub", Binary::sub, a, b, false); }
+Tensor sub(Scalar a, const Tensor& b) { return binary_scalar("sub", Binary::sub, b, a, true); }
+Tensor mul(const Tensor& a, const Tensor& b) { return binary("mul", Binary::mul, a, b); }
+Tensor mul(const Tensor& a, Scalar b) { return binary_scalar("mul", Binary::mul, a, b, false); }
+Tensor div(const Tensor& a, const Tensor& b) { return binary("div", Binary::div, a, b); }
+Tensor div(const Tensor& a, Scalar b) { return binary_scalar("div", Binary::div, a, b, false); }
+Tensor div(Scalar a, const Tensor& b) { return binary_scalar("div", Binary::div, b, a, true); }
+Tensor pow(const Tensor& a, const Tensor& b) { return binary("pow", Binary::pow, a, b); }
+Tensor pow(const Tensor& a, Scalar b) {
+  if (a.defined()) check_int_pow("pow", a.dtype(), b);
+  return binary_scalar("pow", Binary::pow, a, b, false);
+}
+Tensor pow(Scalar a, const Tensor& b) { return binary_scalar("pow", Binary::pow, b, a, true); }
+Tensor maximum(const Tensor& a, const Tensor& b) { return binary("maximum", Binary::maximum, a, b); }
+Tensor minimum(const Tensor& a, const Tensor& b) { return binary("minimum", Binary::minimum, a, b); }
 
 Tensor& add_into(Tensor& out, const Tensor& a, const Tensor& b) {
-  return binary_into("add_into", cpu::BinaryOp::add, out, a, b);
+  return binary_into("add_into", Binary::add, out, a, b);
+}
+Tensor& add_into(Tensor& out, const Tensor& a, Scalar b) {
+  return binary_scalar_into("add_into", Binary::add, out, a, b);
+}
+Tensor& sub_into(Tensor& out, const Tensor& a, const Tensor& b) {
+  return binary_into("sub_into", Binary::sub, out, a, b);
+}
+Tensor& sub_into(Tensor& out, const Tensor& a, Scalar b) {
+  return binary_scalar_into("sub_into", Binary::sub, out, a, b);
 }
 Tensor& mul_into(Tensor& out, const Tensor& a, const Tensor& b) {
-  return binary_into("mul_into", cpu::BinaryOp::mul, out, a, b);
+  return binary_into("mul_into", Binary::mul, out, a, b);
+}
+Tensor& mul_into(Tensor& out, const Tensor& a, Scalar b) {
+  return binary_scalar_into("mul_into", Binary::mul, out, a, b);
+}
+Tensor& div_into(Tensor& out, const Tensor& a, const Tensor& b) {
+  return binary_into("div_into", Binary::div, out, a, b);
+}
+Tensor& div_into(Tensor& out, const Tensor& a, Scalar b) {
+  return binary_scalar_into("div_into", Binary::div, out, a, b);
+}
+Tensor& pow_into(Tensor& out, const Tensor& a, const Tensor& b) {
+  return binary_into("pow_into", Binary::pow, out, a, b);
+}
+Tensor& pow_into(Tensor& out, const Tensor& a, Scalar b) {
+  if (a.defined()) check_int_pow("pow_into", a.dtype(), b);
+  return binary_scalar_into("pow_into", Binary::pow, out, a, b);
+}
+Tensor& maximum_into(Tensor& out, const Tensor& a, const Tensor& b) {
+  return binary_into("maximum_into", Binary::maximum, out, a, b);
+}
+Tensor& minimum_into(Tensor& out, const Tensor& a, const Tensor& b) {
+  return binary_into("minimum_into", Binary::minimum, out, a, b);
 }
 
-Tensor relu(const Tensor& x) {
-  detail::check_input("relu", x, "x");
-  check_relu_dtype("relu", x.dtype());
-  Tensor out = detail::allocate(x.runtime(), x.shape(), x.dtype(), "relu");
-  cpu::relu(x.runtime(), x.shape(), detail::operand(out), detail::operand(x));
+// ---- comparisons and logic ----
+
+Tensor eq(const Tensor& a, const Tensor& b) { return binary("eq", Binary::eq, a, b); }
+Tensor eq(const Tensor& a, Scalar b) { return binary_scalar("eq", Binary::eq, a, b, false); }
+Tensor ne(const Tensor& a, const Tensor& b) { return binary("ne", Binary::ne, a, b); }
+Tensor ne(const Tensor& a, Scalar b) { return binary_scalar("ne", Binary::ne, a, b, false); }
+Tensor lt(const Tensor& a, const Tensor& b) { return binary("lt", Binary::lt, a, b); }
+Tensor lt(const Tensor& a, Scalar b) { return binary_scalar("lt", Binary::lt, a, b, false); }
+Tensor le(const Tensor& a, const Tensor& b) { return binary("le", Binary::le, a, b); }
+Tensor le(const Tensor& a, Scalar b) { return binary_scalar("le", Binary::le, a, b, false); }
+Tensor gt(const Tensor& a, const Tensor& b) { return binary("gt", Binary::gt, a, b); }
+Tensor gt(const Tensor& a, Scalar b) { return binary_scalar("gt", Binary::gt, a, b, false); }
+Tensor ge(const Tensor& a, const Tensor& b) { return binary("ge", Binary::ge, a, b); }
+Tensor ge(const Tensor& a, Scalar b) { return binary_scalar("ge", Binary::ge, a, b, false); }
+Tensor logical_and(const Tensor& a, const Tensor& b) { return binary("logical_and", Binary::logical_and, a, b); }
+Tensor logical_or(const Tensor& a, const Tensor& b) { return binary("logical_or", Binary::logical_or, a, b); }
+
+Tensor& eq_into(Tensor& out, const Tensor& a, const Tensor& b) { return binary_into("eq_into", Binary::eq, out, a, b); }
+Tensor& ne_into(Tensor& out, const Tensor& a, const Tensor& b) { return binary_into("ne_into", Binary::ne, out, a, b); }
+Tensor& lt_into(Tensor& out, const Tensor& a, const Tensor& b) { return binary_into("lt_into", Binary::lt, out, a, b); }
+Tensor& le_into(Tensor& out, const Tensor& a, const Tensor& b) { return binary_into("le_into", Binary::le, out, a, b); }
+Tensor& gt_into(Tensor& out, const Tensor& a, const Tensor& b) { return binary_into("gt_into", Binary::gt, out, a, b); }
+Tensor& ge_into(Tensor& out, const Tensor& a, const Tensor& b) { return binary_into("ge_into", Binary::ge, out, a, b); }
+Tensor& logical_and_into(Tensor& out, const Tensor& a, const Tensor& b) {
+  return binary_into("logical_and_into", Binary::logical_and, out, a, b);
+}
+Tensor& logical_or_into(Tensor& out, const Tensor& a, const Tensor& b) {
+  return binary_into("logical_or_into", Binary::logical_or, out, a, b);
+}
+
+// logical_not(x) is x == 0 compared in x's own dtype (NaN is not 0).
+Tensor logical_not(const Tensor& x) { return binary_scalar("logical_not", Binary::eq, x, 0, false); }
+Tensor& logical_not_into(Tensor& out, const Tensor& x) {
+  detail::check_writable("logical_not_into", out, "out");
+  detail::check_input("logical_not_into", x, "x");
+  detail::check_out("logical_not_into", out, x, x.shape(), DType::boolean);
+  detail::check_no_partial_overlap("logical_not_into", out, x, "x");
+  ScalarSlot zero(x.dtype(), 0);
+  launch(Binary::eq, x.dtype(), out, Arg{&x}, Arg{nullptr, &zero});
+  out.buffer()->bump_version();
+  return out;
+}
+
+// ---- selection ----
+
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  detail::check_input("where", cond, "cond");
+  detail::check_input("where", a, "a");
+  detail::check_input("where", b, "b");
+  detail::check_same_runtime("where", cond, a);
+  detail::check_same_runtime("where", cond, b);
+  check_bool("where", cond, "cond");
+  const Shape shape = broadcast3("where", cond.shape(), a.shape(), b.shape());
+  const DType dtype = promote_types(a.dtype(), b.dtype());
+  Tensor out = detail::allocate(cond.runtime(), shape, dtype, "where");
+  launch_where(dtype, out, cond, Arg{&a}, Arg{&b});
   detail::adopt_output(out);
   return out;
 }
 
-Tensor& relu_into(Tensor& out, const Tensor& x) {
-  detail::check_writable("relu_into", out, "out");
-  detail::check_input("relu_into", x, "x");
-  detail::check_same_runtime("relu_into", out, x);
-  check_relu_dtype("relu_into", x.dtype());
-  FORGE_CHECK(out.shape() == x.shape(), shape, "relu_into", "out has shape ", out.shape(), " but x has shape ",
-              x.shape());
-  FORGE_CHECK(out.dtype() == x.dtype(), dtype, "relu_into", "out is ", dtype_name(out.dtype()), " but x is ",
-              dtype_name(x.dtype()));
-  detail::check_no_partial_overlap("relu_into", out, x, "x");
-  cpu::relu(out.runtime(), x.shape(), detail::operand(out), detail::operand(x));
+Tensor where(const Tensor& cond, const Tensor& a, Scalar b) {
+  detail::check_input("where", cond, "cond");
+  detail::check_input("where", a, "a");
+  detail::check_same_runtime("where", cond, a);
+  check_bool("where", cond, "cond");
+  const Shape shape = broadcast_shapes(cond.shape(), a.shape(), "where");
+  const DType dtype = result_type(a.dtype(), b);
+  ScalarSlot slot(dtype, b);
+  Tensor out = detail::allocate(cond.runtime(), shape, dtype, "where");
+  launch_where(dtype, out, cond, Arg{&a}, Arg{nullptr, &slot});
+  detail::adopt_output(out);
+  return out;
+}
+
+Tensor& where_into(Tensor& out, const Tensor& cond, const Tensor& a, const Tensor& b) {
+  detail::check_writable("where_into", out, "out");
+  detail::check_input("where_into", cond, "cond");
+  detail::check_input("where_into", a, "a");
+  detail::check_input("where_into", b, "b");
+  detail::check_same_runtime("where_into", cond, a);
+  detail::check_same_runtime("where_into", cond, b);
+  check_bool("where_into", cond, "cond");
+  const Shape shape = broadcast3("where_into", cond.shape(), a.shape(), b.shape());
+  const DType dtype = promote_types(a.dtype(), b.dtype());
+  detail::check_out("where_into", out, cond, shape, dtype);
+  detail::check_no_partial_overlap("where_into", out, cond, "cond");
+  detail::check_no_partial_overlap("where_into", out, a, "a");
+  detail::check_no_partial_overlap("where_into", out, b, "b");
+  launch_where(dtype, out, cond, Arg{&a}, Arg{&b});
   out.buffer()->bump_version();
   return out;
 }
+
+namespace {
+void check_mask(const char* op, const Tensor& x, const Tensor& mask) {
+  detail::check_input(op, x, "x");
+  detail::check_input(op, mask, "mask");
+  detail::check_same_runtime(op, x, mask);
+  check_bool(op, mask, "mask");
+  FORGE_CHECK(broadcast_shapes(mask.shape(), x.shape(), op) == x.shape(), shape, op, "mask of shape ", mask.shape(),
+              " does not broadcast to x's shape ", x.shape());
+}
+}  // namespace
+
+Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value) {
+  check_mask("masked_fill", x, mask);
+  ScalarSlot slot = detail::checked_slot("masked_fill", x.dtype(), value, "value");
+  Tensor out = detail::allocate(x.runtime(), x.shape(), x.dtype(), "masked_fill");
+  launch_where(x.dtype(), out, mask, Arg{nullptr, &slot}, Arg{&x});
+  detail::adopt_output(out);
+  return out;
+}
+
+Tensor& masked_fill_into(Tensor& out, const Tensor& x, const Tensor& mask, Scalar value) {
+  detail::check_writable("masked_fill_into", out, "out");
+  check_mask("masked_fill_into", x, mask);
+  detail::check_out("masked_fill_into", out, x, x.shape(), x.dtype());
+  detail::check_no_partial_overlap("masked_fill_into", out, x, "x");
+  detail::check_no_partial_overlap("masked_fill_into", out, mask, "mask");
+  ScalarSlot slot = detail::checked_slot("masked_fill_into", x.dtype(), value, "value");
+  launch_where(x.dtype(), out, mask, Arg{nullptr, &slot}, Arg{&x});
+  out.buffer()->bump_version();
+  return out;
+}
+
+// ---- Tensor methods ----
+
+Tensor Tensor::add(const Tensor& other) const { return forge::add(*this, other); }
+Tensor Tensor::add(Scalar other) const { return forge::add(*this, other); }
+Tensor Tensor::sub(const Tensor& other) const { return forge::sub(*this, other); }
+Tensor Tensor::sub(Scalar other) const { return forge::sub(*this, other); }
+Tensor Tensor::mul(const Tensor& other) const { return forge::mul(*this, other); }
+Tensor Tensor::mul(Scalar other) const { return forge::mul(*this, other); }
+Tensor Tensor::div(const Tensor& other) const { return forge::div(*this, other); }
+Tensor Tensor::div(Scalar other) const { return forge::div(*this, other); }
+Tensor Tensor::pow(const Tensor& exponent) const { return forge::pow(*this, exponent); }
+Tensor Tensor::pow(Scalar exponent) const { return forge::pow(*this, exponent); }
+Tensor Tensor::maximum(const Tensor& other) const { return forge::maximum(*this, other); }
+Tensor Tensor::minimum(const Tensor& other) const { return forge::minimum(*this, other); }
+Tensor Tensor::eq(const Tensor& other) const { return forge::eq(*this, other); }
+Tensor Tensor::eq(Scalar other) const { return forge::eq(*this, other); }
+Tensor Tensor::ne(const Tensor& other) const { return forge::ne(*this, other); }
+Tensor Tensor::ne(Scalar other) const { return forge::ne(*this, other); }
+Tensor Tensor::lt(const Tensor& other) const { return forge::lt(*this, other); }
+Tensor Tensor::lt(Scalar other) const { return forge::lt(*this, other); }
+Tensor Tensor::le(const Tensor& other) const { return forge::le(*this, other); }
+Tensor Tensor::le(Scalar other) const { return forge::le(*this, other); }
+Tensor Tensor::gt(const Tensor& other) const { return forge::gt(*this, other); }
+Tensor Tensor::gt(Scalar other) const { return forge::gt(*this, other); }
+Tensor Tensor::ge(const Tensor& other) const { return forge::ge(*this, other); }
+Tensor Tensor::ge(Scalar other) const { return forge::ge(*this, other); }
+Tensor Tensor::logical_not() const { return forge::logical_not(*this); }
+Tensor Tensor::masked_fill(const Tensor& mask, Scalar value) const { return forge::masked_fill(*this, mask, value); }
 
 }  // namespace forge
