@@ -79,7 +79,7 @@ void where_op(Runtime& rt, DType compute, const Shape& shape, const Operand& out
 // arithmetic (gelu, exp, pow, ...) store normally: measured on one core,
 // streaming stalled gelu's arithmetic (+45% time) while it sped a + b up (-10%).
 // Below the threshold outputs stay in cache for the next op to read.
-inline constexpr std::int64_t kStreamBytes = std::int64_t{8} << 20;
+inline constexpr std::int64_t kStreamBytes = std::int64_t{32} << 20;
 
 // ---- the block machinery the kernel files share ----
 namespace ew {
