@@ -17,10 +17,11 @@
 namespace forge {
 
 // ---- arithmetic ----
-// Integer add/sub/mul wrap around. `div` is true division: integer and bool
-// inputs give f32. `pow` of integers stays integral (a negative exponent of an
-// integer base other than 1 or -1 gives 0, as in libtorch). maximum/minimum
-// propagate NaN.
+// Integer add/sub/mul wrap around; sub refuses bool. `div` is true division:
+// integer and bool inputs give f32. `pow` of integers stays integral (a
+// negative tensor exponent of an integer base other than 1 or -1 gives 0; a
+// negative integer Scalar exponent is invalid_argument, as in libtorch).
+// maximum/minimum propagate NaN.
 Tensor add(const Tensor& a, const Tensor& b);
 Tensor add(const Tensor& a, Scalar b);
 Tensor sub(const Tensor& a, const Tensor& b);
@@ -91,8 +92,9 @@ Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> m
 Tensor& clamp_into(Tensor& out, const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max);
 
 // ---- unary ----
-// neg, abs, sign, square and relu keep the dtype (neg refuses bool); the
-// others compute in floating point: integer and bool inputs give f32.
+// neg, abs, sign, square and relu keep the dtype (neg refuses bool; square of
+// bool gives i64); the others compute in floating point: integer and bool
+// inputs give f32.
 Tensor neg(const Tensor& x);
 Tensor abs(const Tensor& x);
 Tensor sign(const Tensor& x);
