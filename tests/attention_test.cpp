@@ -15,6 +15,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "reference.h"
 #include "support.h"
 
 namespace {
@@ -27,62 +28,13 @@ using forge::Shape;
 using forge::Tensor;
 using forge_test::kFloatDTypes;
 using forge_test::TestContext;
-
-// ---- naive access ----
-
-double at(const Tensor& t, const Dims& idx) {
-  std::int64_t off = t.offset();
-  for (int d = 0; d < t.dim(); ++d) off += idx[d] * t.strides()[d];
-  const std::byte* p = t.buffer()->data() + off * static_cast<std::int64_t>(t.element_size());
-  return forge::dispatch_dtype(t.dtype(), [&](auto tag) -> double {
-    using T = decltype(tag);
-    T v;
-    std::memcpy(&v, p, sizeof(T));
-    if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) return static_cast<float>(v);
-    else return static_cast<double>(v);
-  });
-}
-
-template <typename Fn>
-void each_index(const Shape& shape, Fn&& fn) {
-  if (shape.numel() == 0) return;
-  Dims idx = Dims::filled(shape.rank(), 0);
-  for (std::int64_t n = 0; n < shape.numel(); ++n) {
-    fn(idx);
-    for (int d = shape.rank() - 1; d >= 0; --d) {
-      if (++idx[d] < shape[d]) break;
-      idx[d] = 0;
-    }
-  }
-}
-
-enum Layout { packed, transposed, stepped, offset, kLayouts };
-
-template <typename Gen>
-Tensor make_with(TestContext& ctx, const Shape& shape, DType t, int layout, Gen&& gen) {
-  const int r = shape.rank();
-  Shape base = shape;
-  if (layout == transposed && r >= 2) std::swap(base[r - 1], base[r - 2]);
-  if (layout == stepped && r >= 1) base[r - 1] = 2 * shape[r - 1] + 1;
-  if (layout == offset && r >= 1) base[0] = shape[0] + 3;
-  std::vector<double> values(static_cast<std::size_t>(base.numel()));
-  for (double& v : values) v = gen();
-  Tensor x = ctx.from_vector(values, base).to(t);
-  if (layout == transposed && r >= 2) return x.transpose(-1, -2);
-  if (layout == stepped && r >= 1) return x.slice(-1, 1, base[r - 1], 2);
-  if (layout == offset && r >= 1) return x.narrow(0, 2, shape[0]);
-  return x;
-}
+using namespace forge_test::reference;
 
 // Real values in [lo, hi) (rounded to t when t is narrower than f64).
 Tensor make(TestContext& ctx, std::mt19937_64& rng, const Shape& shape, DType t, int layout, double lo = -2,
             double hi = 2) {
   std::uniform_real_distribution<double> u(lo, hi);
   return make_with(ctx, shape, t, layout, [&] { return u(rng); });
-}
-
-std::int64_t pick(std::mt19937_64& rng, std::int64_t lo, std::int64_t hi) {  // in [lo, hi]
-  return lo + static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(hi - lo + 1));
 }
 
 double tolerance(DType t) {

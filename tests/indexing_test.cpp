@@ -13,6 +13,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "reference.h"
 #include "support.h"
 
 namespace {
@@ -25,77 +26,7 @@ using forge::Shape;
 using forge::Tensor;
 using forge_test::kAllDTypes;
 using forge_test::TestContext;
-
-// ---- naive access ----
-
-double at(const Tensor& t, const Dims& idx) {
-  std::int64_t off = t.offset();
-  for (int d = 0; d < t.dim(); ++d) off += idx[d] * t.strides()[d];
-  const std::byte* p = t.buffer()->data() + off * static_cast<std::int64_t>(t.element_size());
-  return forge::dispatch_dtype(t.dtype(), [&](auto tag) -> double {
-    using T = decltype(tag);
-    T v;
-    std::memcpy(&v, p, sizeof(T));
-    if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) return static_cast<float>(v);
-    else return static_cast<double>(v);
-  });
-}
-
-template <typename Fn>
-void each_index(const Shape& shape, Fn&& fn) {
-  if (shape.numel() == 0) return;
-  Dims idx = Dims::filled(shape.rank(), 0);
-  for (std::int64_t n = 0; n < shape.numel(); ++n) {
-    fn(idx);
-    for (int d = shape.rank() - 1; d >= 0; --d) {
-      if (++idx[d] < shape[d]) break;
-      idx[d] = 0;
-    }
-  }
-}
-
-// Values exact in every dtype: small integers (quarters for the floats).
-double random_value(std::mt19937_64& rng, DType t) {
-  if (t == DType::boolean) return static_cast<double>(rng() & 1u);
-  if (t == DType::u8) return static_cast<double>(rng() % 100);
-  const double k = static_cast<double>(static_cast<std::int64_t>(rng() % 81) - 40);
-  return forge::is_floating(t) ? k / 4 : k;
-}
-
-enum Layout { packed, transposed, stepped, offset, kLayouts };
-
-template <typename Gen>
-Tensor make_with(TestContext& ctx, const Shape& shape, DType t, int layout, Gen&& gen) {
-  const int r = shape.rank();
-  Shape base = shape;
-  if (layout == transposed && r >= 2) std::swap(base[r - 1], base[r - 2]);
-  if (layout == stepped && r >= 1) base[r - 1] = 2 * shape[r - 1] + 1;
-  if (layout == offset && r >= 1) base[0] = shape[0] + 3;
-  std::vector<double> values(static_cast<std::size_t>(base.numel()));
-  for (double& v : values) v = gen();
-  Tensor x = ctx.from_vector(values, base).to(t);
-  if (layout == transposed && r >= 2) return x.transpose(-1, -2);
-  if (layout == stepped && r >= 1) return x.slice(-1, 1, base[r - 1], 2);
-  if (layout == offset && r >= 1) return x.narrow(0, 2, shape[0]);
-  return x;
-}
-
-Tensor make(TestContext& ctx, std::mt19937_64& rng, const Shape& shape, DType t, int layout) {
-  return make_with(ctx, shape, t, layout, [&] { return random_value(rng, t); });
-}
-
-Shape random_shape(std::mt19937_64& rng, int rank) {
-  Shape s;
-  for (int d = 0; d < rank; ++d) {
-    const auto u = rng() % 10;
-    s.push_back(u == 0 ? 0 : u < 3 ? 1 : static_cast<std::int64_t>(2 + rng() % 4));
-  }
-  return s;
-}
-
-std::int64_t pick(std::mt19937_64& rng, std::int64_t lo, std::int64_t hi) {  // in [lo, hi]
-  return lo + static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(hi - lo + 1));
-}
+using namespace forge_test::reference;
 
 const DType kIndexDTypes[] = {DType::i64, DType::i32};
 
@@ -123,7 +54,7 @@ TEST_CASE("embedding: rows of weight for every dtype, both index dtypes and layo
     const DType it = kIndexDTypes[(iter / 8) % 2];
     const std::int64_t V = pick(rng, 1, 6), D = rng() % 8 == 0 ? 0 : pick(rng, 1, 5);
     const Shape is = random_shape(rng, static_cast<int>(pick(rng, 0, 3)));
-    const Tensor w = make(ctx, rng, {V, D}, t, static_cast<int>(rng() % kLayouts));
+    const Tensor w = make_exact(ctx, rng, {V, D}, t, static_cast<int>(rng() % kLayouts));
     const Tensor idx = make_index(ctx, rng, is, V, it, static_cast<int>(rng() % kLayouts));
     INFO("iter " << iter << " weight " << w.shape() << " indices " << is);
     auto check = [&](const Tensor& out) {
@@ -152,7 +83,7 @@ TEST_CASE("embedding: rows of weight for every dtype, both index dtypes and layo
 TEST_CASE("embedding: a large lookup runs the parallel path", "[indexing]") {
   TestContext ctx(forge_test::context_options(4));
   std::mt19937_64 rng(103);
-  const Tensor w = make(ctx, rng, {50, 64}, DType::f32, packed);
+  const Tensor w = make_exact(ctx, rng, {50, 64}, DType::f32, packed);
   const Tensor idx = make_index(ctx, rng, {40, 70}, 50, DType::i32, stepped);
   const Tensor out = forge::embedding(w, idx);
   int bad = 0;
@@ -204,7 +135,7 @@ TEST_CASE("index_select: every dtype, both index dtypes and layouts", "[indexing
     const int dim = static_cast<int>(pick(rng, -rank, rank - 1)), d = dim < 0 ? dim + rank : dim;
     const std::int64_t n = s[d] == 0 ? 0 : pick(rng, 0, 5);
     const bool scalar_index = n == 1 && rng() % 2;
-    const Tensor x = make(ctx, rng, s, t, static_cast<int>(rng() % kLayouts));
+    const Tensor x = make_exact(ctx, rng, s, t, static_cast<int>(rng() % kLayouts));
     const Tensor idx = make_index(ctx, rng, scalar_index ? Shape{} : Shape{n}, s[d], it, static_cast<int>(rng() % kLayouts));
     INFO("iter " << iter << " shape " << s << " dim " << dim << " index " << idx.shape());
     auto check = [&](const Tensor& out) {
@@ -262,7 +193,7 @@ TEST_CASE("gather: every dtype, both index dtypes and layouts", "[indexing]") {
     const int dim = static_cast<int>(pick(rng, -rank, rank - 1)), d = dim < 0 ? dim + rank : dim;
     Shape is = s;
     for (int k = 0; k < rank; ++k) is[k] = k == d ? (s[d] == 0 ? 0 : pick(rng, 0, 4)) : pick(rng, 0, s[k]);
-    const Tensor x = make(ctx, rng, s, t, static_cast<int>(rng() % kLayouts));
+    const Tensor x = make_exact(ctx, rng, s, t, static_cast<int>(rng() % kLayouts));
     const Tensor idx = make_index(ctx, rng, is, s[d], it, static_cast<int>(rng() % kLayouts));
     INFO("iter " << iter << " shape " << s << " dim " << dim << " index " << is);
     auto check = [&](const Tensor& out) {
@@ -345,8 +276,8 @@ TEST_CASE("scatter_add: every dtype, both index dtypes, repeated targets add up"
       is[k] = k == d ? (s[d] == 0 ? 0 : pick(rng, 0, 4)) : pick(rng, 0, s[k]);
       ss[k] = is[k] + pick(rng, 0, 1);
     }
-    const Tensor x = make(ctx, rng, s, t, static_cast<int>(rng() % kLayouts));
-    const Tensor src = make(ctx, rng, ss, t, static_cast<int>(rng() % kLayouts));
+    const Tensor x = make_exact(ctx, rng, s, t, static_cast<int>(rng() % kLayouts));
+    const Tensor src = make_exact(ctx, rng, ss, t, static_cast<int>(rng() % kLayouts));
     const Tensor idx = make_index(ctx, rng, is, s[d], it, static_cast<int>(rng() % kLayouts));
     INFO("iter " << iter << " dtype " << forge::dtype_name(t) << " shape " << s << " dim " << dim << " index " << is
                  << " src " << ss);
@@ -365,8 +296,8 @@ TEST_CASE("scatter_add: every dtype, both index dtypes, repeated targets add up"
 TEST_CASE("scatter_add: a large scatter runs the parallel path", "[indexing]") {
   TestContext ctx(forge_test::context_options(4));
   std::mt19937_64 rng(127);
-  const Tensor x = make(ctx, rng, {200, 300}, DType::f64, transposed);
-  const Tensor src = make(ctx, rng, {200, 300}, DType::f64, packed);
+  const Tensor x = make_exact(ctx, rng, {200, 300}, DType::f64, transposed);
+  const Tensor src = make_exact(ctx, rng, {200, 300}, DType::f64, packed);
   const Tensor idx = make_index(ctx, rng, {200, 300}, 200, DType::i64, packed);
   check_scatter_add(forge::scatter_add(x, 0, idx, src), x, 0, idx, src);
 }

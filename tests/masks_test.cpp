@@ -12,6 +12,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "reference.h"
 #include "support.h"
 
 namespace {
@@ -24,72 +25,7 @@ using forge::Shape;
 using forge::Tensor;
 using forge_test::kAllDTypes;
 using forge_test::TestContext;
-
-// ---- naive access ----
-
-double at(const Tensor& t, const Dims& idx) {
-  std::int64_t off = t.offset();
-  for (int d = 0; d < t.dim(); ++d) off += idx[d] * t.strides()[d];
-  const std::byte* p = t.buffer()->data() + off * static_cast<std::int64_t>(t.element_size());
-  return forge::dispatch_dtype(t.dtype(), [&](auto tag) -> double {
-    using T = decltype(tag);
-    T v;
-    std::memcpy(&v, p, sizeof(T));
-    if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) return static_cast<float>(v);
-    else return static_cast<double>(v);
-  });
-}
-
-template <typename Fn>
-void each_index(const Shape& shape, Fn&& fn) {
-  if (shape.numel() == 0) return;
-  Dims idx = Dims::filled(shape.rank(), 0);
-  for (std::int64_t n = 0; n < shape.numel(); ++n) {
-    fn(idx);
-    for (int d = shape.rank() - 1; d >= 0; --d) {
-      if (++idx[d] < shape[d]) break;
-      idx[d] = 0;
-    }
-  }
-}
-
-// Values exact in every dtype: small integers (quarters for the floats).
-double random_value(std::mt19937_64& rng, DType t) {
-  if (t == DType::boolean) return static_cast<double>(rng() & 1u);
-  if (t == DType::u8) return static_cast<double>(rng() % 100);
-  const double k = static_cast<double>(static_cast<std::int64_t>(rng() % 81) - 40);
-  return forge::is_floating(t) ? k / 4 : k;
-}
-
-enum Layout { packed, transposed, stepped, offset, kLayouts };
-
-Tensor make(TestContext& ctx, std::mt19937_64& rng, const Shape& shape, DType t, int layout) {
-  const int r = shape.rank();
-  Shape base = shape;
-  if (layout == transposed && r >= 2) std::swap(base[r - 1], base[r - 2]);
-  if (layout == stepped && r >= 1) base[r - 1] = 2 * shape[r - 1] + 1;
-  if (layout == offset && r >= 1) base[0] = shape[0] + 3;
-  std::vector<double> values(static_cast<std::size_t>(base.numel()));
-  for (double& v : values) v = random_value(rng, t);
-  Tensor x = ctx.from_vector(values, base).to(t);
-  if (layout == transposed && r >= 2) return x.transpose(-1, -2);
-  if (layout == stepped && r >= 1) return x.slice(-1, 1, base[r - 1], 2);
-  if (layout == offset && r >= 1) return x.narrow(0, 2, shape[0]);
-  return x;
-}
-
-Shape random_shape(std::mt19937_64& rng, int rank) {
-  Shape s;
-  for (int d = 0; d < rank; ++d) {
-    const auto u = rng() % 10;
-    s.push_back(u == 0 ? 0 : u < 3 ? 1 : static_cast<std::int64_t>(2 + rng() % 4));
-  }
-  return s;
-}
-
-std::int64_t pick(std::mt19937_64& rng, std::int64_t lo, std::int64_t hi) {  // in [lo, hi]
-  return lo + static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(hi - lo + 1));
-}
+using namespace forge_test::reference;
 
 // ---- triu / tril ----
 
@@ -102,7 +38,7 @@ TEST_CASE("triu and tril: every dtype and layout against the j - i rule", "[shap
     const int rank = static_cast<int>(pick(rng, 2, 4));
     const Shape s = random_shape(rng, rank);
     const std::int64_t diagonal = iter % 17 == 0 ? (iter % 2 ? huge : -huge) : pick(rng, -5, 5);
-    const Tensor x = make(ctx, rng, s, t, static_cast<int>(rng() % kLayouts));
+    const Tensor x = make_exact(ctx, rng, s, t, static_cast<int>(rng() % kLayouts));
     INFO("iter " << iter << " dtype " << forge::dtype_name(t) << " shape " << s << " diagonal " << diagonal);
     for (const bool upper : {true, false}) {
       auto check = [&](const Tensor& out, const Tensor& in) {
@@ -136,7 +72,7 @@ TEST_CASE("triu and tril: every dtype and layout against the j - i rule", "[shap
 TEST_CASE("triu and tril: a large batch runs the parallel path", "[shape_ops]") {
   TestContext ctx(forge_test::context_options(4));
   std::mt19937_64 rng(29);
-  const Tensor x = make(ctx, rng, {6, 130, 129}, DType::f32, stepped);
+  const Tensor x = make_exact(ctx, rng, {6, 130, 129}, DType::f32, stepped);
   const Tensor out = forge::tril(x, -3);
   int bad = 0;
   each_index(x.shape(), [&](const Dims& idx) {
@@ -221,7 +157,7 @@ TEST_CASE("pad: constant mode, every dtype, with crops, against a naive lookup",
       pad.push_back(pick(rng, -(size + std::min<std::int64_t>(before, 0)), 3));  // never below size 0
     }
     const double value = iter % 3 == 0 ? 0.0 : 2.5;
-    const Tensor x = make(ctx, rng, s, t, static_cast<int>(rng() % kLayouts));
+    const Tensor x = make_exact(ctx, rng, s, t, static_cast<int>(rng() % kLayouts));
     INFO("iter " << iter << " dtype " << forge::dtype_name(t) << " shape " << s << " pad " << pad);
     const Tensor out = forge::pad(x, pad, forge::PadMode::constant, value);
     check_pad(out, x, pad, forge::PadMode::constant, value);
@@ -248,7 +184,7 @@ TEST_CASE("pad: reflect and replicate against a naive lookup", "[shape_ops]") {
       pad.push_back(pick(rng, 0, most));
       pad.push_back(pick(rng, 0, most));
     }
-    const Tensor x = make(ctx, rng, s, t, static_cast<int>(rng() % kLayouts));
+    const Tensor x = make_exact(ctx, rng, s, t, static_cast<int>(rng() % kLayouts));
     INFO("iter " << iter << " shape " << s << " pad " << pad);
     check_pad(forge::pad(x, pad, mode), x, pad, mode, 0);
   }
@@ -257,7 +193,7 @@ TEST_CASE("pad: reflect and replicate against a naive lookup", "[shape_ops]") {
 TEST_CASE("pad: a large pad runs the parallel path", "[shape_ops]") {
   TestContext ctx(forge_test::context_options(4));
   std::mt19937_64 rng(41);
-  const Tensor x = make(ctx, rng, {3, 200, 150}, DType::bf16, transposed);
+  const Tensor x = make_exact(ctx, rng, {3, 200, 150}, DType::bf16, transposed);
   check_pad(forge::pad(x, {2, 3, -1, 4}, forge::PadMode::constant, -1.5), x, {2, 3, -1, 4}, forge::PadMode::constant, -1.5);
   check_pad(forge::pad(x, {5, 7, 1, 0}, forge::PadMode::reflect), x, {5, 7, 1, 0}, forge::PadMode::reflect, 0);
 }

@@ -11,6 +11,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "reference.h"
 #include "support.h"
 
 namespace {
@@ -23,72 +24,7 @@ using forge::Shape;
 using forge::Tensor;
 using forge_test::kAllDTypes;
 using forge_test::TestContext;
-
-// ---- naive access ----
-
-double at(const Tensor& t, const Dims& idx) {
-  std::int64_t off = t.offset();
-  for (int d = 0; d < t.dim(); ++d) off += idx[d] * t.strides()[d];
-  const std::byte* p = t.buffer()->data() + off * static_cast<std::int64_t>(t.element_size());
-  return forge::dispatch_dtype(t.dtype(), [&](auto tag) -> double {
-    using T = decltype(tag);
-    T v;
-    std::memcpy(&v, p, sizeof(T));
-    if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) return static_cast<float>(v);
-    else return static_cast<double>(v);
-  });
-}
-
-template <typename Fn>
-void each_index(const Shape& shape, Fn&& fn) {
-  if (shape.numel() == 0) return;
-  Dims idx = Dims::filled(shape.rank(), 0);
-  for (std::int64_t n = 0; n < shape.numel(); ++n) {
-    fn(idx);
-    for (int d = shape.rank() - 1; d >= 0; --d) {
-      if (++idx[d] < shape[d]) break;
-      idx[d] = 0;
-    }
-  }
-}
-
-// Values exact in every dtype: small integers (quarters for the floats).
-double random_value(std::mt19937_64& rng, DType t) {
-  if (t == DType::boolean) return static_cast<double>(rng() & 1u);
-  if (t == DType::u8) return static_cast<double>(rng() % 100);
-  const double k = static_cast<double>(static_cast<std::int64_t>(rng() % 81) - 40);
-  return forge::is_floating(t) ? k / 4 : k;
-}
-
-enum Layout { packed, transposed, stepped, offset, kLayouts };
-
-Tensor make(TestContext& ctx, std::mt19937_64& rng, const Shape& shape, DType t, int layout) {
-  const int r = shape.rank();
-  Shape base = shape;
-  if (layout == transposed && r >= 2) std::swap(base[r - 1], base[r - 2]);
-  if (layout == stepped && r >= 1) base[r - 1] = 2 * shape[r - 1] + 1;
-  if (layout == offset && r >= 1) base[0] = shape[0] + 3;
-  std::vector<double> values(static_cast<std::size_t>(base.numel()));
-  for (double& v : values) v = random_value(rng, t);
-  Tensor x = ctx.from_vector(values, base).to(t);
-  if (layout == transposed && r >= 2) return x.transpose(-1, -2);
-  if (layout == stepped && r >= 1) return x.slice(-1, 1, base[r - 1], 2);
-  if (layout == offset && r >= 1) return x.narrow(0, 2, shape[0]);
-  return x;
-}
-
-Shape random_shape(std::mt19937_64& rng, int rank) {
-  Shape s;
-  for (int d = 0; d < rank; ++d) {
-    const auto u = rng() % 10;
-    s.push_back(u == 0 ? 0 : u < 3 ? 1 : static_cast<std::int64_t>(2 + rng() % 4));
-  }
-  return s;
-}
-
-std::int64_t pick(std::mt19937_64& rng, std::int64_t lo, std::int64_t hi) {  // in [lo, hi]
-  return lo + static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(hi - lo + 1));
-}
+using namespace forge_test::reference;
 
 DType reference_promote(DType a, DType b) {
   if (a == b) return a;
@@ -147,7 +83,7 @@ TEST_CASE("cat: random shapes, every dtype and layout, against a naive lookup", 
       }
       Shape s = base;
       s[wrapped] = pick(rng, 0, 4);
-      xs.push_back(make(ctx, rng, s, t, static_cast<int>(rng() % kLayouts)));
+      xs.push_back(make_exact(ctx, rng, s, t, static_cast<int>(rng() % kLayouts)));
     }
     INFO("iter " << iter << " dtype " << forge::dtype_name(t) << " base " << base << " dim " << dim);
     const Tensor out = forge::cat(xs, dim);
@@ -169,7 +105,7 @@ TEST_CASE("cat: promotes mixed dtypes as libtorch does", "[shape_ops]") {
   const DType pairs[][2] = {{DType::i32, DType::f32}, {DType::u8, DType::boolean}, {DType::f16, DType::bf16},
                             {DType::i64, DType::f16}, {DType::f32, DType::f64},    {DType::boolean, DType::i32}};
   for (const auto& p : pairs) {
-    const Tensor a = make(ctx, rng, {2, 3}, p[0], transposed), b = make(ctx, rng, {1, 3}, p[1], packed);
+    const Tensor a = make_exact(ctx, rng, {2, 3}, p[0], transposed), b = make_exact(ctx, rng, {1, 3}, p[1], packed);
     const Tensor c = forge::cat({a, b, ctx.zeros({0}, DType::f64)}, 0);
     check_cat(c, {a, b, ctx.zeros({0}, DType::f64)}, 0);
   }
@@ -181,7 +117,7 @@ TEST_CASE("cat: promotes mixed dtypes as libtorch does", "[shape_ops]") {
 TEST_CASE("cat: a large concatenation runs the parallel path", "[shape_ops]") {
   TestContext ctx(forge_test::context_options(4));
   std::mt19937_64 rng(9);
-  const Tensor a = make(ctx, rng, {300, 257}, DType::f32, stepped), b = make(ctx, rng, {300, 100}, DType::f32, packed);
+  const Tensor a = make_exact(ctx, rng, {300, 257}, DType::f32, stepped), b = make_exact(ctx, rng, {300, 100}, DType::f32, packed);
   check_cat(forge::cat({a, b}, 1), {a, b}, 1);
 }
 
@@ -223,7 +159,7 @@ TEST_CASE("stack: random shapes, every dtype and layout, against a naive lookup"
     const Shape s = random_shape(rng, rank);
     std::vector<Tensor> xs;
     const int n = static_cast<int>(pick(rng, 1, 4));
-    for (int i = 0; i < n; ++i) xs.push_back(make(ctx, rng, s, i == 1 ? DType::i32 : t, static_cast<int>(rng() % kLayouts)));
+    for (int i = 0; i < n; ++i) xs.push_back(make_exact(ctx, rng, s, i == 1 ? DType::i32 : t, static_cast<int>(rng() % kLayouts)));
     DType dtype = t;
     for (const Tensor& x : xs) dtype = reference_promote(dtype, x.dtype());
     INFO("iter " << iter << " shape " << s << " dim " << dim);
@@ -299,7 +235,7 @@ TEST_CASE("split and chunk: views with libtorch's piece sizes", "[shape_ops]") {
     const int wrapped = dim < 0 ? dim + rank : dim;
     Shape s = random_shape(rng, rank);
     s[wrapped] = pick(rng, 0, 9);
-    const Tensor x = make(ctx, rng, s, t, static_cast<int>(rng() % kLayouts));
+    const Tensor x = make_exact(ctx, rng, s, t, static_cast<int>(rng() % kLayouts));
     const std::int64_t size = s[wrapped];
     INFO("iter " << iter << " shape " << s << " dim " << dim);
     // split by a size: pieces of split_size, the last shorter; one piece when empty
@@ -368,7 +304,7 @@ TEST_CASE("repeat: tiles every dtype and layout as a naive modulo lookup", "[sha
     const int extra = static_cast<int>(pick(rng, 0, 2));
     Dims repeats;
     for (int d = 0; d < rank + extra; ++d) repeats.push_back(rng() % 6 == 0 ? 0 : pick(rng, 1, 3));
-    const Tensor x = make(ctx, rng, s, t, static_cast<int>(rng() % kLayouts));
+    const Tensor x = make_exact(ctx, rng, s, t, static_cast<int>(rng() % kLayouts));
     INFO("iter " << iter << " shape " << s << " repeats " << repeats);
     auto check = [&](const Tensor& out) {
       Shape want;
@@ -420,7 +356,7 @@ TEST_CASE("flip: reverses the given dims, every dtype and layout", "[shape_ops]"
     Dims dims;
     for (int d = 0; d < rank; ++d)
       if (rng() % 2) dims.push_back(rng() % 2 ? d : d - rank);
-    const Tensor x = make(ctx, rng, s, t, static_cast<int>(rng() % kLayouts));
+    const Tensor x = make_exact(ctx, rng, s, t, static_cast<int>(rng() % kLayouts));
     INFO("iter " << iter << " shape " << s << " dims " << dims);
     auto check = [&](const Tensor& out) {
       REQUIRE(out.shape() == s);
