@@ -91,4 +91,33 @@ inline std::int64_t pick(std::mt19937_64& rng, std::int64_t lo, std::int64_t hi)
   return lo + static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(hi - lo + 1));
 }
 
+// The views the elementwise tests feed ops. transposed falls back to stepped
+// below rank 2; expanded broadcasts a size-1 first dim (when there is a
+// larger one to broadcast to).
+enum class View { packed, transposed, stepped, expanded, offset };
+
+// A tensor of logical `shape` seen as `view` over a base that fill(base_shape) makes.
+template <typename Fill>
+forge::Tensor view_of(const forge::Shape& shape, View view, Fill&& fill) {
+  const int r = shape.rank();
+  forge::Shape base = shape;
+  if (view == View::transposed && r >= 2) {
+    std::swap(base[r - 1], base[r - 2]);
+    return fill(base).transpose(-1, -2);
+  }
+  if ((view == View::stepped || view == View::transposed) && r >= 1) {
+    base[r - 1] = 2 * shape[r - 1] + 1;
+    return fill(base).slice(-1, 1, base[r - 1], 2);
+  }
+  if (view == View::offset && r >= 1) {  // packed, but not at the start of its buffer
+    base[0] = shape[0] + 3;
+    return fill(base).narrow(0, 2, shape[0]);
+  }
+  if (view == View::expanded && r >= 1 && shape[0] > 1) {
+    base[0] = 1;
+    return fill(base).expand(shape);
+  }
+  return fill(shape);
+}
+
 }  // namespace forge_test::reference

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "format16.h"
+#include "reference.h"
 #include "support.h"
 
 namespace {
@@ -263,7 +264,7 @@ Tensor from_values(forge::ExecContext& ctx, const std::vector<LD>& xs, const Sha
   });
 }
 
-enum class Layout { packed, transposed, stepped, expanded, offset };
+using Layout = forge_test::reference::View;
 
 Tensor make_input(forge::ExecContext& ctx, Gen& gen, const Shape& shape, DType t, Layout layout) {
   auto fill = [&](const Shape& s) {
@@ -271,28 +272,7 @@ Tensor make_input(forge::ExecContext& ctx, Gen& gen, const Shape& shape, DType t
     for (auto& x : xs) x = gen.value(t);
     return from_values(ctx, xs, s, t);
   };
-  const int r = shape.rank();
-  if (layout == Layout::transposed && r >= 2) {
-    Shape base = shape;
-    std::swap(base[r - 1], base[r - 2]);
-    return fill(base).transpose(-1, -2);
-  }
-  if ((layout == Layout::stepped || layout == Layout::transposed) && r >= 1) {
-    Shape base = shape;
-    base[r - 1] = 2 * shape[r - 1] + 1;
-    return fill(base).slice(-1, 1, base[r - 1], 2);
-  }
-  if (layout == Layout::offset && r >= 1) {
-    Shape base = shape;
-    base[0] = shape[0] + 3;
-    return fill(base).narrow(0, 2, shape[0]);
-  }
-  if (layout == Layout::expanded && r >= 1 && shape[0] > 1) {
-    Shape base = shape;
-    base[0] = 1;
-    return fill(base).expand(shape);
-  }
-  return fill(shape);
+  return forge_test::reference::view_of(shape, layout, fill);
 }
 
 }  // namespace
