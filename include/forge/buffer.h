@@ -64,6 +64,10 @@ class Buffer : public RefCounted<Buffer> {
     version_.store(version_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   }
 
+  // How many open exec scopes hold this buffer (0 or 1: a scope adopts only
+  // fresh op outputs). Autograd uses it to tell a gradient nobody else sees.
+  std::uint32_t scope_refs() const noexcept { return scope_refs_; }
+
   // Called by RefCounted when the last reference drops: runs the release hook.
   void on_last_release() noexcept { owner_->release(this); }
 
@@ -92,6 +96,8 @@ class Buffer : public RefCounted<Buffer> {
 
  private:
   friend class detail::PoolCore;
+  friend class Runtime;
+  friend class ExecScope;
   // Re-arms a cached pooled buffer for a new holder.
   void recycle(std::size_t nbytes) noexcept {
     nbytes_ = nbytes;
@@ -109,6 +115,7 @@ class Buffer : public RefCounted<Buffer> {
   std::uint64_t generation_;
   const void* arena_;
   std::atomic<std::uint32_t> version_{0};
+  std::uint32_t scope_refs_ = 0;  // written by the thread driving the context
 };
 
 }  // namespace forge

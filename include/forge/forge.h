@@ -2,6 +2,7 @@
 // The umbrella header: everything a program using forge needs.
 
 #include "forge/arena.h"
+#include "forge/autograd.h"
 #include "forge/buffer.h"
 #include "forge/buffer_pool.h"
 #include "forge/device.h"

@@ -26,6 +26,10 @@ namespace forge {
 class Runtime;
 class ExecContext;
 struct ValuesIndices;  // forge/ops/reduce.h
+namespace detail {
+struct AutogradMeta;  // src/autograd/meta.h
+struct AutogradAccess;
+}  // namespace detail
 
 class TensorImpl : public RefCounted<TensorImpl> {
  public:
@@ -42,14 +46,22 @@ class TensorImpl : public RefCounted<TensorImpl> {
   const Strides& strides() const noexcept { return strides_; }
   std::int64_t offset() const noexcept { return offset_; }
   DType dtype() const noexcept { return dtype_; }
+  // Autograd: set on leaves that require grad and on every recorded output.
+  bool requires_grad() const noexcept { return requires_grad_; }
+  // Made by a view op (shares another tensor's buffer).
+  bool is_view() const noexcept { return is_view_; }
 
  private:
+  friend struct detail::AutogradAccess;
   Ref<Runtime> runtime_;
   Ref<Buffer> buffer_;
   Shape shape_;
   Strides strides_;
   std::int64_t offset_;
   DType dtype_;
+  bool requires_grad_ = false;
+  bool is_view_ = false;
+  detail::AutogradMeta* autograd_ = nullptr;  // owned: grad_fn and .grad, made on first use
 };
 
 class Tensor {
@@ -110,6 +122,36 @@ class Tensor {
   Tensor unsqueeze(std::int64_t dim) const;
   Tensor flatten(std::int64_t start_dim = 0, std::int64_t end_dim = -1) const;
   Tensor contiguous() const;  // this tensor when already contiguous, else a packed copy
+
+  // ---- autograd (forge/autograd.h; DESIGN §7) ----
+  // Makes this leaf record every op it enters; floating dtypes only. A tensor
+  // an op recorded (not a leaf) cannot be switched off: use detach().
+  Tensor& requires_grad_(bool on = true);
+  bool requires_grad() const { return body().requires_grad(); }
+  // A leaf: made by the user, not by a recorded op.
+  bool is_leaf() const;
+  // The gradient accumulated by backward (undefined until one ran).
+  Tensor grad() const;
+  void set_grad(const Tensor& grad);
+  // Drops .grad (set_to_none), or zeroes it in place.
+  void zero_grad(bool set_to_none = true);
+  // The name of the op that recorded this tensor ("mul", ...), or nullptr for a leaf.
+  const char* grad_fn_name() const;
+  // Backpropagates from this tensor: `gradient` may be omitted for one element.
+  void backward(const Tensor& gradient = {}, bool retain_graph = false) const;
+  // The same bytes, cut from the tape (a view that never requires grad).
+  Tensor detach() const;
+
+  // ---- in place: write this tensor, bump its version; recorded when autograd needs it ----
+  Tensor& add_(const Tensor& other);
+  Tensor& add_(Scalar other);
+  Tensor& sub_(const Tensor& other);
+  Tensor& sub_(Scalar other);
+  Tensor& mul_(const Tensor& other);
+  Tensor& mul_(Scalar other);
+  Tensor& div_(const Tensor& other);
+  Tensor& div_(Scalar other);
+  Tensor& clamp_(std::optional<Scalar> min, std::optional<Scalar> max);
 
   // ---- copies ----
   Tensor clone() const;              // a packed copy

@@ -4,6 +4,9 @@
 #include <cstdlib>
 #include <limits>
 
+#include "autograd/meta.h"
+#include "autograd/record.h"
+#include "autograd/rules/views.h"
 #include "core/internal.h"
 #include "core/tensor_internal.h"
 #include "forge/ops.h"
@@ -20,7 +23,7 @@ TensorImpl::TensorImpl(const detail::Internal&, Ref<Runtime> runtime, Ref<Buffer
       offset_(offset),
       dtype_(dtype) {}
 
-TensorImpl::~TensorImpl() = default;
+TensorImpl::~TensorImpl() { detail::AutogradAccess::destroy(*this); }
 
 void Tensor::throw_undefined() {
   FORGE_FAIL(invalid_argument, "tensor", "the handle is undefined (default-constructed or moved from)");
@@ -63,6 +66,7 @@ Tensor Tensor::clone() const {
   Tensor out = detail::allocate(runtime(), shape(), dtype(), "clone");
   cpu::copy_cast(runtime(), shape(), detail::operand(out), detail::operand(*this));
   detail::adopt_output(out);
+  FORGE_RECORD(clone, out, *this);
   return out;
 }
 
@@ -83,6 +87,7 @@ Tensor& Tensor::fill_(double value) { return fill_as(value, "fill_"); }
 
 Tensor& Tensor::fill_as(double value, const char* op) {
   detail::check_writable(op, *this, "tensor");
+  autograd::before_fill(*this, op);
   cpu::fill(runtime(), shape(), detail::operand(*this), value);
   buffer()->bump_version();
   return *this;
@@ -96,6 +101,7 @@ Tensor& Tensor::copy_(const Tensor& src) {
   detail::check_same_runtime("copy_", *this, src);
   FORGE_CHECK(broadcast_shapes(src.shape(), shape(), "copy_") == shape(), shape, "copy_", "source of shape ",
               src.shape(), " does not broadcast to ", shape());
+  autograd::before_copy(*this, src);
   if (src.buffer() == buffer()) {
     // Overlapping memory: go through a temporary so no element is read after it was written.
     const Tensor tmp = detail::cast_temporary(src, src.dtype(), "copy_");  // internal: no scope adopts it
@@ -104,6 +110,7 @@ Tensor& Tensor::copy_(const Tensor& src) {
     cpu::copy_cast(runtime(), shape(), detail::operand(*this), detail::operand_broadcast(src, shape()));
   }
   buffer()->bump_version();
+  autograd::after_copy(*this, src);
   return *this;
 }
 
@@ -132,9 +139,10 @@ Tensor make_view(const Tensor& base, const Shape& shape, const Strides& strides,
   // An empty view reads nothing: give it a canonical layout, so that no later
   // offset or stride arithmetic on it can overflow (Note [Views retain their buffer]).
   const bool empty = shape.numel() == 0;
-  return Tensor(Ref<TensorImpl>::adopt(new TensorImpl(internal, base.impl()->runtime_ref(), base.buffer(), shape,
-                                                      empty ? contiguous_strides(shape) : strides,
-                                                      empty ? 0 : offset, base.dtype())));
+  auto* impl = new TensorImpl(internal, base.impl()->runtime_ref(), base.buffer(), shape,
+                              empty ? contiguous_strides(shape) : strides, empty ? 0 : offset, base.dtype());
+  AutogradAccess::mark_view(*impl);
+  return Tensor(Ref<TensorImpl>::adopt(impl));
 }
 
 void check_input(const char* op, const Tensor& t, const char* name) {

@@ -8,6 +8,8 @@
 #include <cmath>
 #include <limits>
 
+#include "autograd/record.h"
+#include "autograd/rules/elementwise.h"
 #include "forge/ops.h"
 #include "ops/elementwise_internal.h"
 
@@ -225,13 +227,43 @@ void launch_where(DType compute, const Tensor& out, const Tensor& cond, const Ar
 
 // ---- arithmetic ----
 
-Tensor add(const Tensor& a, const Tensor& b) { return binary("add", Binary::add, a, b); }
-Tensor add(const Tensor& a, Scalar b) { return binary_scalar("add", Binary::add, a, b, false); }
-Tensor sub(const Tensor& a, const Tensor& b) { return binary("sub", Binary::sub, a, b); }
-Tensor sub(const Tensor& a, Scalar b) { return binary_scalar("sub", Binary::sub, a, b, false); }
-Tensor sub(Scalar a, const Tensor& b) { return binary_scalar("sub", Binary::sub, b, a, true); }
-Tensor mul(const Tensor& a, const Tensor& b) { return binary("mul", Binary::mul, a, b); }
-Tensor mul(const Tensor& a, Scalar b) { return binary_scalar("mul", Binary::mul, a, b, false); }
+// Each differentiable op records itself when autograd needs it (FORGE_RECORD;
+// the rules are in src/autograd/rules/elementwise.cpp).
+Tensor add(const Tensor& a, const Tensor& b) {
+  Tensor out = binary("add", Binary::add, a, b);
+  FORGE_RECORD(add, out, a, b);
+  return out;
+}
+Tensor add(const Tensor& a, Scalar b) {
+  Tensor out = binary_scalar("add", Binary::add, a, b, false);
+  FORGE_RECORD(add, out, a, b);
+  return out;
+}
+Tensor sub(const Tensor& a, const Tensor& b) {
+  Tensor out = binary("sub", Binary::sub, a, b);
+  FORGE_RECORD(sub, out, a, b);
+  return out;
+}
+Tensor sub(const Tensor& a, Scalar b) {
+  Tensor out = binary_scalar("sub", Binary::sub, a, b, false);
+  FORGE_RECORD(sub, out, a, b);
+  return out;
+}
+Tensor sub(Scalar a, const Tensor& b) {
+  Tensor out = binary_scalar("sub", Binary::sub, b, a, true);
+  FORGE_RECORD(sub, out, a, b);
+  return out;
+}
+Tensor mul(const Tensor& a, const Tensor& b) {
+  Tensor out = binary("mul", Binary::mul, a, b);
+  FORGE_RECORD(mul, out, a, b);
+  return out;
+}
+Tensor mul(const Tensor& a, Scalar b) {
+  Tensor out = binary_scalar("mul", Binary::mul, a, b, false);
+  FORGE_RECORD(mul, out, a, b);
+  return out;
+}
 Tensor div(const Tensor& a, const Tensor& b) { return binary("div", Binary::div, a, b); }
 Tensor div(const Tensor& a, Scalar b) { return binary_scalar("div", Binary::div, a, b, false); }
 Tensor div(Scalar a, const Tensor& b) { return binary_scalar("div", Binary::div, b, a, true); }

@@ -5,6 +5,8 @@
 
 #include <string>
 
+#include "autograd/record.h"
+#include "autograd/rules/reduce.h"
 #include "backend/cpu/reduce_kernels.h"
 #include "core/tensor_internal.h"
 #include "forge/ops.h"
@@ -261,7 +263,9 @@ void run_cumsum(Tensor& out, const Tensor& x, int dim) {
 }  // namespace
 
 Tensor sum(const Tensor& x, const DimList& dims, bool keepdim) {
-  return reduce_op("sum", ReduceOp::sum, x, dims, keepdim);
+  Tensor out = reduce_op("sum", ReduceOp::sum, x, dims, keepdim);
+  FORGE_RECORD(sum, out, x, dims, keepdim);
+  return out;
 }
 Tensor mean(const Tensor& x, const DimList& dims, bool keepdim) {
   return reduce_op("mean", ReduceOp::mean, x, dims, keepdim);

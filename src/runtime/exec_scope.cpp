@@ -62,7 +62,10 @@ void ExecScope::close() noexcept {
     s.peak_live_bytes = window;
     closed_stats_ = s;
     frames.erase(frame, frames.end());
-    while (rt.scope_held_.size() > mark) rt.scope_held_.pop_back();  // newest first
+    while (rt.scope_held_.size() > mark) {  // newest first
+      --rt.scope_held_.back()->scope_refs_;
+      rt.scope_held_.pop_back();
+    }
   }
   id_ = 0;
   runtime_.reset();

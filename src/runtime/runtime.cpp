@@ -28,7 +28,9 @@ void Runtime::parallel_for_impl(std::int64_t n, std::int64_t grain,
 
 void Runtime::scope_adopt(const Ref<Buffer>& buffer) noexcept {
   // scope_reserve() made room, so push_back cannot allocate here.
-  if (!scope_frames_.empty()) scope_held_.push_back(buffer);
+  if (scope_frames_.empty()) return;
+  ++buffer->scope_refs_;
+  scope_held_.push_back(buffer);
 }
 
 }  // namespace forge

@@ -170,13 +170,13 @@ inline Tensor operator>(const Tensor& a, Scalar b) { return gt(a, b); }
 inline Tensor operator>=(const Tensor& a, const Tensor& b) { return ge(a, b); }
 inline Tensor operator>=(const Tensor& a, Scalar b) { return ge(a, b); }
 // In place: writes through `a`'s buffer (a must be writable and hold the result dtype).
-inline Tensor& operator+=(Tensor& a, const Tensor& b) { return add_into(a, a, b); }
-inline Tensor& operator+=(Tensor& a, Scalar b) { return add_into(a, a, b); }
-inline Tensor& operator-=(Tensor& a, const Tensor& b) { return sub_into(a, a, b); }
-inline Tensor& operator-=(Tensor& a, Scalar b) { return sub_into(a, a, b); }
-inline Tensor& operator*=(Tensor& a, const Tensor& b) { return mul_into(a, a, b); }
-inline Tensor& operator*=(Tensor& a, Scalar b) { return mul_into(a, a, b); }
-inline Tensor& operator/=(Tensor& a, const Tensor& b) { return div_into(a, a, b); }
-inline Tensor& operator/=(Tensor& a, Scalar b) { return div_into(a, a, b); }
+inline Tensor& operator+=(Tensor& a, const Tensor& b) { return a.add_(b); }
+inline Tensor& operator+=(Tensor& a, Scalar b) { return a.add_(b); }
+inline Tensor& operator-=(Tensor& a, const Tensor& b) { return a.sub_(b); }
+inline Tensor& operator-=(Tensor& a, Scalar b) { return a.sub_(b); }
+inline Tensor& operator*=(Tensor& a, const Tensor& b) { return a.mul_(b); }
+inline Tensor& operator*=(Tensor& a, Scalar b) { return a.mul_(b); }
+inline Tensor& operator/=(Tensor& a, const Tensor& b) { return a.div_(b); }
+inline Tensor& operator/=(Tensor& a, Scalar b) { return a.div_(b); }
 
 }  // namespace forge

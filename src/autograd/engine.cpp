@@ -1,0 +1,254 @@
+// The backward engine (DESIGN §7).
+//
+// - A pass starts from output tensors and their seed gradients. One walk over
+//   the reachable nodes counts, for each node, the edges that feed it.
+// - A node runs when every consumer has contributed its gradient (count back
+//   to zero); among ready nodes the newest (highest sequence number) runs
+//   first, so the order is the tape's, reversed. Contributions to one node
+//   are summed as they arrive; contributions to a leaf accumulate into .grad.
+// - VJPs run with grad mode off: backward records nothing.
+// - Unless retain_graph, a node releases its saved values right after it ran;
+//   reaching a released node again is an ErrorCode::backward.
+// - autograd::grad() captures the gradients of its inputs instead of touching
+//   .grad, and runs only the nodes that lead to one of them.
+// - The engine's scratch lives in the nodes (their pending gradient and
+//   count), reset on every exit path, so a failing VJP holds no buffer.
+
+#include <algorithm>
+#include <atomic>
+
+#include "autograd/meta.h"
+#include "autograd/node.h"
+#include "autograd/record.h"
+#include "core/tensor_internal.h"
+#include "forge/autograd.h"
+#include "forge/ops.h"
+
+namespace forge::autograd {
+
+thread_local bool GradMode::enabled_ = true;
+
+namespace {
+
+std::atomic<std::uint64_t> next_epoch{1};
+
+// Whether nobody but the engine sees g's bytes, so it can become a .grad or
+// be accumulated into in place (an exec scope's hold does not count: it only
+// keeps the buffer alive).
+bool sole_owner(const Tensor& g) {
+  const Buffer& b = *g.buffer();
+  return g.impl()->ref_count() == 1 && b.ref_count() == 1 + static_cast<std::int32_t>(b.scope_refs()) &&
+         b.pooled() && g.is_contiguous() && g.offset() == 0;
+}
+
+// into + g, in place when into is the engine's own.
+void accumulate_into(Tensor& into, Tensor g) {
+  if (!into.defined()) {
+    into = std::move(g);
+  } else if (sole_owner(into) && into.dtype() == g.dtype()) {
+    add_into(into, into, g);
+  } else {
+    into = add(into, g);
+  }
+}
+
+void accumulate(TensorImpl& leaf, Tensor g) {
+  detail::AutogradMeta& meta = detail::AutogradAccess::ensure_meta(leaf);
+  if (!meta.grad.defined()) {
+    meta.grad = sole_owner(g) ? std::move(g) : g.clone();
+  } else {
+    FORGE_CHECK(meta.grad.shape() == g.shape(), shape, "backward", "the leaf's .grad has shape ", meta.grad.shape(),
+                " but the new gradient has shape ", g.shape());
+    add_into(meta.grad, meta.grad, g);
+  }
+}
+
+// The inputs autograd::grad() asks about: a leaf's impl or a non-leaf's node.
+struct Capture {
+  std::vector<const void*> keys;
+  std::vector<Tensor> results;
+
+  bool has(const void* key) const { return std::find(keys.begin(), keys.end(), key) != keys.end(); }
+  void add(const void* key, const Tensor& g) {
+    for (std::size_t i = 0; i < keys.size(); ++i)
+      if (keys[i] == key) accumulate_into(results[i], g);
+  }
+};
+
+}  // namespace
+
+class Engine {
+ public:
+  Engine(bool retain_graph, Capture* capture) : retain_graph_(retain_graph), capture_(capture) {}
+  ~Engine() {
+    for (Node* n : visited_) {
+      n->grad_ = Tensor();
+      n->pending_ = 0;
+    }
+  }
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  void run(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs);
+
+ private:
+  void walk(Node* root);
+  void run_node(Node* n);
+  void push(Node* n) {
+    ready_.push_back(n);
+    std::push_heap(ready_.begin(), ready_.end(), newer_last);
+  }
+  static bool newer_last(const Node* a, const Node* b) noexcept { return a->sequence_nr_ < b->sequence_nr_; }
+  void to_leaf(TensorImpl* leaf, Tensor g) {
+    if (capture_)
+      capture_->add(leaf, g);
+    else
+      accumulate(*leaf, std::move(g));
+  }
+
+  bool retain_graph_;
+  Capture* capture_;
+  std::uint64_t epoch_ = next_epoch.fetch_add(1, std::memory_order_relaxed);
+  std::vector<Node*> visited_;
+  std::vector<Node*> ready_;
+  std::vector<Tensor> grads_;
+};
+
+// Counts, for every node reachable from root, the edges that feed it, and
+// (for grad()) whether it leads to a captured input. Iterative post-order.
+void Engine::walk(Node* root) {
+  std::vector<std::pair<Node*, std::size_t>> stack;
+  auto enter = [&](Node* n) {
+    n->visit_ = epoch_;
+    n->pending_ = 0;
+    n->grad_ = Tensor();
+    n->needed_ = capture_ == nullptr || capture_->has(n);
+    visited_.push_back(n);
+    stack.emplace_back(n, 0);
+  };
+  if (root->visit_ == epoch_) return;
+  enter(root);
+  while (!stack.empty()) {
+    Node* n = stack.back().first;
+    const std::size_t i = stack.back().second;
+    if (i < n->edges_.size()) {
+      ++stack.back().second;
+      Node* child = n->edges_[i].node.get();
+      if (!child) continue;
+      if (child->visit_ != epoch_) enter(child);
+      ++child->pending_;
+      continue;
+    }
+    stack.pop_back();
+    if (capture_ && !n->needed_) {
+      for (const Edge& e : n->edges_)
+        if ((e.node && e.node->needed_) || (e.leaf && capture_->has(e.leaf.get()))) n->needed_ = true;
+    }
+  }
+}
+
+void Engine::run(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs) {
+  const char* op = capture_ ? "grad" : "backward";
+  FORGE_CHECK(grad_outputs.empty() || grad_outputs.size() == outputs.size(), invalid_argument, op, outputs.size(),
+              " outputs but ", grad_outputs.size(), " gradients");
+  NoGradGuard no_grad;
+  std::vector<Tensor> seeds(outputs.size());
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    const Tensor& out = outputs[i];
+    detail::check_input(op, out, "output");
+    FORGE_CHECK(out.requires_grad(), backward, op, "output ", i, " of shape ", out.shape(),
+                " does not require grad: no op that recorded it had an input that requires grad");
+    Tensor g = grad_outputs.empty() ? Tensor() : grad_outputs[i];
+    if (!g.defined()) {
+      FORGE_CHECK(out.numel() == 1, backward, op, "output ", i, " has shape ", out.shape(),
+                  "; a gradient can be implied only for an output of one element: pass one of that shape");
+      g = detail::allocate(out.runtime(), out.shape(), out.dtype(), op);
+      g.fill_(1.0);
+    } else {
+      detail::check_input(op, g, "gradient");
+      detail::check_same_runtime(op, out, g);
+      FORGE_CHECK(g.shape() == out.shape(), shape, op, "gradient of shape ", g.shape(), " for output ", i,
+                  " of shape ", out.shape());
+      FORGE_CHECK(is_floating(g.dtype()), dtype, op, "gradient of dtype ", dtype_name(g.dtype()), " for output ", i);
+      if (g.dtype() != out.dtype()) g = g.to(out.dtype());
+    }
+    seeds[i] = std::move(g);
+  }
+  for (const Tensor& out : outputs)
+    if (Node* fn = detail::grad_fn_of(out)) walk(fn);
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    if (Node* fn = detail::grad_fn_of(outputs[i]))
+      accumulate_into(fn->grad_, std::move(seeds[i]));
+    else
+      to_leaf(outputs[i].impl(), std::move(seeds[i]));  // a leaf is its own output
+  }
+  for (const Tensor& out : outputs) {
+    Node* fn = detail::grad_fn_of(out);
+    if (fn && fn->pending_ == 0 && fn->needed_ && std::find(ready_.begin(), ready_.end(), fn) == ready_.end())
+      push(fn);
+  }
+  while (!ready_.empty()) {
+    std::pop_heap(ready_.begin(), ready_.end(), newer_last);
+    Node* n = ready_.back();
+    ready_.pop_back();
+    run_node(n);
+  }
+}
+
+// Note [Saved tensor versions]
+// A saved value is a clone_view plus the buffer's version when it was saved.
+// Every in-place write bumps the version of the buffer it writes (all views
+// of those bytes share it), so a changed version means the VJP would read
+// values the forward did not use: refuse, naming the op.
+void Engine::run_node(Node* n) {
+  Tensor g = std::move(n->grad_);
+  if (capture_ && capture_->has(n)) capture_->add(n, g);
+  FORGE_CHECK(!n->released_, backward, "backward", "the graph through ", n->name(),
+              " was freed by an earlier backward; pass retain_graph = true to run it again");
+  for (const SavedTensor& s : n->saved_)
+    FORGE_CHECK(!s.modified(), backward, n->name(),
+                "a tensor saved for the backward pass was modified in place after it was saved (version ",
+                s.value().version(), "); compute into a new tensor instead");
+  grads_.assign(n->edges_.size(), Tensor());
+  if (g.defined()) n->apply(g, grads_);
+  g = Tensor();
+  for (std::size_t i = 0; i < n->edges_.size(); ++i) {
+    const Edge& e = n->edges_[i];
+    Tensor gi = std::move(grads_[i]);
+    if (Node* child = e.node.get()) {
+      if (gi.defined()) accumulate_into(child->grad_, std::move(gi));
+      if (--child->pending_ == 0 && child->needed_) push(child);
+    } else if (e.leaf && gi.defined()) {
+      to_leaf(e.leaf.get(), std::move(gi));
+    }
+  }
+  grads_.clear();
+  if (!retain_graph_) n->release();
+}
+
+void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs, bool retain_graph) {
+  FORGE_CHECK(!outputs.empty(), invalid_argument, "backward", "no outputs");
+  Engine(retain_graph, nullptr).run(outputs, grad_outputs);
+}
+
+std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
+                         const GradOptions& options) {
+  FORGE_CHECK(!outputs.empty(), invalid_argument, "grad", "no outputs");
+  Capture capture;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& in = inputs[i];
+    detail::check_input("grad", in, "input");
+    FORGE_CHECK(in.requires_grad(), backward, "grad", "input ", i, " of shape ", in.shape(), " does not require grad");
+    Node* fn = detail::grad_fn_of(in);
+    capture.keys.push_back(fn ? static_cast<const void*>(fn) : static_cast<const void*>(in.impl()));
+  }
+  capture.results.resize(inputs.size());
+  Engine(options.retain_graph, &capture).run(outputs, options.grad_outputs);
+  for (std::size_t i = 0; i < inputs.size(); ++i)
+    FORGE_CHECK(options.allow_unused || capture.results[i].defined(), backward, "grad", "input ", i,
+                " of shape ", inputs[i].shape(), " is not used by the outputs; pass allow_unused to get an undefined "
+                "gradient for it");
+  return std::move(capture.results);
+}
+
+}  // namespace forge::autograd

@@ -1,0 +1,159 @@
+#pragma once
+// The tape's records (DESIGN §7). A Node is one recorded op: its VJP, an Edge
+// per input (where that input's gradient goes), a sequence number in recording
+// order, and the values the VJP reads, kept as SavedTensors (a clone_view: a
+// refcount on the buffer, never a copy). Every node has exactly one output;
+// ops with a second, non-differentiable output (max's indices) record only
+// the first.
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "forge/ref.h"
+#include "forge/tensor.h"
+
+namespace forge::autograd {
+
+class Node;
+
+// Where one input's gradient goes: the node that produced the input, or the
+// input itself when it is a leaf that requires grad (accumulated into its
+// .grad). Neither: the input wants no gradient. The input's shape and dtype
+// are kept so a gradient can be reduced over broadcast dims and cast back.
+struct Edge {
+  Ref<Node> node;
+  Ref<TensorImpl> leaf;
+  Shape shape;
+  DType dtype = DType::f32;
+
+  bool wants_grad() const noexcept { return node || leaf; }
+};
+
+// A value a VJP reads. The buffer's version is taken when it is saved; an
+// in-place write to the buffer after that makes backward refuse to run
+// (Note [Saved tensor versions] in engine.cpp).
+class SavedTensor {
+ public:
+  SavedTensor() = default;
+  explicit SavedTensor(const Tensor& t) : value_(t.defined() ? t.clone_view() : Tensor()),
+                                          version_(t.defined() ? t.version() : 0) {}
+  const Tensor& value() const noexcept { return value_; }
+  bool modified() const noexcept { return value_.defined() && value_.version() != version_; }
+  void reset() noexcept { value_ = Tensor(); }
+
+ private:
+  Tensor value_;
+  std::uint32_t version_ = 0;
+};
+
+// What a VJP sees: the gradient of the node's output, the saved values, and
+// a slot per input to fill. set() reduces a gradient over the dimensions the
+// op broadcast and casts it to the input's dtype.
+class Vjp {
+ public:
+  Vjp(const Tensor& grad, std::span<const SavedTensor> saved, std::span<const Edge> edges,
+      std::span<Tensor> grads) noexcept
+      : grad_(grad), saved_(saved), edges_(edges), grads_(grads) {}
+
+  const Tensor& grad() const noexcept { return grad_; }
+  const Tensor& saved(std::size_t i) const noexcept { return saved_[i].value(); }
+  bool needs(std::size_t i) const noexcept { return edges_[i].wants_grad(); }
+  const Shape& input_shape(std::size_t i) const noexcept { return edges_[i].shape; }
+  DType input_dtype(std::size_t i) const noexcept { return edges_[i].dtype; }
+  void set(std::size_t i, Tensor grad);
+
+ private:
+  const Tensor& grad_;
+  std::span<const SavedTensor> saved_;
+  std::span<const Edge> edges_;
+  std::span<Tensor> grads_;
+};
+
+class Node : public RefCounted<Node> {
+ public:
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+  virtual ~Node() = default;
+  // Tears down chains of nodes iteratively (Note [Iterative teardown] in node.cpp).
+  void on_last_release() noexcept;
+
+  const char* name() const noexcept { return name_; }
+  std::uint64_t sequence_nr() const noexcept { return sequence_nr_; }
+  std::span<Edge> edges() noexcept { return edges_; }
+  std::span<const Edge> edges() const noexcept { return edges_; }
+  std::span<SavedTensor> saved() noexcept { return saved_; }
+  bool released() const noexcept { return released_; }
+
+  // Runs the VJP: fills grads[i] (one per edge) for the inputs that want one.
+  void apply(const Tensor& grad, std::span<Tensor> grads) {
+    Vjp vjp(grad, saved_, edges_, grads);
+    run(vjp);
+  }
+  // Drops the saved values and the VJP's captured state; the node cannot run again.
+  void release() noexcept {
+    for (auto& s : saved_) s.reset();
+    drop_state();
+    released_ = true;
+  }
+
+ protected:
+  Node(const char* name, std::span<Edge> edges, std::span<SavedTensor> saved) noexcept;
+  virtual void run(Vjp& vjp) = 0;
+  virtual void drop_state() noexcept = 0;
+  void bind(std::span<Edge> edges, std::span<SavedTensor> saved) noexcept {
+    edges_ = edges;
+    saved_ = saved;
+  }
+
+ private:
+  friend class Engine;
+  const char* name_;
+  std::uint64_t sequence_nr_;
+  std::span<Edge> edges_;
+  std::span<SavedTensor> saved_;
+  bool released_ = false;
+  // The engine's scratch while a backward pass runs.
+  Tensor grad_;
+  std::int64_t pending_ = 0;
+  std::uint64_t visit_ = 0;
+  bool needed_ = true;
+  Node* next_dead_ = nullptr;  // Note [Iterative teardown]
+};
+
+// A node whose VJP is the callable F (a lambda holding the op's parameters),
+// with its edges and saved values stored inline: one allocation per node.
+template <typename F, std::size_t NIn, std::size_t NSaved>
+class RuleNode final : public Node {
+ public:
+  RuleNode(const char* name, F fn) : Node(name, edges_store_, saved_store_), fn_(std::move(fn)) {}
+  std::array<Edge, NIn> edges_store_;
+  std::array<SavedTensor, NSaved> saved_store_;
+
+ private:
+  void run(Vjp& vjp) override { (*fn_)(vjp); }
+  void drop_state() noexcept override { fn_.reset(); }
+  std::optional<F> fn_;
+};
+
+// The same with a number of inputs known only at run time (cat, stack).
+template <typename F>
+class ListNode final : public Node {
+ public:
+  ListNode(const char* name, std::vector<Edge> edges, std::vector<SavedTensor> saved, F fn)
+      : Node(name, {}, {}), edges_store_(std::move(edges)), saved_store_(std::move(saved)), fn_(std::move(fn)) {
+    bind(edges_store_, saved_store_);
+  }
+
+ private:
+  void run(Vjp& vjp) override { (*fn_)(vjp); }
+  void drop_state() noexcept override { fn_.reset(); }
+  std::vector<Edge> edges_store_;
+  std::vector<SavedTensor> saved_store_;
+  std::optional<F> fn_;
+};
+
+}  // namespace forge::autograd

@@ -1,0 +1,192 @@
+// The autograd tape and engine (DESIGN §7): leaves and .grad, fan-out, broadcast
+// reduction, retain_graph, autograd::grad, NoGradGuard, detach, version
+// counters, in-place writes, teardown of long chains, and bad input.
+
+#include <catch2/catch.hpp>
+
+#include <vector>
+
+#include "forge/forge.h"
+#include "support.h"
+
+using forge::DType;
+using forge::Tensor;
+using forge_test::TestContext;
+namespace autograd = forge::autograd;
+
+namespace {
+std::vector<double> values(const Tensor& t) { return t.to_vector<double>(); }
+}  // namespace
+
+TEST_CASE("autograd: d/dx of x*x*x at {1,2,3} is {3,12,27}") {
+  TestContext ctx;
+  Tensor x = ctx.from_vector<double>({1, 2, 3}, {3}).requires_grad_();
+  Tensor y = (x * x * x).sum();
+  y.backward();
+  CHECK(values(x.grad()) == std::vector<double>{3, 12, 27});
+  CHECK(x.is_leaf());
+  CHECK_FALSE(y.is_leaf());
+  CHECK(std::string(y.grad_fn_name()) == "sum");
+}
+
+TEST_CASE("autograd: leaves accumulate across backward calls and zero_grad resets them") {
+  TestContext ctx;
+  Tensor x = ctx.from_vector<float>({1, 2}, {2}).requires_grad_();
+  for (int i = 0; i < 3; ++i) (x * 2.0).sum().backward();
+  CHECK(values(x.grad()) == std::vector<double>{6, 6});
+  Tensor g = x.grad();
+  x.zero_grad(/*set_to_none=*/false);
+  CHECK(values(g) == std::vector<double>{0, 0});
+  x.zero_grad();
+  CHECK_FALSE(x.grad().defined());
+}
+
+TEST_CASE("autograd: fan-out sums and broadcasting reduces to each input's shape") {
+  TestContext ctx;
+  Tensor a = ctx.from_vector<double>({1, 2, 3, 4, 5, 6}, {2, 3}).requires_grad_();
+  Tensor b = ctx.from_vector<double>({10, 20, 30}, {3}).requires_grad_();
+  Tensor y = (a * b + a - b).sum();  // a used twice, b broadcast over rows
+  y.backward();
+  CHECK(values(a.grad()) == std::vector<double>{11, 21, 31, 11, 21, 31});
+  CHECK(values(b.grad()) == std::vector<double>{1 + 4 - 2, 2 + 5 - 2, 3 + 6 - 2});
+}
+
+TEST_CASE("autograd: a float leaf mixed with a double gets a float gradient") {
+  TestContext ctx;
+  Tensor a = ctx.from_vector<float>({1, 2}, {2}).requires_grad_();
+  Tensor b = ctx.from_vector<double>({3, 4}, {2});
+  (a * b).sum().backward();
+  CHECK(a.grad().dtype() == DType::f32);
+  CHECK(values(a.grad()) == std::vector<double>{3, 4});
+}
+
+TEST_CASE("autograd: a second backward through a freed graph is refused, retain_graph allows it") {
+  TestContext ctx;
+  Tensor x = ctx.from_vector<double>({1, 2}, {2}).requires_grad_();
+  Tensor y = (x * x).sum();
+  y.backward(Tensor(), /*retain_graph=*/true);
+  y.backward();
+  CHECK(values(x.grad()) == std::vector<double>{4, 8});
+  FORGE_REQUIRE_ERROR(backward, "backward", y.backward());
+}
+
+TEST_CASE("autograd: backward on a non-scalar needs a gradient of its shape") {
+  TestContext ctx;
+  Tensor x = ctx.from_vector<double>({1, 2}, {2}).requires_grad_();
+  Tensor y = x * 3.0;
+  FORGE_REQUIRE_ERROR(backward, "backward", y.backward());
+  FORGE_REQUIRE_ERROR(shape, "backward", y.backward(ctx.ones({3}, DType::f64)));
+  y.backward(ctx.from_vector<double>({1, 10}, {2}));
+  CHECK(values(x.grad()) == std::vector<double>{3, 30});
+}
+
+TEST_CASE("autograd: requires_grad on an integer tensor is a dtype error") {
+  TestContext ctx;
+  Tensor i = ctx.from_vector<std::int64_t>({1, 2}, {2});
+  FORGE_REQUIRE_ERROR(dtype, "requires_grad_", i.requires_grad_());
+  Tensor x = ctx.from_vector<double>({1}, {1});
+  FORGE_REQUIRE_ERROR(backward, "backward", (x * 2.0).sum().backward());
+}
+
+TEST_CASE("autograd: a saved tensor modified in place makes backward name the op") {
+  TestContext ctx;
+  Tensor x = ctx.from_vector<double>({1, 2}, {2}).requires_grad_();
+  Tensor h = x * 2.0;
+  Tensor y = (h * h).sum();
+  {
+    autograd::NoGradGuard no_grad;
+    h.add_(1.0);
+  }
+  const std::string msg = FORGE_REQUIRE_ERROR(backward, "mul", y.backward());
+  CHECK(msg.find("modified in place") != std::string::npos);
+}
+
+TEST_CASE("autograd: grad() returns gradients without touching .grad") {
+  TestContext ctx;
+  Tensor x = ctx.from_vector<double>({1, 2}, {2}).requires_grad_();
+  Tensor w = ctx.from_vector<double>({5, 6}, {2}).requires_grad_();
+  Tensor h = x * w;
+  Tensor y = (h * h).sum();
+  auto g = autograd::grad({y}, {x, h});
+  CHECK(values(g[0]) == std::vector<double>{2 * 5 * 5 * 1, 2 * 6 * 6 * 2});
+  CHECK(values(g[1]) == std::vector<double>{2 * 5, 2 * 12});
+  CHECK_FALSE(x.grad().defined());
+  CHECK_FALSE(w.grad().defined());
+  Tensor z = ctx.from_vector<double>({1}, {1}).requires_grad_();
+  Tensor y2 = (x * 2.0).sum();
+  FORGE_REQUIRE_ERROR(backward, "grad", autograd::grad({y2}, {z}));
+  Tensor y3 = (x * 2.0).sum();
+  auto unused = autograd::grad({y3}, {z}, {.allow_unused = true});
+  CHECK_FALSE(unused[0].defined());
+}
+
+TEST_CASE("autograd: NoGradGuard records nothing and detach cuts the tape") {
+  TestContext ctx;
+  Tensor x = ctx.from_vector<double>({1, 2}, {2}).requires_grad_();
+  {
+    autograd::NoGradGuard no_grad;
+    Tensor y = x * 2.0;
+    CHECK_FALSE(y.requires_grad());
+  }
+  CHECK(autograd::GradMode::is_enabled());
+  Tensor d = x.detach();
+  CHECK_FALSE(d.requires_grad());
+  CHECK(d.buffer() == x.buffer());
+  Tensor y = (x * d).sum();
+  y.backward();
+  CHECK(values(x.grad()) == std::vector<double>{1, 2});
+}
+
+TEST_CASE("autograd: in-place ops rebase history, refuse leaves that require grad") {
+  TestContext ctx;
+  Tensor x = ctx.from_vector<double>({1, 2}, {2}).requires_grad_();
+  FORGE_REQUIRE_ERROR(backward, "add_", x.add_(1.0));
+  FORGE_REQUIRE_ERROR(backward, "zero_", x.zero_());
+  Tensor h = x * 3.0;
+  h.mul_(x);   // h = 3x * x
+  h += 1.0;
+  h.sum().backward();
+  CHECK(values(x.grad()) == std::vector<double>{6, 12});
+  Tensor v = (x * 1.0);
+  Tensor view = v.narrow(0, 0, 1);
+  FORGE_REQUIRE_ERROR(not_implemented, "mul_", view.mul_(2.0));
+  {
+    autograd::NoGradGuard no_grad;
+    x.add_(1.0);  // an optimizer-style update
+  }
+  CHECK(values(x) == std::vector<double>{2, 3});
+}
+
+TEST_CASE("autograd: copy_ carries the source's history") {
+  TestContext ctx;
+  Tensor x = ctx.from_vector<double>({1, 2}, {2}).requires_grad_();
+  Tensor buf = ctx.zeros({2, 2}, DType::f64);
+  buf.copy_(x);  // broadcast into two rows
+  (buf * buf).sum().backward();
+  CHECK(values(x.grad()) == std::vector<double>{4, 8});
+}
+
+TEST_CASE("autograd: destroying a graph of 100000 chained nodes does not recurse") {
+  TestContext ctx;
+  Tensor x = ctx.from_vector<float>({1}, {1}).requires_grad_();
+  Tensor h = x;
+  for (int i = 0; i < 100000; ++i) h = h + 1.0f;
+  CHECK(h.item<float>() == 100001.0f);
+  h = Tensor();  // the whole chain dies here
+  Tensor k = x;
+  for (int i = 0; i < 100000; ++i) k = k * 1.0f;
+  k.sum().backward();
+  CHECK(values(x.grad()) == std::vector<double>{1});
+}
+
+TEST_CASE("autograd: gradcheck accepts a right gradient and reports a wrong one") {
+  TestContext ctx;
+  Tensor a = ctx.randn({3, 4}, DType::f64).requires_grad_();
+  Tensor b = ctx.randn({4}, DType::f64).requires_grad_();
+  auto right = autograd::gradcheck([](const std::vector<Tensor>& in) { return in[0] * in[1] - in[1]; }, {a, b});
+  CHECK(right.ok);
+  INFO(right.message);
+  CHECK(right.max_abs_error < 1e-6);
+  Tensor f32 = ctx.randn({2}).requires_grad_();
+  FORGE_REQUIRE_ERROR(dtype, "gradcheck", autograd::gradcheck([](const std::vector<Tensor>& in) { return in[0]; }, {f32}));
+}
