@@ -15,6 +15,8 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cmath>
+#include <memory>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -67,15 +69,19 @@ void run_row(const Options& o, const Workload& w) {
   if (!o.filter.empty() && w.name.find(o.filter) == std::string::npos) return;
   const double f = median_seconds(o.repeats, w.forge);
   const double t = median_seconds(o.repeats, w.torch);
-  const double t_out = median_seconds(o.repeats, w.torch_out);
+  const double t_out = w.torch_out ? median_seconds(o.repeats, w.torch_out) : 0.0;
   // Times in ms, or ns per op for chains.
   const double scale = w.unit == Unit::chain ? 1e9 / w.work : 1e3;
   char rate[32];
   if (w.unit == Unit::bytes) std::snprintf(rate, sizeof rate, "%.1f GB/s", w.work / f * 1e-9);
   else if (w.unit == Unit::flops) std::snprintf(rate, sizeof rate, "%.1f GFLOP/s", w.work / f * 1e-9);
   else std::snprintf(rate, sizeof rate, "ns/op");
-  std::printf("%-36s %11.4f %11.4f %11.4f %7.2fx %7.2fx %14s\n", w.name.c_str(), f * scale, t * scale, t_out * scale,
-              t / f, t_out / f, rate);
+  if (w.torch_out)
+    std::printf("%-36s %11.4f %11.4f %11.4f %7.2fx %7.2fx %14s\n", w.name.c_str(), f * scale, t * scale,
+                t_out * scale, t / f, t_out / f, rate);
+  else
+    std::printf("%-36s %11.4f %11.4f %11s %7.2fx %8s %14s\n", w.name.c_str(), f * scale, t * scale, "-", t / f, "-",
+                rate);
   std::fflush(stdout);
 }
 
@@ -87,6 +93,104 @@ bool set_openblas_threads(int threads) {
   if (set == nullptr) return false;
   set(threads);
   return true;
+}
+
+// ---- training: autograd and an optimizer ----
+
+constexpr int kGradChain = 1000;
+constexpr std::int64_t kBatch = 128;
+
+// The MLP 784-512-512-10 (ReLU, cross-entropy) with Adam, in forge.
+struct ForgeMlp {
+  std::vector<forge::Tensor> params;
+  forge::optim::Adam adam;
+  forge::Tensor x, y;
+  explicit ForgeMlp(forge::ExecContext& ctx)
+      : params(make_params(ctx)), adam(params, {.lr = 1e-3}), x(ctx.randn({kBatch, 784})),
+        y(ctx.from_vector(labels())) {}
+  static std::vector<std::int64_t> labels() {
+    std::vector<std::int64_t> v(kBatch);
+    for (std::int64_t i = 0; i < kBatch; ++i) v[static_cast<std::size_t>(i)] = (i * 7) % 10;
+    return v;
+  }
+  static std::vector<forge::Tensor> make_params(forge::ExecContext& ctx) {
+    std::vector<forge::Tensor> p;
+    for (auto [out, in] : {std::pair<std::int64_t, std::int64_t>{512, 784}, {512, 512}, {10, 512}}) {
+      p.push_back((ctx.randn({out, in}) * (1.0 / std::sqrt(static_cast<double>(in)))).requires_grad_());
+      p.push_back(ctx.zeros({out}).requires_grad_());
+    }
+    return p;
+  }
+  forge::Tensor loss() const {
+    forge::Tensor h = forge::relu(forge::linear(x, params[0], params[1]));
+    h = forge::relu(forge::linear(h, params[2], params[3]));
+    return forge::cross_entropy(forge::linear(h, params[4], params[5]), y);
+  }
+  void step() {
+    loss().backward();
+    adam.step();
+    adam.zero_grad();
+  }
+};
+
+void add_training_rows(std::vector<Workload>& rows, forge::ExecContext& ctx) {
+  {
+    forge::Tensor x = ctx.full({64}, 1.0).requires_grad_();
+    const forge::Tensor c = ctx.full({64}, 1.0001);
+    torch::Tensor tx = torch::full({64}, 1.0).requires_grad_();
+    const torch::Tensor tc = torch::full({64}, 1.0001);
+    rows.push_back({"grad chain 1000 x 64 f32 fwd+bwd", Unit::chain, kGradChain,
+                    [=]() mutable {
+                      forge::Tensor h = x;
+                      for (int i = 0; i < kGradChain; ++i) h = i % 2 ? h * c : h + c;
+                      h.sum().backward();
+                      x.zero_grad();
+                    },
+                    [=]() mutable {
+                      torch::Tensor h = tx;
+                      for (int i = 0; i < kGradChain; ++i) h = i % 2 ? h * tc : h + tc;
+                      h.sum().backward();
+                      tx.mutable_grad().reset();
+                    },
+                    {}});
+  }
+  {
+    auto mlp = std::make_shared<ForgeMlp>(ctx);
+    auto model = torch::nn::Sequential(torch::nn::Linear(784, 512), torch::nn::ReLU(), torch::nn::Linear(512, 512),
+                                       torch::nn::ReLU(), torch::nn::Linear(512, 10));
+    auto adam = std::make_shared<torch::optim::Adam>(model->parameters(), torch::optim::AdamOptions(1e-3));
+    const torch::Tensor tx = torch::randn({kBatch, 784});
+    const torch::Tensor ty = torch::tensor(ForgeMlp::labels());
+    const double flops = 3.0 * 2 * kBatch * (784 * 512 + 512 * 512 + 512 * 10);
+    rows.push_back({"MLP 784-512-512-10 b128 step (Adam)", Unit::flops, flops, [=] { mlp->step(); },
+                    [=]() mutable {
+                      adam->zero_grad();
+                      torch::Tensor loss = torch::nn::functional::cross_entropy(model->forward(tx), ty);
+                      loss.backward();
+                      adam->step();
+                    },
+                    {}});
+  }
+}
+
+// The pool's peak live bytes during one training step, beside the bytes the
+// VJPs must keep (the saved activations; the batch itself is held between
+// steps) and the parameter gradients the step produces: the excess is waste.
+void report_mlp_memory(forge::ExecContext& ctx) {
+  ForgeMlp mlp(ctx);
+  mlp.step();  // warm
+  forge::BufferPool& pool = ctx.runtime().pool();
+  const std::size_t before = pool.live_bytes();
+  const std::size_t saved_window = pool.open_peak_window();
+  mlp.step();
+  const std::size_t peak = pool.close_peak_window(saved_window);
+  const double activations = 4.0 * kBatch * (512 + 512 + 10);  // the two ReLU outputs and the logits
+  const double grads = 4.0 * (512 * 785 + 512 * 513 + 10 * 513);
+  const double transient = static_cast<double>(peak - before);
+  std::printf("\nMLP step memory (forge pool): peak %.2f MB above the %.2f MB held between steps; saved activations "
+              "%.2f MB + parameter gradients %.2f MB = %.2f MB; peak / needed = %.2f\n",
+              transient / 1e6, static_cast<double>(before) / 1e6, activations / 1e6, grads / 1e6,
+              (activations + grads) / 1e6, transient / (activations + grads));
 }
 
 }  // namespace
@@ -192,6 +296,8 @@ int main(int argc, char** argv) {
                     }});
   }
 
+  add_training_rows(rows, ctx);
   for (const Workload& w : rows) run_row(o, w);
+  report_mlp_memory(ctx);
   return 0;
 }

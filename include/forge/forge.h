@@ -11,6 +11,7 @@
 #include "forge/exec_context.h"
 #include "forge/exec_scope.h"
 #include "forge/ops.h"
+#include "forge/optim/adam.h"
 #include "forge/ref.h"
 #include "forge/scalar.h"
 #include "forge/runtime.h"
