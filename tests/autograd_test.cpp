@@ -190,3 +190,17 @@ TEST_CASE("autograd: gradcheck accepts a right gradient and reports a wrong one"
   Tensor f32 = ctx.randn({2}).requires_grad_();
   FORGE_REQUIRE_ERROR(dtype, "gradcheck", autograd::gradcheck([](const std::vector<Tensor>& in) { return in[0]; }, {f32}));
 }
+
+TEST_CASE("autograd: _into writes with an argument that requires grad are refused while recording") {
+  TestContext ctx;
+  Tensor x = ctx.from_vector<double>({1, 2}, {2}).requires_grad_();
+  Tensor out = ctx.zeros({2}, DType::f64);
+  const std::int64_t baseline = ctx.pool().outstanding();
+  const std::string msg = FORGE_REQUIRE_ERROR(backward, "add_into", forge::add_into(out, x, x));
+  CHECK(msg.find("call add instead") != std::string::npos);
+  FORGE_REQUIRE_ERROR(backward, "mul_into", forge::mul_into(x, x, 2.0));
+  CHECK(ctx.pool().outstanding() == baseline);
+  autograd::NoGradGuard no_grad;
+  forge::add_into(out, x, x);
+  CHECK(values(out) == std::vector<double>{2, 4});
+}

@@ -30,6 +30,9 @@ namespace detail {
 struct AutogradMeta;  // src/autograd/meta.h
 struct AutogradAccess;
 }  // namespace detail
+namespace autograd {
+class Node;  // src/autograd/node.h
+}
 
 class TensorImpl : public RefCounted<TensorImpl> {
  public:
@@ -61,7 +64,8 @@ class TensorImpl : public RefCounted<TensorImpl> {
   DType dtype_;
   bool requires_grad_ = false;
   bool is_view_ = false;
-  detail::AutogradMeta* autograd_ = nullptr;  // owned: grad_fn and .grad, made on first use
+  autograd::Node* grad_fn_ = nullptr;         // owns a reference: the node that recorded this tensor
+  detail::AutogradMeta* autograd_ = nullptr;  // owned: .grad, made on first use
 };
 
 class Tensor {

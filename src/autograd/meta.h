@@ -1,7 +1,10 @@
 #pragma once
-// What a TensorImpl keeps for autograd beyond its requires_grad flag: the node
-// that recorded it (non-leaves) and the gradient backward accumulated (leaves).
-// Made on first use, so tensors that never meet autograd pay one null pointer.
+// What a TensorImpl keeps for autograd: its requires_grad flag and the node
+// that recorded it (a reference held in the impl itself: recording an op
+// allocates no metadata), and, made on first use, the gradient backward
+// accumulates (leaves).
+
+#include <utility>
 
 #include "autograd/node.h"
 #include "forge/tensor.h"
@@ -9,7 +12,6 @@
 namespace forge::detail {
 
 struct AutogradMeta {
-  Ref<autograd::Node> grad_fn;
   Tensor grad;
 };
 
@@ -20,16 +22,20 @@ struct AutogradAccess {
     return *t.autograd_;
   }
   static void set_requires_grad(TensorImpl& t, bool on) noexcept { t.requires_grad_ = on; }
+  static autograd::Node* grad_fn(const TensorImpl& t) noexcept { return t.grad_fn_; }
+  // Takes over the reference `node` holds; drops the previous one.
+  static void set_grad_fn(TensorImpl& t, Ref<autograd::Node> node) noexcept {
+    autograd::Node* old = std::exchange(t.grad_fn_, node.release());
+    if (old) old->release_ref();
+  }
   static void mark_view(TensorImpl& t) noexcept { t.is_view_ = true; }
   static void destroy(TensorImpl& t) noexcept {
+    set_grad_fn(t, nullptr);
     delete t.autograd_;
     t.autograd_ = nullptr;
   }
 };
 
-inline autograd::Node* grad_fn_of(const Tensor& t) noexcept {
-  AutogradMeta* m = AutogradAccess::meta(*t.impl());
-  return m ? m->grad_fn.get() : nullptr;
-}
+inline autograd::Node* grad_fn_of(const Tensor& t) noexcept { return AutogradAccess::grad_fn(*t.impl()); }
 
 }  // namespace forge::detail

@@ -73,7 +73,7 @@ Edge edge_to(const Tensor& t) {
 
 void attach(const Tensor& out, Ref<Node> node) {
   TensorImpl& impl = *out.impl();
-  detail::AutogradAccess::ensure_meta(impl).grad_fn = std::move(node);
+  detail::AutogradAccess::set_grad_fn(impl, std::move(node));
   detail::AutogradAccess::set_requires_grad(impl, true);
 }
 

@@ -33,13 +33,14 @@ struct Edge {
   bool wants_grad() const noexcept { return node || leaf; }
 };
 
-// A value a VJP reads. The buffer's version is taken when it is saved; an
+// A value a VJP reads: a view of its bytes (detach(): a clone_view that never
+// records). The buffer's version is taken when it is saved; an
 // in-place write to the buffer after that makes backward refuse to run
 // (Note [Saved tensor versions] in engine.cpp).
 class SavedTensor {
  public:
   SavedTensor() = default;
-  explicit SavedTensor(const Tensor& t) : value_(t.defined() ? t.clone_view() : Tensor()),
+  explicit SavedTensor(const Tensor& t) : value_(t.defined() ? t.detach() : Tensor()),
                                           version_(t.defined() ? t.version() : 0) {}
   const Tensor& value() const noexcept { return value_; }
   bool modified() const noexcept { return value_.defined() && value_.version() != version_; }

@@ -33,10 +33,10 @@ Tensor& Tensor::requires_grad_(bool on) {
   return *this;
 }
 
-bool Tensor::is_leaf() const { return detail::grad_fn_of(*this) == nullptr || !defined(); }
+bool Tensor::is_leaf() const { return AutogradAccess::grad_fn(body()) == nullptr; }
 
 Tensor Tensor::grad() const {
-  const detail::AutogradMeta* meta = AutogradAccess::meta(*impl());
+  const detail::AutogradMeta* meta = AutogradAccess::meta(body());
   return meta ? meta->grad : Tensor();
 }
 
@@ -54,7 +54,7 @@ void Tensor::set_grad(const Tensor& grad) {
 }
 
 void Tensor::zero_grad(bool set_to_none) {
-  detail::AutogradMeta* meta = AutogradAccess::meta(*impl());
+  detail::AutogradMeta* meta = AutogradAccess::meta(body());
   if (!meta || !meta->grad.defined()) return;
   if (set_to_none) {
     meta->grad = Tensor();
@@ -65,7 +65,7 @@ void Tensor::zero_grad(bool set_to_none) {
 }
 
 const char* Tensor::grad_fn_name() const {
-  const autograd::Node* fn = detail::grad_fn_of(*this);
+  const autograd::Node* fn = AutogradAccess::grad_fn(body());
   return fn ? fn->name() : nullptr;
 }
 
@@ -101,7 +101,7 @@ Tensor& in_place(Tensor& self, const char* op, bool source_requires_grad, Comput
   }
   const autograd::Node* history = detail::grad_fn_of(result);
   FORGE_ASSERT(history != nullptr, op, " recorded no node");
-  AutogradAccess::ensure_meta(*self.impl()).grad_fn = Ref<autograd::Node>::share(const_cast<autograd::Node*>(history));
+  AutogradAccess::set_grad_fn(*self.impl(), Ref<autograd::Node>::share(const_cast<autograd::Node*>(history)));
   AutogradAccess::set_requires_grad(*self.impl(), true);
   return self;
 }
@@ -144,7 +144,7 @@ void before_fill(Tensor& self, const char* op) {
               "wrap the update in NoGradGuard");
   FORGE_CHECK(!self.impl()->is_view(), not_implemented, op,
               "writing in place into a view while autograd records is not supported; compute out of place");
-  AutogradAccess::ensure_meta(*self.impl()).grad_fn.reset();
+  AutogradAccess::set_grad_fn(*self.impl(), nullptr);
   AutogradAccess::set_requires_grad(*self.impl(), false);
 }
 
@@ -162,7 +162,7 @@ void before_copy(const Tensor& self, const Tensor& src) {
 void after_copy(const Tensor& self, const Tensor& src) {
   if (!GradMode::is_enabled() || !(self.requires_grad() || src.requires_grad())) return;
   if (!src.requires_grad()) {
-    AutogradAccess::ensure_meta(*self.impl()).grad_fn.reset();
+    AutogradAccess::set_grad_fn(*self.impl(), nullptr);
     AutogradAccess::set_requires_grad(*self.impl(), false);
     return;
   }

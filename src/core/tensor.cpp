@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <cstdlib>
 #include <limits>
+#include <string_view>
 
 #include "autograd/meta.h"
 #include "autograd/record.h"
 #include "autograd/rules/views.h"
 #include "core/internal.h"
 #include "core/tensor_internal.h"
+#include "forge/autograd.h"
 #include "forge/ops.h"
 #include "forge/runtime.h"
 
@@ -149,6 +151,11 @@ void check_input(const char* op, const Tensor& t, const char* name) {
   FORGE_CHECK(t.defined(), invalid_argument, op, name, " is an undefined tensor");
   FORGE_CHECK(!t.buffer()->stale(), stale_output, op, name,
               " views an arena output that a later call has rewound (stale)");
+  // The _into forms are not recorded (Note [In-place writes under autograd]).
+  if (t.impl()->requires_grad() && autograd::GradMode::is_enabled() && std::string_view(op).ends_with("_into"))
+    FORGE_FAIL(backward, op, name, " requires grad, and _into writes are not recorded by autograd; call ",
+               std::string_view(op).substr(0, std::string_view(op).size() - 5),
+               " instead, or write under NoGradGuard");
 }
 
 void check_same_runtime(const char* op, const Tensor& a, const Tensor& b) {
