@@ -55,9 +55,9 @@ void div(const Tensor& out, const Tensor& a, const Tensor& b) {
   const Tensor none;
   record(out, "div", inputs(a, b), saves(wants_grad(b) ? a : none, b), [](Vjp& v) {
     const Tensor g = wide(v.grad());
-    const Tensor b = wide(v.saved(1));
-    if (v.needs(0)) v.set(0, g / b);
-    if (v.needs(1)) v.set(1, forge::neg(g * (wide(v.saved(0)) / b / b)));
+    const Tensor den = wide(v.saved(1));
+    if (v.needs(0)) v.set(0, g / den);
+    if (v.needs(1)) v.set(1, forge::neg(g * (wide(v.saved(0)) / den / den)));
   });
 }
 
@@ -93,10 +93,10 @@ void pow(const Tensor& out, const Tensor& a, const Tensor& b) {
   const Tensor none;
   record(out, "pow", inputs(a, b), saves(a, b, wants_grad(b) ? out : none), [](Vjp& v) {
     const Tensor g = wide(v.grad());
-    const Tensor a = wide(v.saved(0));
-    const Tensor b = wide(v.saved(1));
-    if (v.needs(0)) v.set(0, pow_base_grad(g, a, b));
-    if (v.needs(1)) v.set(1, pow_exponent_grad(g, wide(v.saved(2)), a, b));
+    const Tensor base = wide(v.saved(0));
+    const Tensor exponent = wide(v.saved(1));
+    if (v.needs(0)) v.set(0, pow_base_grad(g, base, exponent));
+    if (v.needs(1)) v.set(1, pow_exponent_grad(g, wide(v.saved(2)), base, exponent));
   });
 }
 
@@ -174,10 +174,10 @@ void masked_fill(const Tensor& out, const Tensor& x, const Tensor& mask, Scalar)
 // g where min <= x <= max (bounds included, as libtorch), else 0; a NaN x gets 0.
 void clamp(const Tensor& out, const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max) {
   record(out, "clamp", inputs(x), saves(x), [min, max](Vjp& v) {
-    const Tensor& x = v.saved(0);
+    const Tensor& xs = v.saved(0);
     Tensor inside;
-    if (min) inside = forge::ge(x, *min);
-    if (max) inside = inside.defined() ? forge::logical_and(inside, forge::le(x, *max)) : forge::le(x, *max);
+    if (min) inside = forge::ge(xs, *min);
+    if (max) inside = inside.defined() ? forge::logical_and(inside, forge::le(xs, *max)) : forge::le(xs, *max);
     v.set(0, forge::masked_fill(wide(v.grad()), forge::logical_not(inside), 0));
   });
 }
