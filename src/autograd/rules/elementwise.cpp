@@ -153,9 +153,9 @@ void minimum(const Tensor& out, const Tensor& a, const Tensor& b) {
 void where(const Tensor& out, const Tensor& cond, const Tensor& a, const Tensor& b) {
   record(out, "where", inputs(a, b), saves(cond), [](Vjp& v) {
     const Tensor& g = v.grad();
-    const Tensor& cond = v.saved(0);
-    if (v.needs(0)) v.set(0, forge::masked_fill(g, forge::logical_not(cond), 0));
-    if (v.needs(1)) v.set(1, forge::masked_fill(g, cond, 0));
+    const Tensor& take_a = v.saved(0);
+    if (v.needs(0)) v.set(0, forge::masked_fill(g, forge::logical_not(take_a), 0));
+    if (v.needs(1)) v.set(1, forge::masked_fill(g, take_a, 0));
   });
 }
 
