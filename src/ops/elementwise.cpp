@@ -264,17 +264,47 @@ Tensor mul(const Tensor& a, Scalar b) {
   FORGE_RECORD(mul, out, a, b);
   return out;
 }
-Tensor div(const Tensor& a, const Tensor& b) { return binary("div", Binary::div, a, b); }
-Tensor div(const Tensor& a, Scalar b) { return binary_scalar("div", Binary::div, a, b, false); }
-Tensor div(Scalar a, const Tensor& b) { return binary_scalar("div", Binary::div, b, a, true); }
-Tensor pow(const Tensor& a, const Tensor& b) { return binary("pow", Binary::pow, a, b); }
+Tensor div(const Tensor& a, const Tensor& b) {
+  Tensor out = binary("div", Binary::div, a, b);
+  FORGE_RECORD(div, out, a, b);
+  return out;
+}
+Tensor div(const Tensor& a, Scalar b) {
+  Tensor out = binary_scalar("div", Binary::div, a, b, false);
+  FORGE_RECORD(div, out, a, b);
+  return out;
+}
+Tensor div(Scalar a, const Tensor& b) {
+  Tensor out = binary_scalar("div", Binary::div, b, a, true);
+  FORGE_RECORD(div, out, a, b);
+  return out;
+}
+Tensor pow(const Tensor& a, const Tensor& b) {
+  Tensor out = binary("pow", Binary::pow, a, b);
+  FORGE_RECORD(pow, out, a, b);
+  return out;
+}
 Tensor pow(const Tensor& a, Scalar b) {
   if (a.defined()) check_int_pow("pow", a.dtype(), b);
-  return binary_scalar("pow", Binary::pow, a, b, false);
+  Tensor out = binary_scalar("pow", Binary::pow, a, b, false);
+  FORGE_RECORD(pow, out, a, b);
+  return out;
 }
-Tensor pow(Scalar a, const Tensor& b) { return binary_scalar("pow", Binary::pow, b, a, true); }
-Tensor maximum(const Tensor& a, const Tensor& b) { return binary("maximum", Binary::maximum, a, b); }
-Tensor minimum(const Tensor& a, const Tensor& b) { return binary("minimum", Binary::minimum, a, b); }
+Tensor pow(Scalar a, const Tensor& b) {
+  Tensor out = binary_scalar("pow", Binary::pow, b, a, true);
+  FORGE_RECORD(pow, out, a, b);
+  return out;
+}
+Tensor maximum(const Tensor& a, const Tensor& b) {
+  Tensor out = binary("maximum", Binary::maximum, a, b);
+  FORGE_RECORD(maximum, out, a, b);
+  return out;
+}
+Tensor minimum(const Tensor& a, const Tensor& b) {
+  Tensor out = binary("minimum", Binary::minimum, a, b);
+  FORGE_RECORD(minimum, out, a, b);
+  return out;
+}
 
 Tensor& add_into(Tensor& out, const Tensor& a, const Tensor& b) {
   return binary_into("add_into", Binary::add, out, a, b);
@@ -371,6 +401,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   Tensor out = detail::allocate(cond.runtime(), shape, dtype, "where");
   launch_where(dtype, out, cond, Arg{&a}, Arg{&b});
   detail::adopt_output(out);
+  FORGE_RECORD(where, out, cond, a, b);
   return out;
 }
 
@@ -385,6 +416,7 @@ Tensor where(const Tensor& cond, const Tensor& a, Scalar b) {
   Tensor out = detail::allocate(cond.runtime(), shape, dtype, "where");
   launch_where(dtype, out, cond, Arg{&a}, Arg{nullptr, &slot});
   detail::adopt_output(out);
+  FORGE_RECORD(where, out, cond, a, b);
   return out;
 }
 
@@ -424,6 +456,7 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value) {
   Tensor out = detail::allocate(x.runtime(), x.shape(), x.dtype(), "masked_fill");
   launch_where(x.dtype(), out, mask, Arg{nullptr, &slot}, Arg{&x});
   detail::adopt_output(out);
+  FORGE_RECORD(masked_fill, out, x, mask, value);
   return out;
 }
 

@@ -1,7 +1,12 @@
 // Unary elementwise ops and clamp. neg, abs, sign, square, relu and clamp keep
 // the dtype (square of bool gives i64, as libtorch's pow(x, 2)); the others
-// compute in floating point, integer and bool inputs giving f32.
+// compute in floating point, integer and bool inputs giving f32. Each
+// differentiable op records itself when autograd needs it (FORGE_RECORD; the
+// rules are in src/autograd/rules/unary.cpp, clamp's in elementwise.cpp).
 
+#include "autograd/record.h"
+#include "autograd/rules/elementwise.h"
+#include "autograd/rules/unary.h"
 #include "forge/ops.h"
 #include "ops/elementwise_internal.h"
 
@@ -91,32 +96,116 @@ DType clamp_setup(const char* op, const Tensor& x, const std::optional<Scalar>& 
 
 }  // namespace
 
-Tensor neg(const Tensor& x) { return unary("neg", Unary::neg, x); }
-Tensor abs(const Tensor& x) { return unary("abs", Unary::abs, x); }
-Tensor sign(const Tensor& x) { return unary("sign", Unary::sign, x); }
-Tensor exp(const Tensor& x) { return unary("exp", Unary::exp, x); }
-Tensor expm1(const Tensor& x) { return unary("expm1", Unary::expm1, x); }
-Tensor log(const Tensor& x) { return unary("log", Unary::log, x); }
-Tensor log1p(const Tensor& x) { return unary("log1p", Unary::log1p, x); }
-Tensor sqrt(const Tensor& x) { return unary("sqrt", Unary::sqrt, x); }
-Tensor rsqrt(const Tensor& x) { return unary("rsqrt", Unary::rsqrt, x); }
-Tensor square(const Tensor& x) { return unary("square", Unary::square, x); }
-Tensor reciprocal(const Tensor& x) { return unary("reciprocal", Unary::reciprocal, x); }
-Tensor sin(const Tensor& x) { return unary("sin", Unary::sin, x); }
-Tensor cos(const Tensor& x) { return unary("cos", Unary::cos, x); }
-Tensor tanh(const Tensor& x) { return unary("tanh", Unary::tanh, x); }
-Tensor sigmoid(const Tensor& x) { return unary("sigmoid", Unary::sigmoid, x); }
-Tensor relu(const Tensor& x) { return unary("relu", Unary::relu, x); }
+Tensor neg(const Tensor& x) {
+  Tensor out = unary("neg", Unary::neg, x);
+  FORGE_RECORD(neg, out, x);
+  return out;
+}
+Tensor abs(const Tensor& x) {
+  Tensor out = unary("abs", Unary::abs, x);
+  FORGE_RECORD(abs, out, x);
+  return out;
+}
+Tensor sign(const Tensor& x) {
+  Tensor out = unary("sign", Unary::sign, x);
+  FORGE_RECORD(sign, out, x);
+  return out;
+}
+Tensor exp(const Tensor& x) {
+  Tensor out = unary("exp", Unary::exp, x);
+  FORGE_RECORD(exp, out, x);
+  return out;
+}
+Tensor expm1(const Tensor& x) {
+  Tensor out = unary("expm1", Unary::expm1, x);
+  FORGE_RECORD(expm1, out, x);
+  return out;
+}
+Tensor log(const Tensor& x) {
+  Tensor out = unary("log", Unary::log, x);
+  FORGE_RECORD(log, out, x);
+  return out;
+}
+Tensor log1p(const Tensor& x) {
+  Tensor out = unary("log1p", Unary::log1p, x);
+  FORGE_RECORD(log1p, out, x);
+  return out;
+}
+Tensor sqrt(const Tensor& x) {
+  Tensor out = unary("sqrt", Unary::sqrt, x);
+  FORGE_RECORD(sqrt, out, x);
+  return out;
+}
+Tensor rsqrt(const Tensor& x) {
+  Tensor out = unary("rsqrt", Unary::rsqrt, x);
+  FORGE_RECORD(rsqrt, out, x);
+  return out;
+}
+Tensor square(const Tensor& x) {
+  Tensor out = unary("square", Unary::square, x);
+  FORGE_RECORD(square, out, x);
+  return out;
+}
+Tensor reciprocal(const Tensor& x) {
+  Tensor out = unary("reciprocal", Unary::reciprocal, x);
+  FORGE_RECORD(reciprocal, out, x);
+  return out;
+}
+Tensor sin(const Tensor& x) {
+  Tensor out = unary("sin", Unary::sin, x);
+  FORGE_RECORD(sin, out, x);
+  return out;
+}
+Tensor cos(const Tensor& x) {
+  Tensor out = unary("cos", Unary::cos, x);
+  FORGE_RECORD(cos, out, x);
+  return out;
+}
+Tensor tanh(const Tensor& x) {
+  Tensor out = unary("tanh", Unary::tanh, x);
+  FORGE_RECORD(tanh, out, x);
+  return out;
+}
+Tensor sigmoid(const Tensor& x) {
+  Tensor out = unary("sigmoid", Unary::sigmoid, x);
+  FORGE_RECORD(sigmoid, out, x);
+  return out;
+}
+Tensor relu(const Tensor& x) {
+  Tensor out = unary("relu", Unary::relu, x);
+  FORGE_RECORD(relu, out, x);
+  return out;
+}
 Tensor leaky_relu(const Tensor& x, double negative_slope) {
-  return unary("leaky_relu", Unary::leaky_relu, x, slope(negative_slope));
+  Tensor out = unary("leaky_relu", Unary::leaky_relu, x, slope(negative_slope));
+  FORGE_RECORD(leaky_relu, out, x, negative_slope);
+  return out;
 }
-Tensor gelu(const Tensor& x, GeluApproximation approximate) { return unary("gelu", gelu_kind(approximate), x); }
-Tensor silu(const Tensor& x) { return unary("silu", Unary::silu, x); }
+Tensor gelu(const Tensor& x, GeluApproximation approximate) {
+  Tensor out = unary("gelu", gelu_kind(approximate), x);
+  FORGE_RECORD(gelu, out, x, approximate);
+  return out;
+}
+Tensor silu(const Tensor& x) {
+  Tensor out = unary("silu", Unary::silu, x);
+  FORGE_RECORD(silu, out, x);
+  return out;
+}
 Tensor softplus(const Tensor& x, double beta, double threshold) {
-  return unary("softplus", Unary::softplus, x, softplus_params(beta, threshold));
+  Tensor out = unary("softplus", Unary::softplus, x, softplus_params(beta, threshold));
+  FORGE_RECORD(softplus, out, x, beta, threshold);
+  return out;
 }
-Tensor elu(const Tensor& x, double alpha) { return unary("elu", Unary::elu, x, elu_params(alpha)); }
-Tensor erf(const Tensor& x) { return unary("erf", Unary::erf, x); }
+Tensor elu(const Tensor& x, double alpha) {
+  Tensor out = unary("elu", Unary::elu, x, elu_params(alpha));
+  FORGE_RECORD(elu, out, x, alpha);
+  return out;
+}
+Tensor erf(const Tensor& x) {
+  Tensor out = unary("erf", Unary::erf, x);
+  FORGE_RECORD(erf, out, x);
+  return out;
+}
 
 Tensor& neg_into(Tensor& out, const Tensor& x) { return unary_into("neg_into", Unary::neg, out, x); }
 Tensor& abs_into(Tensor& out, const Tensor& x) { return unary_into("abs_into", Unary::abs, out, x); }
@@ -157,6 +246,7 @@ Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> m
   Tensor out = detail::allocate(x.runtime(), x.shape(), dtype, "clamp");
   launch(Unary::clamp, dtype, params, out, x);
   detail::adopt_output(out);
+  FORGE_RECORD(clamp, out, x, min, max);
   return out;
 }
 

@@ -1,0 +1,198 @@
+// VJPs of the unary ops: one short function per op (see record.h), with
+// libtorch's conventions where the derivative is undefined: abs'(0) = 0,
+// relu'(0) = 0, sign' = 0. Where the formula allows, a rule saves its output
+// rather than its input. relu, sigmoid, tanh, the gelus and silu run one
+// fused kernel over packed f32/f64 (backend/cpu/unary_backward_kernels.h);
+// the rest, and those on other layouts, compose public ops. 16-bit floats
+// compute in f32 (Vjp::set casts the result back).
+
+#include "autograd/rules/unary.h"
+
+#include "autograd/record.h"
+#include "autograd/rules/common.h"
+#include "backend/cpu/unary_backward_kernels.h"
+#include "core/tensor_internal.h"
+
+namespace forge::autograd::rules {
+namespace {
+
+constexpr double kTwoOverSqrtPi = 1.12837916709551257389615890312154517;
+constexpr double kSqrt1_2 = 0.707106781186547524400844362104849039;
+constexpr double kInvSqrt2Pi = 0.398942280401432677939946059934381868;
+constexpr double kSqrt2OverPi = 0.797884560802865355879892119868763737;
+constexpr double kGeluKappa = 0.044715;
+
+// g * f'(saved) in one pass when both are packed f32/f64 of one shape;
+// undefined otherwise (the caller composes public ops).
+Tensor fused(cpu::UnaryBackward op, const Tensor& g, const Tensor& saved) {
+  const DType dtype = g.dtype();
+  if ((dtype != DType::f32 && dtype != DType::f64) || saved.dtype() != dtype || saved.shape() != g.shape() ||
+      !g.is_contiguous() || !saved.is_contiguous())
+    return Tensor();
+  Tensor out = detail::allocate(g.runtime(), g.shape(), dtype, "backward");
+  cpu::unary_backward_flat(g.runtime(), op, dtype, g.numel(), detail::first_element(out), detail::first_element(g),
+                           detail::first_element(saved));
+  detail::adopt_output(out);
+  return out;
+}
+
+Tensor relu_vjp(const Tensor& g, const Tensor& out) {
+  if (Tensor r = fused(cpu::UnaryBackward::relu, g, out); r.defined()) return r;
+  return forge::masked_fill(wide(g), forge::le(out, 0), 0);  // threshold_backward: a NaN output passes g
+}
+
+Tensor sigmoid_vjp(const Tensor& g, const Tensor& out) {
+  if (Tensor r = fused(cpu::UnaryBackward::sigmoid, g, out); r.defined()) return r;
+  const Tensor y = wide(out);
+  return wide(g) * y * (1.0 - y);
+}
+
+Tensor tanh_vjp(const Tensor& g, const Tensor& out) {
+  if (Tensor r = fused(cpu::UnaryBackward::tanh, g, out); r.defined()) return r;
+  return wide(g) * (1.0 - forge::square(wide(out)));
+}
+
+Tensor gelu_vjp(const Tensor& g, const Tensor& x_saved, GeluApproximation approximate) {
+  const bool erf_form = approximate == GeluApproximation::none;
+  if (Tensor r = fused(erf_form ? cpu::UnaryBackward::gelu : cpu::UnaryBackward::gelu_tanh, g, x_saved); r.defined())
+    return r;
+  const Tensor x = wide(x_saved);
+  if (erf_form) {
+    const Tensor cdf = (forge::erf(x * kSqrt1_2) + 1.0) * 0.5;
+    const Tensor pdf = forge::exp(forge::square(x) * -0.5) * kInvSqrt2Pi;
+    return wide(g) * (cdf + x * pdf);
+  }
+  const Tensor x2 = forge::square(x);
+  const Tensor t = forge::tanh((x + x2 * x * kGeluKappa) * kSqrt2OverPi);
+  const Tensor right = x * 0.5 * (1.0 - forge::square(t)) * kSqrt2OverPi * (x2 * (3 * kGeluKappa) + 1.0);
+  return wide(g) * ((t + 1.0) * 0.5 + right);
+}
+
+Tensor silu_vjp(const Tensor& g, const Tensor& x_saved) {
+  if (Tensor r = fused(cpu::UnaryBackward::silu, g, x_saved); r.defined()) return r;
+  const Tensor x = wide(x_saved);
+  const Tensor s = forge::sigmoid(x);
+  return wide(g) * s * (x * (1.0 - s) + 1.0);
+}
+
+}  // namespace
+
+Tensor wide(const Tensor& t) {
+  return t.dtype() == DType::f16 || t.dtype() == DType::bf16 ? t.to(DType::f32) : t;
+}
+
+void neg(const Tensor& out, const Tensor& x) {
+  record(out, "neg", inputs(x), saves(), [](Vjp& v) { v.set(0, forge::neg(v.grad())); });
+}
+
+void abs(const Tensor& out, const Tensor& x) {
+  record(out, "abs", inputs(x), saves(x), [](Vjp& v) { v.set(0, wide(v.grad()) * forge::sign(wide(v.saved(0)))); });
+}
+
+void sign(const Tensor& out, const Tensor& x) {
+  record(out, "sign", inputs(x), saves(), [](Vjp& v) {
+    v.set(0, zeros_like_shape(v.grad(), v.grad().shape(), v.grad().dtype()));
+  });
+}
+
+void exp(const Tensor& out, const Tensor& x) {
+  record(out, "exp", inputs(x), saves(out), [](Vjp& v) { v.set(0, wide(v.grad()) * wide(v.saved(0))); });
+}
+
+void expm1(const Tensor& out, const Tensor& x) {
+  record(out, "expm1", inputs(x), saves(out), [](Vjp& v) { v.set(0, wide(v.grad()) * (wide(v.saved(0)) + 1.0)); });
+}
+
+void log(const Tensor& out, const Tensor& x) {
+  record(out, "log", inputs(x), saves(x), [](Vjp& v) { v.set(0, wide(v.grad()) / wide(v.saved(0))); });
+}
+
+void log1p(const Tensor& out, const Tensor& x) {
+  record(out, "log1p", inputs(x), saves(x), [](Vjp& v) { v.set(0, wide(v.grad()) / (wide(v.saved(0)) + 1.0)); });
+}
+
+void sqrt(const Tensor& out, const Tensor& x) {
+  record(out, "sqrt", inputs(x), saves(out), [](Vjp& v) { v.set(0, wide(v.grad()) / (wide(v.saved(0)) * 2.0)); });
+}
+
+void rsqrt(const Tensor& out, const Tensor& x) {
+  record(out, "rsqrt", inputs(x), saves(out), [](Vjp& v) {
+    const Tensor y = wide(v.saved(0));
+    v.set(0, wide(v.grad()) * (forge::square(y) * y * -0.5));
+  });
+}
+
+void square(const Tensor& out, const Tensor& x) {
+  record(out, "square", inputs(x), saves(x), [](Vjp& v) { v.set(0, wide(v.grad()) * (wide(v.saved(0)) * 2.0)); });
+}
+
+void reciprocal(const Tensor& out, const Tensor& x) {
+  record(out, "reciprocal", inputs(x), saves(out), [](Vjp& v) {
+    v.set(0, wide(v.grad()) * (forge::square(wide(v.saved(0))) * -1.0));
+  });
+}
+
+void sin(const Tensor& out, const Tensor& x) {
+  record(out, "sin", inputs(x), saves(x), [](Vjp& v) { v.set(0, wide(v.grad()) * forge::cos(wide(v.saved(0)))); });
+}
+
+void cos(const Tensor& out, const Tensor& x) {
+  record(out, "cos", inputs(x), saves(x), [](Vjp& v) {
+    v.set(0, wide(v.grad()) * (forge::sin(wide(v.saved(0))) * -1.0));
+  });
+}
+
+void tanh(const Tensor& out, const Tensor& x) {
+  record(out, "tanh", inputs(x), saves(out), [](Vjp& v) { v.set(0, tanh_vjp(v.grad(), v.saved(0))); });
+}
+
+void sigmoid(const Tensor& out, const Tensor& x) {
+  record(out, "sigmoid", inputs(x), saves(out), [](Vjp& v) { v.set(0, sigmoid_vjp(v.grad(), v.saved(0))); });
+}
+
+void relu(const Tensor& out, const Tensor& x) {
+  record(out, "relu", inputs(x), saves(out), [](Vjp& v) { v.set(0, relu_vjp(v.grad(), v.saved(0))); });
+}
+
+void leaky_relu(const Tensor& out, const Tensor& x, double negative_slope) {
+  record(out, "leaky_relu", inputs(x), saves(x), [negative_slope](Vjp& v) {
+    const Tensor g = wide(v.grad());
+    v.set(0, forge::where(forge::gt(v.saved(0), 0), g, g * negative_slope));
+  });
+}
+
+void gelu(const Tensor& out, const Tensor& x, GeluApproximation approximate) {
+  record(out, "gelu", inputs(x), saves(x), [approximate](Vjp& v) {
+    v.set(0, gelu_vjp(v.grad(), v.saved(0), approximate));
+  });
+}
+
+void silu(const Tensor& out, const Tensor& x) {
+  record(out, "silu", inputs(x), saves(x), [](Vjp& v) { v.set(0, silu_vjp(v.grad(), v.saved(0))); });
+}
+
+// Above the threshold softplus is x itself; below, its slope is sigmoid(beta x).
+void softplus(const Tensor& out, const Tensor& x, double beta, double threshold) {
+  record(out, "softplus", inputs(x), saves(x), [beta, threshold](Vjp& v) {
+    const Tensor g = wide(v.grad());
+    const Tensor bx = wide(v.saved(0)) * beta;
+    v.set(0, forge::where(forge::gt(bx, threshold), g, g * forge::sigmoid(bx)));
+  });
+}
+
+void elu(const Tensor& out, const Tensor& x, double alpha) {
+  record(out, "elu", inputs(x), saves(x), [alpha](Vjp& v) {
+    const Tensor g = wide(v.grad());
+    const Tensor xs = wide(v.saved(0));
+    v.set(0, forge::where(forge::le(xs, 0), g * forge::exp(xs) * alpha, g));
+  });
+}
+
+void erf(const Tensor& out, const Tensor& x) {
+  record(out, "erf", inputs(x), saves(x), [](Vjp& v) {
+    const Tensor xs = wide(v.saved(0));
+    v.set(0, wide(v.grad()) * (forge::exp(forge::square(xs) * -1.0) * kTwoOverSqrtPi));
+  });
+}
+
+}  // namespace forge::autograd::rules

@@ -1,0 +1,24 @@
+#pragma once
+// Unchecked CPU kernels for the VJPs of the activations training loops run
+// on large tensors: one fused pass, gradient and saved value in, input
+// gradient out, no temporaries (the rules in src/autograd/rules/unary.cpp
+// fall back to composing public ops for what these do not take).
+
+#include <cstddef>
+#include <cstdint>
+
+#include "forge/dtype.h"
+#include "forge/runtime.h"
+
+namespace forge::cpu {
+
+// The saved value each kind reads: the op's output (relu, sigmoid, tanh) or
+// its input (the gelus, silu).
+enum class UnaryBackward : std::uint8_t { relu, sigmoid, tanh, gelu, gelu_tanh, silu };
+
+// out[i] = g[i] * f'(...) from saved[i], over n packed elements of `dtype`
+// (f32 or f64); out may not alias the inputs.
+void unary_backward_flat(Runtime& rt, UnaryBackward op, DType dtype, std::int64_t n, std::byte* out,
+                         const std::byte* g, const std::byte* saved);
+
+}  // namespace forge::cpu
