@@ -1,9 +1,7 @@
 // VJPs of the reductions: one short function per op (see record.h).
 //
 // A reduction's gradient is computed in the keepdim shape (the reduced dims
-// kept with size 1) and broadcast back over the input. Values are saved
-// through detach(): a saved tensor needs no history, and a node that held its
-// own output's history would keep itself alive.
+// kept with size 1) and broadcast back over the input.
 
 #include "autograd/rules/reduce.h"
 
@@ -13,8 +11,6 @@
 
 namespace forge::autograd::rules {
 namespace {
-
-Tensor plain(const Tensor& t) { return t.detach(); }
 
 // t (shaped like a reduction's output) in the keepdim shape, ready to broadcast over the input.
 Tensor kept(const Tensor& t, const Shape& input, const DimList& dims, bool keepdim) {
@@ -33,12 +29,11 @@ std::int64_t reduced_count(const Shape& input, const DimList& dims) {
 
 // amax/amin: the gradient split evenly among the elements equal to the extreme, as libtorch does.
 void extreme(const char* name, const Tensor& out, const Tensor& x, const DimList& dims, bool keepdim) {
-  const Tensor xs = plain(x), os = plain(out);
-  record(out, name, inputs(x), saves(xs, os), [dims, keepdim](Vjp& v) {
+  record(out, name, inputs(x), saves(x, out), [dims, keepdim](Vjp& v) {
     const Shape& in = v.input_shape(0);
     const Tensor mask = eq(v.saved(0), kept(v.saved(1), in, dims, keepdim)).to(v.grad().dtype());
     const Tensor count = sum(mask, in.rank() == 0 ? DimList() : dims, /*keepdim=*/true);
-    const Tensor share = div(kept(v.grad(), in, dims, keepdim), in.rank() == 0 ? count.reshape(Shape{}) : count);
+    const Tensor share = div(kept(v.grad(), in, dims, keepdim), count);
     v.set(0, mul(mask, share));
   });
 }
@@ -75,8 +70,7 @@ void mean(const Tensor& out, const Tensor& x, const DimList& dims, bool keepdim)
 // no zero in the slice that is prod / x_i; with one zero, only the zero's
 // position gets the product of the rest; with two or more, everything is 0.
 void prod(const Tensor& out, const Tensor& x, const DimList& dims, bool keepdim) {
-  const Tensor xs = plain(x);
-  record(out, "prod", inputs(x), saves(xs), [dims, keepdim](Vjp& v) {
+  record(out, "prod", inputs(x), saves(x), [dims, keepdim](Vjp& v) {
     const Tensor& xv = v.saved(0);
     const DimList rd = v.input_shape(0).rank() == 0 ? DimList() : dims;
     const Tensor is_zero = eq(xv, 0.0);
@@ -107,8 +101,7 @@ void min_dim(const Tensor& values, const Tensor& x, std::int64_t dim, bool keepd
 // d var / d x_i = 2 (x_i - mean) / (N - correction).
 void var(const Tensor& out, const Tensor& x, const DimList& dims, std::int64_t correction, bool keepdim) {
   const double scale = 2.0 / static_cast<double>(reduced_count(x.shape(), dims) - correction);
-  const Tensor xs = plain(x);
-  record(out, "var", inputs(x), saves(xs), [dims, keepdim, scale](Vjp& v) {
+  record(out, "var", inputs(x), saves(x), [dims, keepdim, scale](Vjp& v) {
     const Tensor& xv = v.saved(0);
     const DimList rd = v.input_shape(0).rank() == 0 ? DimList() : dims;
     const Tensor centered = sub(xv, mean(xv, rd, /*keepdim=*/true));
@@ -119,8 +112,7 @@ void var(const Tensor& out, const Tensor& x, const DimList& dims, std::int64_t c
 // d std / d x_i = (x_i - mean) / ((N - correction) std).
 void std(const Tensor& out, const Tensor& x, const DimList& dims, std::int64_t correction, bool keepdim) {
   const double scale = 1.0 / static_cast<double>(reduced_count(x.shape(), dims) - correction);
-  const Tensor xs = plain(x), os = plain(out);
-  record(out, "std", inputs(x), saves(xs, os), [dims, keepdim, scale](Vjp& v) {
+  record(out, "std", inputs(x), saves(x, out), [dims, keepdim, scale](Vjp& v) {
     const Tensor& xv = v.saved(0);
     const Shape& in = v.input_shape(0);
     const DimList rd = in.rank() == 0 ? DimList() : dims;
@@ -132,8 +124,7 @@ void std(const Tensor& out, const Tensor& x, const DimList& dims, std::int64_t c
 
 // d logsumexp / d x_i = softmax(x)_i = exp(x_i - out).
 void logsumexp(const Tensor& out, const Tensor& x, const DimList& dims, bool keepdim) {
-  const Tensor xs = plain(x), os = plain(out);
-  record(out, "logsumexp", inputs(x), saves(xs, os), [dims, keepdim](Vjp& v) {
+  record(out, "logsumexp", inputs(x), saves(x, out), [dims, keepdim](Vjp& v) {
     const Shape& in = v.input_shape(0);
     const Tensor weights = exp(sub(v.saved(0), kept(v.saved(1), in, dims, keepdim)));
     v.set(0, mul(weights, kept(v.grad(), in, dims, keepdim)));
@@ -142,8 +133,8 @@ void logsumexp(const Tensor& out, const Tensor& x, const DimList& dims, bool kee
 
 // p = 1: sign(x). p = 2: x / norm, and 0 where the norm is 0 (libtorch's subgradient).
 void norm(const Tensor& out, const Tensor& x, double p, const DimList& dims, bool keepdim) {
-  const Tensor xs = plain(x), os = p == 2.0 ? plain(out) : Tensor();
-  record(out, "norm", inputs(x), saves(xs, os), [p, dims, keepdim](Vjp& v) {
+  const Tensor none;
+  record(out, "norm", inputs(x), saves(x, p == 2.0 ? out : none), [p, dims, keepdim](Vjp& v) {
     const Shape& in = v.input_shape(0);
     const Tensor g = kept(v.grad(), in, dims, keepdim);
     if (p == 1.0) return v.set(0, mul(sign(v.saved(0)), g));
