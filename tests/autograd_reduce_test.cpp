@@ -4,6 +4,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <limits>
 #include <vector>
 
 #include "forge/forge.h"
@@ -93,6 +94,11 @@ TEST_CASE("autograd reduce: tied maxima and minima share the gradient evenly") {
   Tensor z = ctx.from_vector<double>({4, 4, 1, 4}, {4}).requires_grad_();
   (z.max() * 6.0).backward();
   CHECK(values(z.grad()) == std::vector<double>{2, 2, 0, 2});
+  // A NaN is the extreme: the NaNs share the gradient.
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  Tensor n = ctx.from_vector<double>({1, nan, 3, nan, 2, 0}, {2, 3}).requires_grad_();
+  n.amax(1).sum().backward();
+  CHECK(values(n.grad()) == std::vector<double>{0, 1, 0, 1, 0, 0});
 }
 
 TEST_CASE("autograd reduce: max and min along a dim send the gradient to the index") {

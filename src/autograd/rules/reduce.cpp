@@ -27,11 +27,15 @@ std::int64_t reduced_count(const Shape& input, const DimList& dims) {
   return input.rank() == 0 ? 1 : n;
 }
 
-// amax/amin: the gradient split evenly among the elements equal to the extreme, as libtorch does.
+// amax/amin: the gradient split evenly among the elements equal to the
+// extreme (among the NaNs when the extreme is NaN), as libtorch does.
 void extreme(const char* name, const Tensor& out, const Tensor& x, const DimList& dims, bool keepdim) {
   record(out, name, inputs(x), saves(x, out), [dims, keepdim](Vjp& v) {
     const Shape& in = v.input_shape(0);
-    const Tensor mask = eq(v.saved(0), kept(v.saved(1), in, dims, keepdim)).to(v.grad().dtype());
+    const Tensor& xv = v.saved(0);
+    const Tensor o = kept(v.saved(1), in, dims, keepdim);
+    const Tensor both_nan = logical_and(ne(xv, xv), ne(o, o));
+    const Tensor mask = logical_or(eq(xv, o), both_nan).to(v.grad().dtype());
     const Tensor count = sum(mask, in.rank() == 0 ? DimList() : dims, /*keepdim=*/true);
     const Tensor share = div(kept(v.grad(), in, dims, keepdim), count);
     v.set(0, mul(mask, share));
