@@ -82,6 +82,7 @@ Tensor Tensor::to(DType target) const {
   if (target == dtype()) return *this;
   Tensor out = detail::cast_temporary(*this, target, "to");
   detail::adopt_output(out);
+  FORGE_RECORD(to, out, *this);
   return out;
 }
 

@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <optional>
 
+#include "autograd/record.h"
+#include "autograd/rules/views.h"
 #include "core/tensor_internal.h"
 #include "forge/tensor.h"
 
@@ -77,7 +79,9 @@ std::optional<Strides> view_strides(const Shape& old_shape_in, const Strides& ol
 
 Tensor Tensor::clone_view() const {
   detail::check_input("clone_view", *this, "tensor");
-  return detail::make_view(*this, shape(), strides(), offset());
+  Tensor out = detail::make_view(*this, shape(), strides(), offset());
+  FORGE_RECORD(clone_view, out, *this);
+  return out;
 }
 
 Tensor Tensor::view_with_strides(const Shape& shape, const Strides& strides, std::int64_t offset) const {
@@ -99,7 +103,9 @@ Tensor Tensor::view_with_strides(const Shape& shape, const Strides& strides, std
     FORGE_CHECK(!overflow && lo >= 0 && hi < capacity, out_of_range, op, "shape ", shape, " with strides ", strides,
                 " at offset ", offset, " reaches outside the buffer's ", capacity, " elements");
   }
-  return detail::make_view(*this, shape, strides, offset);
+  Tensor out = detail::make_view(*this, shape, strides, offset);
+  FORGE_RECORD(as_strided, out, *this);
+  return out;
 }
 
 Tensor Tensor::view(const Shape& requested) const {
@@ -108,15 +114,20 @@ Tensor Tensor::view(const Shape& requested) const {
   auto strides = view_strides(this->shape(), this->strides(), shape);
   FORGE_CHECK(strides.has_value(), invalid_argument, "view", "a tensor of shape ", this->shape(), " and strides ",
               this->strides(), " cannot be viewed as ", shape, " without a copy; use reshape");
-  return detail::make_view(*this, shape, *strides, offset());
+  Tensor out = detail::make_view(*this, shape, *strides, offset());
+  FORGE_RECORD(view, out, *this);
+  return out;
 }
 
 Tensor Tensor::reshape(const Shape& requested) const {
   detail::check_input("reshape", *this, "tensor");
   const Shape shape = infer_shape("reshape", requested, numel());
-  if (auto strides = view_strides(this->shape(), this->strides(), shape))
-    return detail::make_view(*this, shape, *strides, offset());
-  return clone().view(shape);
+  if (auto strides = view_strides(this->shape(), this->strides(), shape)) {
+    Tensor out = detail::make_view(*this, shape, *strides, offset());
+    FORGE_RECORD(reshape, out, *this);
+    return out;
+  }
+  return clone().view(shape);  // both record themselves
 }
 
 Tensor Tensor::broadcast_to(const Shape& target) const { return broadcast_as(target, "broadcast_to"); }
@@ -135,7 +146,9 @@ Tensor Tensor::broadcast_as(const Shape& target, const char* op) const {
     strides[d] = own == target[d] ? this->strides()[d - lead] : 0;
   }
   checked_extents(target, op);
-  return detail::make_view(*this, target, strides, offset());
+  Tensor out = detail::make_view(*this, target, strides, offset());
+  FORGE_RECORD(expand, out, *this, op);
+  return out;
 }
 
 Tensor Tensor::expand(const Shape& sizes) const {
@@ -165,7 +178,9 @@ Tensor Tensor::narrow(std::int64_t dim_arg, std::int64_t start, std::int64_t len
               " exceeds dimension ", d, " of size ", size);
   Shape s = shape();
   s[d] = length;
-  return detail::make_view(*this, s, strides(), offset() + (length > 0 ? start * strides()[d] : 0));
+  Tensor out = detail::make_view(*this, s, strides(), offset() + (length > 0 ? start * strides()[d] : 0));
+  FORGE_RECORD(narrow, out, *this, d, start, length);
+  return out;
 }
 
 Tensor Tensor::slice(std::int64_t dim_arg, std::int64_t start, std::int64_t end, std::int64_t step) const {
@@ -187,7 +202,9 @@ Tensor Tensor::slice(std::int64_t dim_arg, std::int64_t start, std::int64_t end,
     FORGE_CHECK(!__builtin_mul_overflow(strides()[d], step, &st[d]), out_of_range, "slice", "step ", step,
                 " times stride ", strides()[d], " overflows");
   }
-  return detail::make_view(*this, s, st, offset() + (s[d] > 0 ? start * strides()[d] : 0));
+  Tensor out = detail::make_view(*this, s, st, offset() + (s[d] > 0 ? start * strides()[d] : 0));
+  FORGE_RECORD(slice, out, *this, d, start, step);
+  return out;
 }
 
 Tensor Tensor::select(std::int64_t dim_arg, std::int64_t index) const {
@@ -202,7 +219,9 @@ Tensor Tensor::select(std::int64_t dim_arg, std::int64_t index) const {
   Strides st = strides();
   s.erase(d);
   st.erase(d);
-  return detail::make_view(*this, s, st, offset() + index * strides()[d]);
+  Tensor out = detail::make_view(*this, s, st, offset() + index * strides()[d]);
+  FORGE_RECORD(select, out, *this, d, index);
+  return out;
 }
 
 Tensor Tensor::permute(const Dims& dims) const {
@@ -211,15 +230,19 @@ Tensor Tensor::permute(const Dims& dims) const {
               " for a tensor of rank ", dim());
   Shape s = shape();
   Strides st = strides();
+  Dims wrapped = dims;
   bool seen[kMaxRank] = {};
   for (int i = 0; i < dims.rank(); ++i) {
     const int d = wrap_dim(dims[i], dim(), "permute");
     FORGE_CHECK(!seen[d], invalid_argument, "permute", "dim ", d, " repeats in ", dims);
     seen[d] = true;
+    wrapped[i] = d;
     s[i] = shape()[d];
     st[i] = strides()[d];
   }
-  return detail::make_view(*this, s, st, offset());
+  Tensor out = detail::make_view(*this, s, st, offset());
+  FORGE_RECORD(permute, out, *this, wrapped);
+  return out;
 }
 
 Tensor Tensor::transpose(std::int64_t dim0, std::int64_t dim1) const {
@@ -234,7 +257,9 @@ Tensor Tensor::transpose(std::int64_t dim0, std::int64_t dim1) const {
   Strides st = strides();
   std::swap(s[a], s[b]);
   std::swap(st[a], st[b]);
-  return detail::make_view(*this, s, st, offset());
+  Tensor out = detail::make_view(*this, s, st, offset());
+  FORGE_RECORD(transpose, out, *this, a, b);
+  return out;
 }
 
 Tensor Tensor::t() const {
@@ -252,7 +277,9 @@ Tensor Tensor::squeeze() const {
     s.push_back(shape()[d]);
     st.push_back(strides()[d]);
   }
-  return detail::make_view(*this, s, st, offset());
+  Tensor out = detail::make_view(*this, s, st, offset());
+  FORGE_RECORD(squeeze, out, *this);
+  return out;
 }
 
 Tensor Tensor::squeeze(std::int64_t dim_arg) const {
@@ -263,7 +290,9 @@ Tensor Tensor::squeeze(std::int64_t dim_arg) const {
   Strides st = strides();
   s.erase(d);
   st.erase(d);
-  return detail::make_view(*this, s, st, offset());
+  Tensor out = detail::make_view(*this, s, st, offset());
+  FORGE_RECORD(squeeze, out, *this);
+  return out;
 }
 
 Tensor Tensor::unsqueeze(std::int64_t dim_arg) const {
@@ -276,7 +305,9 @@ Tensor Tensor::unsqueeze(std::int64_t dim_arg) const {
   const std::int64_t stride = d < dim() ? shape()[d] * strides()[d] : 1;
   s.insert(d, 1);
   st.insert(d, stride);
-  return detail::make_view(*this, s, st, offset());
+  Tensor out = detail::make_view(*this, s, st, offset());
+  FORGE_RECORD(unsqueeze, out, *this);
+  return out;
 }
 
 Tensor Tensor::flatten(std::int64_t start_dim, std::int64_t end_dim) const {

@@ -268,40 +268,69 @@ Tensor sum(const Tensor& x, const DimList& dims, bool keepdim) {
   return out;
 }
 Tensor mean(const Tensor& x, const DimList& dims, bool keepdim) {
-  return reduce_op("mean", ReduceOp::mean, x, dims, keepdim);
+  Tensor out = reduce_op("mean", ReduceOp::mean, x, dims, keepdim);
+  FORGE_RECORD(mean, out, x, dims, keepdim);
+  return out;
 }
 Tensor prod(const Tensor& x, const DimList& dims, bool keepdim) {
-  return reduce_op("prod", ReduceOp::prod, x, dims, keepdim);
+  Tensor out = reduce_op("prod", ReduceOp::prod, x, dims, keepdim);
+  FORGE_RECORD(prod, out, x, dims, keepdim);
+  return out;
 }
 Tensor amax(const Tensor& x, const DimList& dims, bool keepdim) {
-  return reduce_op("amax", ReduceOp::amax, x, dims, keepdim);
+  Tensor out = reduce_op("amax", ReduceOp::amax, x, dims, keepdim);
+  FORGE_RECORD(amax, out, x, dims, keepdim);
+  return out;
 }
 Tensor amin(const Tensor& x, const DimList& dims, bool keepdim) {
-  return reduce_op("amin", ReduceOp::amin, x, dims, keepdim);
+  Tensor out = reduce_op("amin", ReduceOp::amin, x, dims, keepdim);
+  FORGE_RECORD(amin, out, x, dims, keepdim);
+  return out;
 }
-Tensor max(const Tensor& x) { return reduce_op("max", ReduceOp::amax, x, {}, false); }
-Tensor min(const Tensor& x) { return reduce_op("min", ReduceOp::amin, x, {}, false); }
+Tensor max(const Tensor& x) {
+  Tensor out = reduce_op("max", ReduceOp::amax, x, {}, false);
+  FORGE_RECORD(amax, out, x, DimList(), false);
+  return out;
+}
+Tensor min(const Tensor& x) {
+  Tensor out = reduce_op("min", ReduceOp::amin, x, {}, false);
+  FORGE_RECORD(amin, out, x, DimList(), false);
+  return out;
+}
+// Only the values record: the indices are not differentiable.
 ValuesIndices max(const Tensor& x, std::int64_t dim, bool keepdim) {
-  return values_indices("max", true, x, dim, keepdim);
+  ValuesIndices r = values_indices("max", true, x, dim, keepdim);
+  FORGE_RECORD(max_dim, r.values, x, dim, keepdim, r.indices);
+  return r;
 }
 ValuesIndices min(const Tensor& x, std::int64_t dim, bool keepdim) {
-  return values_indices("min", false, x, dim, keepdim);
+  ValuesIndices r = values_indices("min", false, x, dim, keepdim);
+  FORGE_RECORD(min_dim, r.values, x, dim, keepdim, r.indices);
+  return r;
 }
 Tensor argmax(const Tensor& x) { return arg_flat("argmax", true, x); }
 Tensor argmin(const Tensor& x) { return arg_flat("argmin", false, x); }
 Tensor argmax(const Tensor& x, std::int64_t dim, bool keepdim) { return arg_dim("argmax", true, x, dim, keepdim); }
 Tensor argmin(const Tensor& x, std::int64_t dim, bool keepdim) { return arg_dim("argmin", false, x, dim, keepdim); }
 Tensor var(const Tensor& x, const DimList& dims, std::int64_t correction, bool keepdim) {
-  return reduce_op("var", ReduceOp::var, x, dims, keepdim, correction);
+  Tensor out = reduce_op("var", ReduceOp::var, x, dims, keepdim, correction);
+  FORGE_RECORD(var, out, x, dims, correction, keepdim);
+  return out;
 }
 Tensor std(const Tensor& x, const DimList& dims, std::int64_t correction, bool keepdim) {
-  return reduce_op("std", ReduceOp::std, x, dims, keepdim, correction);
+  Tensor out = reduce_op("std", ReduceOp::std, x, dims, keepdim, correction);
+  FORGE_RECORD(std, out, x, dims, correction, keepdim);
+  return out;
 }
 Tensor logsumexp(const Tensor& x, const DimList& dims, bool keepdim) {
-  return reduce_op("logsumexp", ReduceOp::logsumexp, x, dims, keepdim);
+  Tensor out = reduce_op("logsumexp", ReduceOp::logsumexp, x, dims, keepdim);
+  FORGE_RECORD(logsumexp, out, x, dims, keepdim);
+  return out;
 }
 Tensor norm(const Tensor& x, double p, const DimList& dims, bool keepdim) {
-  return reduce_op("norm", norm_kind("norm", p), x, dims, keepdim);
+  Tensor out = reduce_op("norm", norm_kind("norm", p), x, dims, keepdim);
+  FORGE_RECORD(norm, out, x, p, dims, keepdim);
+  return out;
 }
 Tensor all(const Tensor& x, const DimList& dims, bool keepdim) {
   return reduce_op("all", ReduceOp::all, x, dims, keepdim);
@@ -315,6 +344,7 @@ Tensor cumsum(const Tensor& x, std::int64_t dim) {
   Tensor out = detail::allocate(x.runtime(), x.shape(), cumsum_dtype(x.dtype()), "cumsum");
   run_cumsum(out, x, d);
   detail::adopt_output(out);
+  FORGE_RECORD(cumsum, out, x, d);
   return out;
 }
 

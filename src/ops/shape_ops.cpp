@@ -6,6 +6,9 @@
 #include <cstring>
 #include <vector>
 
+#include "autograd/record.h"
+#include "autograd/rules/shape.h"
+#include "autograd/rules/views.h"
 #include "backend/cpu/indexing_kernels.h"
 #include "forge/ops.h"
 #include "ops/nn_internal.h"
@@ -207,11 +210,13 @@ void check_into(const char* op, const Tensor& out, const Tensor& in) {
   detail::check_same_runtime(op, out, in);
 }
 
-// A view of x: `length` entries of dim d from `start`.
+// A view of x: `length` entries of dim d from `start`; it records as a narrow of x.
 Tensor piece(const Tensor& x, int d, std::int64_t start, std::int64_t length) {
   Shape s = x.shape();
   s[d] = length;
-  return detail::make_view(x, s, x.strides(), x.offset() + (length > 0 ? start * x.strides()[d] : 0));
+  Tensor out = detail::make_view(x, s, x.strides(), x.offset() + (length > 0 ? start * x.strides()[d] : 0));
+  FORGE_RECORD(narrow, out, x, d, start, length);
+  return out;
 }
 
 int split_dim(const char* op, const Tensor& x, std::int64_t dim) {
@@ -227,6 +232,7 @@ Tensor cat(const std::vector<Tensor>& tensors, std::int64_t dim) {
   Tensor out = detail::allocate(tensors[0].runtime(), plan.shape, plan.dtype, "cat");
   cat_kernel(out, tensors, plan.dim);
   detail::adopt_output(out);
+  FORGE_RECORD(cat, out, tensors, plan.dim);
   return out;
 }
 
@@ -246,6 +252,7 @@ Tensor stack(const std::vector<Tensor>& tensors, std::int64_t dim) {
   Tensor out = detail::allocate(tensors[0].runtime(), plan.shape, plan.dtype, "stack");
   stack_kernel(out, tensors, plan.dim);
   detail::adopt_output(out);
+  FORGE_RECORD(stack, out, tensors, plan.dim);
   return out;
 }
 
@@ -316,6 +323,7 @@ Tensor repeat(const Tensor& x, const Dims& repeats) {
   Tensor out = detail::allocate(x.runtime(), shape, x.dtype(), op);
   repeat_kernel(out, x, repeats);
   detail::adopt_output(out);
+  FORGE_RECORD(repeat, out, x, repeats);
   return out;
 }
 
@@ -337,6 +345,7 @@ Tensor flip(const Tensor& x, const Dims& dims) {
   Tensor out = detail::allocate(x.runtime(), x.shape(), x.dtype(), op);
   flip_kernel(out, x, wrapped);
   detail::adopt_output(out);
+  FORGE_RECORD(flip, out, x, wrapped);
   return out;
 }
 
