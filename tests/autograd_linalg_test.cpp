@@ -53,7 +53,7 @@ TEST_CASE("autograd linalg: matmul broadcasts batch dims and reduces them in eac
   check_gradients(kMatmul, {leaf(ctx, {2, 1, 2, 3}), leaf(ctx, {3, 3, 2})});  // both broadcast
   Tensor bt = ctx.randn({2, 2, 3}, DType::f64).transpose(1, 2);
   bt.requires_grad_();
-  check_gradients(kMatmul, {leaf(ctx, {2, 2, 2}), bt});
+  check_gradients(kMatmul, {leaf(ctx, {2, 2, 3}), bt});
 }
 
 TEST_CASE("autograd linalg: mm and bmm") {
