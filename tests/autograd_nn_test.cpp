@@ -208,8 +208,8 @@ TEST_CASE("autograd nn: scaled_dot_product_attention without mask, causal, with 
   check_gradients([](const std::vector<Tensor>& in) {
     return forge::scaled_dot_product_attention(in[0], in[1], in[2], Tensor(), true, 0.7);
   }, {leaf(ctx, {3, 2}), leaf(ctx, {3, 2}), leaf(ctx, {3, 2})});
-  const Tensor keep = ctx.from_vector<bool>({true, false, true, true, true, true, false, true, false, true, true, false},
-                                            {3, 4});
+  const Tensor keep = ctx.from_vector<bool>(
+      {true, false, true, true, true, true, false, true, false, true, true, false}, {3, 4});
   const Tensor bias = ctx.randn({3, 4}, DType::f64);
   for (const Tensor& mask : {keep, bias}) {
     check_gradients([](const std::vector<Tensor>& in) {

@@ -3,7 +3,9 @@
 // dropout draws one 64-bit seed from the context's generator per call and
 // decides element i (its logical, row-major position) by a counter-based hash
 // of (seed, i): the mask does not depend on the thread count or the layout,
-// and a manual_seed replays it. Dropped elements are written as 0.
+// and a manual_seed replays it. Dropped elements are written as 0. Under
+// autograd the seed is all the backward keeps: it replays the same mask on
+// the gradient (detail::dropout_with_seed), so no mask tensor is stored.
 //
 // scaled_dot_product_attention is one fused loop over the rows of q: for
 // each row, the scores against every key (scaled, masked), a max-subtracted

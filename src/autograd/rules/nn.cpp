@@ -118,7 +118,8 @@ Tensor pad_grad(Tensor g, const Shape& input, const Dims& pad, PadMode mode) {
 }  // namespace
 
 void softmax(const Tensor& out, const Tensor& x, std::int64_t dim) {
-  record(out, "softmax", inputs(x), saves(out), [dim](Vjp& v) { v.set(0, softmax_grad(v.saved(0), v.grad(), dim, false)); });
+  record(out, "softmax", inputs(x), saves(out),
+         [dim](Vjp& v) { v.set(0, softmax_grad(v.saved(0), v.grad(), dim, false)); });
 }
 
 void log_softmax(const Tensor& out, const Tensor& x, std::int64_t dim) {
@@ -192,12 +193,14 @@ void tril(const Tensor& out, const Tensor& x, std::int64_t diagonal) {
 }
 
 void pad(const Tensor& out, const Tensor& x, const Dims& pad, PadMode mode) {
-  record(out, "pad", inputs(x), saves(), [pad, mode](Vjp& v) { v.set(0, pad_grad(v.grad(), v.input_shape(0), pad, mode)); });
+  record(out, "pad", inputs(x), saves(),
+         [pad, mode](Vjp& v) { v.set(0, pad_grad(v.grad(), v.input_shape(0), pad, mode)); });
 }
 
 // The gradient goes through the forward's own mask, replayed from its seed.
 void dropout(const Tensor& out, const Tensor& x, double p, std::uint64_t seed) {
-  record(out, "dropout", inputs(x), saves(), [p, seed](Vjp& v) { v.set(0, detail::dropout_with_seed(v.grad(), p, seed)); });
+  record(out, "dropout", inputs(x), saves(),
+         [p, seed](Vjp& v) { v.set(0, detail::dropout_with_seed(v.grad(), p, seed)); });
 }
 
 }  // namespace forge::autograd::rules

@@ -8,7 +8,6 @@
 #include <cmath>
 #include <limits>
 #include <type_traits>
-#include <vector>
 
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/reduce_kernels.h"
@@ -30,7 +29,10 @@ void dispatch_real(DType dtype, Fn&& fn) {
   else fn(float{});
 }
 
-std::int64_t row_grain(std::int64_t n) { return std::max<std::int64_t>(1, kGrainElements / std::max<std::int64_t>(n, 1)); }
+// Rows per task: about kGrainElements elements.
+std::int64_t row_grain(std::int64_t n) {
+  return std::max<std::int64_t>(1, kGrainElements / std::max<std::int64_t>(n, 1));
+}
 
 template <typename T>
 void softmax_rows(const T* y, const T* g, T* dx, std::int64_t n, bool log) {
@@ -93,10 +95,11 @@ void norm_backward_typed(Runtime& rt, const NormBackward& p) {
   }
   // Fixed blocks of rows, each with its own f64 partial sums of dw and db;
   // the partials are added in block order.
-  const std::int64_t blocks = std::max<std::int64_t>(
-      1, std::min<std::int64_t>({p.rows, p.rows * p.n / kGrainElements + 1, 4 * static_cast<std::int64_t>(rt.threads())}));
+  const std::int64_t threads = rt.threads();
+  const std::int64_t blocks =
+      std::max<std::int64_t>(1, std::min<std::int64_t>({p.rows, p.rows * p.n / kGrainElements + 1, 4 * threads}));
   const std::int64_t width = 2 * p.n;
-  ScratchLease<double> partial = rt.pool().scratch<double>(static_cast<std::size_t>(std::max<std::int64_t>(blocks * width, 1)));
+  ScratchLease<double> partial = rt.pool().scratch<double>(static_cast<std::size_t>(blocks * width));
   std::fill(partial.data(), partial.data() + blocks * width, 0.0);
   rt.parallel_for(blocks, 1, [&](std::int64_t bbegin, std::int64_t bend) {
     for (std::int64_t blk = bbegin; blk < bend; ++blk) {
