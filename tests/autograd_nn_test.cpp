@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <functional>
 #include <vector>
 
 #include "forge/forge.h"
@@ -172,8 +173,8 @@ TEST_CASE("autograd nn: dropout's gradient uses the forward's mask and scale") {
   const Tensor y = forge::dropout(x, 0.25);
   y.sum().backward();
   CHECK(x.grad().to_vector<float>() == y.detach().to_vector<float>());  // x is ones: y is mask * scale
-  Tensor all = forge::dropout(x, 1.0);
-  all.sum().backward();
+  const auto g = forge::autograd::grad({forge::dropout(x, 1.0).sum()}, {x});
+  for (float v : g[0].to_vector<float>()) CHECK(v == 0.0f);
 }
 
 TEST_CASE("autograd nn: dropout with p = 0 or in evaluation returns x and records nothing") {
@@ -251,6 +252,32 @@ TEST_CASE("autograd nn: pad in constant mode (padding and cropping), reflect and
                     {transposed_leaf(ctx, 3, 4)});
     check_gradients([mode](const std::vector<Tensor>& in) { return forge::pad(in[0], {0, 2}, mode); },
                     {leaf(ctx, {2, 2, 3})});
+  }
+}
+
+TEST_CASE("autograd nn: f16 and bf16 inputs get gradients in their dtype, close to f32's") {
+  TestContext ctx;
+  const Tensor x32 = ctx.randn({3, 4});
+  const Tensor w32 = ctx.randn({4});
+  const Tensor t = indices(ctx, {0, 3, 1}, {3});
+  using Loss = std::function<Tensor(const Tensor&, const Tensor&)>;
+  const std::vector<Loss> losses = {
+      [&](const Tensor& x, const Tensor&) { return forge::mul(forge::softmax(x, -1), x.detach()).sum(); },
+      [&](const Tensor& x, const Tensor& w) { return forge::mul(forge::layer_norm(x, {4}, w), x.detach()).sum(); },
+      [&](const Tensor& x, const Tensor& w) { return forge::mul(forge::rms_norm(x, {4}, w), x.detach()).sum(); },
+      [&](const Tensor& x, const Tensor&) { return forge::cross_entropy(x, t); },
+  };
+  for (std::size_t i = 0; i < losses.size(); ++i) {
+    for (DType dt : {DType::f16, DType::bf16}) {
+      INFO("loss " << i << " dtype " << forge::dtype_name(dt));
+      Tensor a = x32.to(dt).requires_grad_(), wa = w32.to(dt).requires_grad_();
+      Tensor b = x32.to(dt).to(DType::f32).requires_grad_(), wb = w32.to(dt).to(DType::f32).requires_grad_();
+      const auto ga = forge::autograd::grad({losses[i](a, wa)}, {a}, {.allow_unused = true});
+      const auto gb = forge::autograd::grad({losses[i](b, wb)}, {b}, {.allow_unused = true});
+      REQUIRE(ga[0].dtype() == dt);
+      const auto va = ga[0].to_vector<double>(), vb = gb[0].to_vector<double>();
+      for (std::size_t j = 0; j < va.size(); ++j) CHECK(va[j] == Approx(vb[j]).margin(0.1).epsilon(0.1));
+    }
   }
 }
 
