@@ -15,8 +15,10 @@ namespace {
 
 Tensor mT(const Tensor& t) { return t.transpose(-2, -1); }
 
-// t [..., c] as rows [numel / c, c] (a view when t's layout allows it).
+// t [..., c] as rows [numel / c, c] (t itself when 2-D, else a view when
+// t's layout allows it).
 Tensor as_rows(const Tensor& t) {
+  if (t.dim() == 2) return t;
   const std::int64_t c = t.shape().back();
   return t.reshape(Shape{c == 0 ? 0 : t.numel() / c, c});
 }
