@@ -3,7 +3,9 @@
 // dropout draws one 64-bit seed from the context's generator per call and
 // decides element i (its logical, row-major position) by a counter-based hash
 // of (seed, i): the mask does not depend on the thread count or the layout,
-// and a manual_seed replays it. Dropped elements are written as 0.
+// and a manual_seed replays it. Dropped elements are written as 0. Under
+// autograd the seed is all the backward keeps: it replays the same mask on
+// the gradient (detail::dropout_with_seed), so no mask tensor is stored.
 //
 // scaled_dot_product_attention is one fused loop over the rows of q: for
 // each row, the scores against every key (scaled, masked), a max-subtracted
@@ -25,7 +27,10 @@
 #endif
 #include <Eigen/Core>
 
+#include "autograd/record.h"
+#include "autograd/rules/nn.h"
 #include "backend/cpu/convert.h"
+#include "backend/cpu/nn_backward_kernels.h"
 #include "forge/ops.h"
 #include "ops/nn_internal.h"
 
@@ -45,13 +50,9 @@ void check_dropout(const char* op, const Tensor& x, double p) {
   FORGE_CHECK(p >= 0.0 && p <= 1.0, invalid_argument, op, "p must be in [0, 1], got ", p);
 }
 
-void dropout_kernel(Tensor& out, const Tensor& x, double p) {
+// out = x with the mask of `seed` applied: kept elements scaled by 1 / (1 - p).
+void dropout_kernel(Tensor& out, const Tensor& x, double p, std::uint64_t seed) {
   Runtime& rt = out.runtime();
-  if (p >= 1.0) {
-    cpu::fill(rt, out.shape(), detail::operand(out), 0.0);
-    return;
-  }
-  const std::uint64_t seed = rt.generator()();
   const std::int64_t n = x.numel();
   if (n == 0) return;
   // Keep element i when its 53-bit uniform draw u satisfies u >= p.
@@ -81,6 +82,18 @@ void dropout_kernel(Tensor& out, const Tensor& x, double p) {
       });
     }
   });
+}
+
+// Draws the call's seed (none when p >= 1: everything is dropped) and applies
+// its mask; returns the seed for the backward to replay.
+std::uint64_t dropout_draw(Tensor& out, const Tensor& x, double p) {
+  if (p >= 1.0) {
+    cpu::fill(out.runtime(), out.shape(), detail::operand(out), 0.0);
+    return 0;
+  }
+  const std::uint64_t seed = out.runtime().generator()();
+  dropout_kernel(out, x, p, seed);
+  return seed;
 }
 
 struct Attention {
@@ -289,6 +302,9 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   Tensor out = detail::allocate(q.runtime(), a.out_shape, q.dtype(), op);
   attention_kernel(out, q, k, v, attn_mask, is_causal, a);
   detail::adopt_output(out);
+  // attn_mask is not differentiable: only q, k and v decide whether to record.
+  if (autograd::needs_grad(q, k, v))
+    autograd::rules::scaled_dot_product_attention(out, q, k, v, attn_mask, is_causal, a.scale);
   return out;
 }
 
@@ -313,8 +329,9 @@ Tensor dropout(const Tensor& x, double p, bool training) {
   check_dropout(op, x, p);
   if (!training || p == 0.0) return x;
   Tensor out = detail::allocate(x.runtime(), x.shape(), x.dtype(), op);
-  dropout_kernel(out, x, p);
+  const std::uint64_t seed = dropout_draw(out, x, p);
   detail::adopt_output(out);
+  FORGE_RECORD(dropout, out, x, p, seed);
   return out;
 }
 
@@ -328,10 +345,21 @@ Tensor& dropout_into(Tensor& out, const Tensor& x, double p, bool training) {
   if (!training || p == 0.0) {
     cpu::copy_cast(out.runtime(), x.shape(), detail::operand(out), detail::operand(x));
   } else {
-    dropout_kernel(out, x, p);
+    dropout_draw(out, x, p);
   }
   out.buffer()->bump_version();
   return out;
 }
 
+namespace detail {
+
+Tensor dropout_with_seed(const Tensor& x, double p, std::uint64_t seed) {
+  Tensor out = allocate(x.runtime(), x.shape(), x.dtype(), "dropout");
+  if (p >= 1.0) cpu::fill(x.runtime(), x.shape(), operand(out), 0.0);
+  else dropout_kernel(out, x, p, seed);
+  adopt_output(out);
+  return out;
+}
+
+}  // namespace detail
 }  // namespace forge

@@ -5,6 +5,8 @@
 
 #include <limits>
 
+#include "autograd/record.h"
+#include "autograd/rules/nn.h"
 #include "backend/cpu/convert.h"
 #include "backend/cpu/indexing_kernels.h"
 #include "forge/ops.h"
@@ -266,6 +268,7 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
   Tensor out = detail::allocate(weight.runtime(), shape, weight.dtype(), op);
   embedding_kernel(out, weight, indices);
   detail::adopt_output(out);
+  FORGE_RECORD(embedding, out, weight, indices);
   return out;
 }
 
@@ -288,6 +291,7 @@ Tensor index_select(const Tensor& x, std::int64_t dim, const Tensor& index) {
   Tensor out = detail::allocate(x.runtime(), sel.shape, x.dtype(), op);
   index_select_kernel(out, x, sel.dim, index);
   detail::adopt_output(out);
+  FORGE_RECORD(index_select, out, x, dim, index);
   return out;
 }
 
@@ -311,6 +315,7 @@ Tensor gather(const Tensor& x, std::int64_t dim, const Tensor& index) {
   Tensor out = detail::allocate(x.runtime(), index.shape(), x.dtype(), op);
   gather_kernel(out, x, d, index);
   detail::adopt_output(out);
+  FORGE_RECORD(gather, out, x, d, index);
   return out;
 }
 
@@ -335,6 +340,7 @@ Tensor scatter_add(const Tensor& x, std::int64_t dim, const Tensor& index, const
   Tensor out = detail::allocate(x.runtime(), x.shape(), x.dtype(), op);
   scatter_add_kernel(out, x, d, index, src);
   detail::adopt_output(out);
+  FORGE_RECORD(scatter_add, out, x, d, index, src);
   return out;
 }
 

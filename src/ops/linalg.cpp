@@ -3,6 +3,8 @@
 // hands one MatmulProblem to the CPU GEMM driver. Nothing is copied to make
 // an operand contiguous; the driver reads views through their strides.
 
+#include "autograd/record.h"
+#include "autograd/rules/linalg.h"
 #include "backend/cpu/gemm.h"
 #include "forge/ops.h"
 #include "ops/linalg_internal.h"
@@ -201,29 +203,39 @@ Plan plan_dot(const char* op, const Tensor& a, const Tensor& b) {
 
 }  // namespace
 
+// Each op records itself when autograd needs it (FORGE_RECORD; the rules are
+// in src/autograd/rules/linalg.cpp). The _into forms do not record.
 Tensor matmul(const Tensor& a, const Tensor& b) {
   check_operands("matmul", a, "a", b, "b");
   Plan pl = plan_matmul("matmul", a, b);
-  return run("matmul", pl, a);
+  Tensor out = run("matmul", pl, a);
+  FORGE_RECORD(matmul, out, a, b);
+  return out;
 }
 
 Tensor mm(const Tensor& a, const Tensor& b) {
   check_operands("mm", a, "a", b, "b");
   Plan pl = plan_mm("mm", a, b);
-  return run("mm", pl, a);
+  Tensor out = run("mm", pl, a);
+  FORGE_RECORD(mm, out, a, b);
+  return out;
 }
 
 Tensor bmm(const Tensor& a, const Tensor& b) {
   check_operands("bmm", a, "a", b, "b");
   Plan pl = plan_bmm("bmm", a, b);
-  return run("bmm", pl, a);
+  Tensor out = run("bmm", pl, a);
+  FORGE_RECORD(bmm, out, a, b);
+  return out;
 }
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   check_operands("linear", x, "x", weight, "weight");
   check_bias("linear", bias, x);
   Plan pl = plan_linear("linear", x, weight, bias);
-  return run("linear", pl, x);
+  Tensor out = run("linear", pl, x);
+  FORGE_RECORD(linear, out, x, weight, bias);
+  return out;
 }
 
 Tensor addmm(const Tensor& bias, const Tensor& a, const Tensor& b, Scalar beta, Scalar alpha) {
@@ -231,19 +243,25 @@ Tensor addmm(const Tensor& bias, const Tensor& a, const Tensor& b, Scalar beta, 
   detail::check_input("addmm", bias, "bias");
   check_bias("addmm", bias, a);
   Plan pl = plan_addmm("addmm", bias, a, b, beta, alpha);
-  return run("addmm", pl, a);
+  Tensor out = run("addmm", pl, a);
+  FORGE_RECORD(addmm, out, bias, a, b, beta, alpha);
+  return out;
 }
 
 Tensor outer(const Tensor& a, const Tensor& b) {
   check_operands("outer", a, "a", b, "b");
   Plan pl = plan_outer("outer", a, b);
-  return run("outer", pl, a);
+  Tensor out = run("outer", pl, a);
+  FORGE_RECORD(outer, out, a, b);
+  return out;
 }
 
 Tensor dot(const Tensor& a, const Tensor& b) {
   check_operands("dot", a, "a", b, "b");
   Plan pl = plan_dot("dot", a, b);
-  return run("dot", pl, a);
+  Tensor out = run("dot", pl, a);
+  FORGE_RECORD(dot, out, a, b);
+  return out;
 }
 
 Tensor& matmul_into(Tensor& out, const Tensor& a, const Tensor& b) {

@@ -20,6 +20,8 @@
 #endif
 #include <Eigen/Core>
 
+#include "autograd/record.h"
+#include "autograd/rules/nn.h"
 #include "backend/cpu/convert.h"
 #include "forge/ops.h"
 #include "ops/nn_internal.h"
@@ -271,6 +273,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntr
   Tensor out = detail::allocate(logits.runtime(), plan.out_shape, logits.dtype(), op);
   cross_entropy_kernel(out, logits, target, options);
   detail::adopt_output(out);
+  FORGE_RECORD(cross_entropy, out, logits, target, options);
   return out;
 }
 
@@ -293,6 +296,7 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, Reduction reducti
   Tensor out = detail::allocate(log_probs.runtime(), plan.out_shape, log_probs.dtype(), op);
   nll_loss_kernel(out, log_probs, target, reduction, ignore_index);
   detail::adopt_output(out);
+  FORGE_RECORD(nll_loss, out, log_probs, target, reduction, ignore_index);
   return out;
 }
 
@@ -316,6 +320,7 @@ Tensor mse_loss(const Tensor& a, const Tensor& b, Reduction reduction) {
   Tensor out = detail::allocate(a.runtime(), shape, plan.dtype, op);
   mse_kernel(out, a, b, plan, reduction);
   detail::adopt_output(out);
+  FORGE_RECORD(mse_loss, out, a, b, reduction);
   return out;
 }
 

@@ -5,6 +5,8 @@
 #include <cstring>
 #include <vector>
 
+#include "autograd/record.h"
+#include "autograd/rules/nn.h"
 #include "backend/cpu/convert.h"
 #include "backend/cpu/indexing_kernels.h"
 #include "forge/ops.h"
@@ -112,8 +114,16 @@ void pad_kernel(Tensor& out, const Tensor& x, const Dims& pad, PadMode mode, dou
 
 }  // namespace
 
-Tensor triu(const Tensor& x, std::int64_t diagonal) { return triangle("triu", x, diagonal, true); }
-Tensor tril(const Tensor& x, std::int64_t diagonal) { return triangle("tril", x, diagonal, false); }
+Tensor triu(const Tensor& x, std::int64_t diagonal) {
+  Tensor out = triangle("triu", x, diagonal, true);
+  FORGE_RECORD(triu, out, x, diagonal);
+  return out;
+}
+Tensor tril(const Tensor& x, std::int64_t diagonal) {
+  Tensor out = triangle("tril", x, diagonal, false);
+  FORGE_RECORD(tril, out, x, diagonal);
+  return out;
+}
 Tensor& triu_into(Tensor& out, const Tensor& x, std::int64_t diagonal) {
   return triangle_into("triu_into", out, x, diagonal, true);
 }
@@ -128,6 +138,7 @@ Tensor pad(const Tensor& x, const Dims& pad, PadMode mode, double value) {
   Tensor out = detail::allocate(x.runtime(), shape, x.dtype(), op);
   pad_kernel(out, x, pad, mode, value);
   detail::adopt_output(out);
+  FORGE_RECORD(pad, out, x, pad, mode);
   return out;
 }
 

@@ -5,6 +5,8 @@
 
 #include <cfloat>
 
+#include "autograd/record.h"
+#include "autograd/rules/nn.h"
 #include "backend/cpu/reduce_kernels.h"
 #include "core/tensor_internal.h"
 #include "forge/ops.h"
@@ -66,6 +68,11 @@ Tensor softmax_op(const char* op, const Tensor& x, std::int64_t dim, bool log) {
   Tensor out = detail::allocate(x.runtime(), x.shape(), x.dtype(), op);
   run_softmax(op, out, x, d, log);
   detail::adopt_output(out);
+  if (log) {
+    FORGE_RECORD(log_softmax, out, x, dim);
+  } else {
+    FORGE_RECORD(softmax, out, x, dim);
+  }
   return out;
 }
 
@@ -172,6 +179,7 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
   Tensor out = detail::allocate(x.runtime(), x.shape(), x.dtype(), op);
   run_layer_norm(op, out, x, n, weight, bias, eps);
   detail::adopt_output(out);
+  FORGE_RECORD(layer_norm, out, x, normalized_shape, weight, bias, eps);
   return out;
 }
 
@@ -192,6 +200,7 @@ Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& we
   Tensor out = detail::allocate(x.runtime(), x.shape(), x.dtype(), op);
   run_rms_norm(op, out, x, n, weight, eps);
   detail::adopt_output(out);
+  FORGE_RECORD(rms_norm, out, x, normalized_shape, weight, eps ? *eps : default_rms_eps(x.dtype()));
   return out;
 }
 

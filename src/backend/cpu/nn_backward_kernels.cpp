@@ -1,0 +1,215 @@
+// Gradient kernels of softmax, the normalizations and the class losses
+// (nn_backward_kernels.h). Each works row by row on packed f32/f64 data;
+// rows run in parallel over the context's arena, inline below kGrainElements.
+
+#include "backend/cpu/nn_backward_kernels.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <type_traits>
+
+#include "backend/cpu/kernels.h"
+#include "backend/cpu/reduce_kernels.h"
+#include "forge/buffer_pool.h"
+
+namespace forge::cpu {
+namespace {
+
+template <typename T>
+inline T exp_t(T v) noexcept {
+  if constexpr (std::is_same_v<T, double>) return std::exp(v);
+  else return fast_exp(v);
+}
+
+// Calls fn(T tag) for f32 and f64, the only dtypes these kernels take.
+template <typename Fn>
+void dispatch_real(DType dtype, Fn&& fn) {
+  if (dtype == DType::f64) fn(double{});
+  else fn(float{});
+}
+
+// Rows per task: about kGrainElements elements.
+std::int64_t row_grain(std::int64_t n) {
+  return std::max<std::int64_t>(1, kGrainElements / std::max<std::int64_t>(n, 1));
+}
+
+template <typename T>
+void softmax_rows(const T* y, const T* g, T* dx, std::int64_t n, bool log) {
+  double s = 0;
+  if (log) {
+    for (std::int64_t j = 0; j < n; ++j) s += g[j];
+    const T st = static_cast<T>(s);
+    for (std::int64_t j = 0; j < n; ++j) dx[j] = g[j] - exp_t(y[j]) * st;
+  } else {
+    for (std::int64_t j = 0; j < n; ++j) s += static_cast<double>(g[j]) * y[j];
+    const T st = static_cast<T>(s);
+    for (std::int64_t j = 0; j < n; ++j) dx[j] = y[j] * (g[j] - st);
+  }
+}
+
+// One row of the layer_norm / rms_norm backward; accumulates dw and db.
+template <typename T>
+void norm_row(const NormBackward& p, std::int64_t r, double* dw, double* db) {
+  const std::int64_t n = p.n;
+  const T* x = reinterpret_cast<const T*>(p.x) + r * n;
+  const T* g = reinterpret_cast<const T*>(p.g) + r * n;
+  const T* w = reinterpret_cast<const T*>(p.w);
+  double mean = 0, var = 0;
+  if (!p.rms) {
+    for (std::int64_t j = 0; j < n; ++j) mean += x[j];
+    mean /= static_cast<double>(n);
+  }
+  for (std::int64_t j = 0; j < n; ++j) {
+    const double d = x[j] - mean;
+    var += d * d;
+  }
+  const double rstd = 1.0 / std::sqrt(var / static_cast<double>(n) + p.eps);
+  double sum_gy = 0, sum_gyx = 0;
+  for (std::int64_t j = 0; j < n; ++j) {
+    const double xhat = (x[j] - mean) * rstd;
+    const double gy = w ? static_cast<double>(g[j]) * w[j] : static_cast<double>(g[j]);
+    sum_gy += gy;
+    sum_gyx += gy * xhat;
+    if (dw) dw[j] += g[j] * xhat;
+    if (db) db[j] += g[j];
+  }
+  if (!p.dx) return;
+  const double a = p.rms ? 0.0 : sum_gy / static_cast<double>(n), b = sum_gyx / static_cast<double>(n);
+  T* dx = reinterpret_cast<T*>(p.dx) + r * n;
+  for (std::int64_t j = 0; j < n; ++j) {
+    const double xhat = (x[j] - mean) * rstd;
+    const double gy = w ? static_cast<double>(g[j]) * w[j] : static_cast<double>(g[j]);
+    dx[j] = static_cast<T>(rstd * (gy - a - xhat * b));
+  }
+}
+
+template <typename T>
+void norm_backward_typed(Runtime& rt, const NormBackward& p) {
+  const bool params = p.dw || p.db;
+  if (!params) {
+    rt.parallel_for(p.rows, row_grain(p.n), [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t r = begin; r < end; ++r) norm_row<T>(p, r, nullptr, nullptr);
+    });
+    return;
+  }
+  // Fixed blocks of rows, each with its own f64 partial sums of dw and db;
+  // the partials are added in block order.
+  const std::int64_t threads = rt.threads();
+  const std::int64_t blocks =
+      std::max<std::int64_t>(1, std::min<std::int64_t>({p.rows, p.rows * p.n / kGrainElements + 1, 4 * threads}));
+  const std::int64_t width = 2 * p.n;
+  ScratchLease<double> partial = rt.pool().scratch<double>(static_cast<std::size_t>(blocks * width));
+  std::fill(partial.data(), partial.data() + blocks * width, 0.0);
+  rt.parallel_for(blocks, 1, [&](std::int64_t bbegin, std::int64_t bend) {
+    for (std::int64_t blk = bbegin; blk < bend; ++blk) {
+      double* dw = partial.data() + blk * width;
+      double* db = dw + p.n;
+      for (std::int64_t r = p.rows * blk / blocks; r < p.rows * (blk + 1) / blocks; ++r)
+        norm_row<T>(p, r, p.dw ? dw : nullptr, p.db ? db : nullptr);
+    }
+  });
+  auto finish = [&](std::byte* out, std::int64_t at) {
+    if (!out) return;
+    T* o = reinterpret_cast<T*>(out);
+    for (std::int64_t j = 0; j < p.n; ++j) {
+      double s = 0;
+      for (std::int64_t blk = 0; blk < blocks; ++blk) s += partial[static_cast<std::size_t>(blk * width + at + j)];
+      o[j] = static_cast<T>(s);
+    }
+  };
+  finish(p.dw, 0);
+  finish(p.db, p.n);
+}
+
+// Row i's share of the output gradient: g (per row or shared), over the
+// counted rows when the loss is a mean.
+template <typename T>
+double loss_scale(const ClassLossBackward& p, std::int64_t i, double inv_count) {
+  return static_cast<double>(reinterpret_cast<const T*>(p.g)[i * p.g_stride]) * inv_count;
+}
+
+double inverse_count(const ClassLossBackward& p) {
+  if (!p.mean) return 1.0;
+  std::int64_t counted = 0;
+  for (std::int64_t i = 0; i < p.rows; ++i) counted += p.targets[i] != p.ignore_index;
+  return 1.0 / static_cast<double>(counted);  // no counted rows: inf, as the forward's 0 / 0
+}
+
+template <typename T>
+void cross_entropy_typed(Runtime& rt, const ClassLossBackward& p) {
+  const double inv = inverse_count(p);
+  const std::int64_t C = p.classes;
+  const double ls = p.label_smoothing;
+  rt.parallel_for(p.rows, row_grain(C), [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t i = begin; i < end; ++i) {
+      T* d = reinterpret_cast<T*>(p.dx) + i * C;
+      const std::int64_t t = p.targets[i];
+      if (t == p.ignore_index) {
+        std::fill(d, d + C, T{0});
+        continue;
+      }
+      const T* x = reinterpret_cast<const T*>(p.x) + i * p.rs;
+      T m = -std::numeric_limits<T>::infinity();
+      for (std::int64_t j = 0; j < C; ++j) m = std::max(m, x[j * p.cs]);
+      double s = 0;
+      for (std::int64_t j = 0; j < C; ++j) {
+        d[j] = exp_t(static_cast<T>(x[j * p.cs] - m));
+        s += d[j];
+      }
+      const double scale = loss_scale<T>(p, i, inv);
+      const T a = static_cast<T>(scale / s), b = static_cast<T>(scale * ls / static_cast<double>(C));
+      for (std::int64_t j = 0; j < C; ++j) d[j] = d[j] * a - b;
+      d[t] -= static_cast<T>(scale * (1.0 - ls));
+    }
+  });
+}
+
+template <typename T>
+void nll_loss_typed(const ClassLossBackward& p) {
+  const double inv = inverse_count(p);
+  T* d = reinterpret_cast<T*>(p.dx);
+  std::fill(d, d + p.rows * p.classes, T{0});
+  for (std::int64_t i = 0; i < p.rows; ++i) {
+    const std::int64_t t = p.targets[i];
+    if (t != p.ignore_index) d[i * p.classes + t] = static_cast<T>(-loss_scale<T>(p, i, inv));
+  }
+}
+
+}  // namespace
+
+void softmax_backward(Runtime& rt, DType dtype, std::int64_t rows, std::int64_t n, const std::byte* y,
+                      const std::byte* g, std::byte* dx, bool log) {
+  dispatch_real(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T* yt = reinterpret_cast<const T*>(y);
+    const T* gt = reinterpret_cast<const T*>(g);
+    T* dt = reinterpret_cast<T*>(dx);
+    rt.parallel_for(rows, row_grain(n), [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t r = begin; r < end; ++r) softmax_rows(yt + r * n, gt + r * n, dt + r * n, n, log);
+    });
+  });
+}
+
+void norm_backward(Runtime& rt, const NormBackward& p) {
+  if (p.n == 0) return;
+  if (p.rows == 0) {  // no rows: the parameters' gradients are zeros
+    dispatch_real(p.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      for (std::byte* o : {p.dw, p.db})
+        if (o) std::fill(reinterpret_cast<T*>(o), reinterpret_cast<T*>(o) + p.n, T{0});
+    });
+    return;
+  }
+  dispatch_real(p.dtype, [&](auto tag) { norm_backward_typed<decltype(tag)>(rt, p); });
+}
+
+void cross_entropy_backward(Runtime& rt, const ClassLossBackward& p) {
+  dispatch_real(p.dtype, [&](auto tag) { cross_entropy_typed<decltype(tag)>(rt, p); });
+}
+
+void nll_loss_backward(Runtime&, const ClassLossBackward& p) {
+  dispatch_real(p.dtype, [&](auto tag) { nll_loss_typed<decltype(tag)>(p); });
+}
+
+}  // namespace forge::cpu
