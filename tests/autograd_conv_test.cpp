@@ -44,7 +44,7 @@ forge_test::GradFn avg_pool(const Pool2dOptions& o) {
   return [o](const std::vector<Tensor>& in) { return forge::avg_pool2d(in[0], o); };
 }
 
-double dot(const Tensor& a, const Tensor& b) { return forge::sum(a.to(DType::f64) * b.to(DType::f64)).item<double>(); }
+double inner(const Tensor& a, const Tensor& b) { return forge::sum(a.to(DType::f64) * b.to(DType::f64)).item<double>(); }
 
 }  // namespace
 
@@ -133,7 +133,7 @@ TEST_CASE("autograd conv: conv2d on threaded and tiled layers satisfies the adjo
     Tensor y = forge::conv2d(x, w, Tensor(), c.o);
     Tensor r = ctx.randn(y.shape(), c.dtype);
     const auto g = autograd::grad({y}, {x, w}, {.grad_outputs = {r}});
-    const double ry = dot(r, y), gx = dot(g[0], x), gw = dot(g[1], w);
+    const double ry = inner(r, y), gx = inner(g[0], x), gw = inner(g[1], w);
     const double tol = (c.dtype == DType::f64 ? 1e-10 : 1e-4) * (1 + std::abs(ry));
     CHECK(std::abs(gx - ry) <= tol);
     CHECK(std::abs(gw - ry) <= tol);
