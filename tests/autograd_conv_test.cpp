@@ -179,6 +179,9 @@ TEST_CASE("autograd conv: max_pool2d gradients over windows, strides, padding an
   check_gradients(max_pool({.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}, .ceil_mode = true}),
                   {leaf(ctx, {1, 2, 4, 4})});
   check_gradients(max_pool({.kernel = {2, 2}, .stride = {1, 2}}), {leaf(ctx, {2, 3, 3})});  // unbatched
+  // Windows that tile the plane but for a leftover column and row.
+  check_gradients(max_pool({.kernel = {3, 2}}), {leaf(ctx, {1, 2, 7, 5})});
+  check_gradients(max_pool({}), {leaf(ctx, {1, 2, 5, 5})});
 }
 
 TEST_CASE("autograd conv: max_pool2d credits the first max of a tied window") {
@@ -190,6 +193,11 @@ TEST_CASE("autograd conv: max_pool2d credits the first max of a tied window") {
   Tensor y = ctx.from_vector<float>({1, 2, 1}, {1, 1, 1, 3}).requires_grad_();
   forge::sum(forge::max_pool2d(y, {.kernel = {1, 2}, .stride = {1, 1}})).backward();
   CHECK(y.grad().to_vector<double>() == std::vector<double>{0, 2, 0});
+  // A NaN wins its window, the last one when there are several (libtorch's index).
+  const double nan = std::nan("");
+  Tensor z = ctx.from_vector<double>({1, nan, 7, nan, 2, 3, nan, 4}, {1, 1, 2, 4}).requires_grad_();
+  forge::sum(forge::max_pool2d(z)).backward();
+  CHECK(z.grad().to_vector<double>() == std::vector<double>{0, 1, 0, 0, 0, 0, 1, 0});
 }
 
 TEST_CASE("autograd conv: avg_pool2d gradients with and without padding in the count") {

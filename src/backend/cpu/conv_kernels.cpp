@@ -400,6 +400,73 @@ void avg_pool_typed(Runtime& rt, const Pool2dProblem& p) {
   });
 }
 
+// One output row of the max pool's gradient where the windows tile the plane
+// (stride == kernel, no padding or dilation, x's columns unit-strided): each
+// input is in at most one window, so each gradient element is written once,
+// with no zero pass and no scatter. x points at the row's first input row,
+// d at its first gradient row (of width w.w).
+template <typename T>
+void max_pool_tiled_row(const Window2d& w, const T* x, std::int64_t xs2, const T* g, std::int64_t gs3, T* d) {
+  const std::int64_t kh_n = w.kernel_h, kw_n = w.kernel_w;
+  for (std::int64_t ow = 0; ow < w.out_w; ++ow) {
+    T best = -std::numeric_limits<T>::infinity();
+    std::int64_t at = 0;
+    for (std::int64_t kh = 0; kh < kh_n; ++kh)
+      for (std::int64_t kw = 0; kw < kw_n; ++kw) {
+        const T v = x[kh * xs2 + ow * kw_n + kw];
+        if (v > best || v != v) {
+          best = v;
+          at = kh * kw_n + kw;
+        }
+      }
+    const T gv = g[ow * gs3];
+    for (std::int64_t kh = 0; kh < kh_n; ++kh)
+      for (std::int64_t kw = 0; kw < kw_n; ++kw) d[kh * w.w + ow * kw_n + kw] = kh * kw_n + kw == at ? gv : T(0);
+  }
+}
+
+// The same for 2x2 windows, branch-free so that it vectorizes over the row:
+// the first of the four equal to their max takes the gradient. A NaN breaks
+// the equalities; the caller redoes such a row with max_pool_tiled_row.
+// Returns whether the row held a NaN.
+template <typename T>
+bool max_pool_tiled_row_2x2(std::int64_t out_w, const T* x, std::int64_t xs2, const T* g, std::int64_t gs3, T* d,
+                            std::int64_t ds) {
+  const T* r0 = x;
+  const T* r1 = x + xs2;
+  T* d0 = d;
+  T* d1 = d + ds;
+  bool nan = false;
+  for (std::int64_t ow = 0; ow < out_w; ++ow) {
+    const T a = r0[2 * ow], b = r0[2 * ow + 1], c = r1[2 * ow], e = r1[2 * ow + 1];
+    const T ab = a < b ? b : a, ce = c < e ? e : c, m = ab < ce ? ce : ab;
+    nan |= (a != a) | (b != b) | (c != c) | (e != e);
+    const bool ta = a == m, tb = !ta && b == m, tc = !ta && !tb && c == m, te = !ta && !tb && !tc;
+    const T gv = g[ow * gs3];
+    d0[2 * ow] = ta ? gv : T(0);
+    d0[2 * ow + 1] = tb ? gv : T(0);
+    d1[2 * ow] = tc ? gv : T(0);
+    d1[2 * ow + 1] = te ? gv : T(0);
+  }
+  return nan;
+}
+
+template <typename T>
+void max_pool_backward_tiled(const Window2d& w, const T* plane, std::int64_t xs2, const T* g, std::int64_t gs2,
+                             std::int64_t gs3, T* dst) {
+  const std::int64_t kh_n = w.kernel_h, kw_n = w.kernel_w;
+  const bool two = kh_n == 2 && kw_n == 2;
+  for (std::int64_t oh = 0; oh < w.out_h; ++oh) {
+    const T* x = plane + oh * kh_n * xs2;
+    T* d = dst + oh * kh_n * w.w;
+    if (!two || max_pool_tiled_row_2x2(w.out_w, x, xs2, g + oh * gs2, gs3, d, w.w))
+      max_pool_tiled_row(w, x, xs2, g + oh * gs2, gs3, d);
+    if (w.out_w * kw_n < w.w)
+      for (std::int64_t kh = 0; kh < kh_n; ++kh) std::fill(d + kh * w.w + w.out_w * kw_n, d + (kh + 1) * w.w, T(0));
+  }
+  std::fill(dst + w.out_h * kh_n * w.w, dst + w.h * w.w, T(0));
+}
+
 // max_pool2d's gradient goes to the argmax of each window, recomputed from x
 // (first max on ties, the last NaN if any, as libtorch picks its index).
 // Recomputing reads x's plane once where saved indices would cost an i64
@@ -412,10 +479,17 @@ void max_pool_backward_typed(Runtime& rt, const Pool2dBackwardProblem& p) {
   T* gx = reinterpret_cast<T*>(p.grad_x);
   const std::int64_t xs0 = p.x_strides[0], xs1 = p.x_strides[1], xs2 = p.x_strides[2], xs3 = p.x_strides[3];
   const Strides& gs = p.grad_out_strides;
+  const bool tiled = w.stride_h == w.kernel_h && w.stride_w == w.kernel_w && w.pad_h == 0 && w.pad_w == 0 &&
+                     w.dilation_h == 1 && w.dilation_w == 1 && xs3 == 1 && w.out_h * w.kernel_h <= w.h &&
+                     w.out_w * w.kernel_w <= w.w;
   for_each_plane(rt, w, [&](std::int64_t n, std::int64_t c) {
     const T* plane = x + n * xs0 + c * xs1;
     const T* g = dy + n * gs[0] + c * gs[1];
     T* dst = gx + (n * w.c + c) * w.h * w.w;
+    if (tiled) {
+      max_pool_backward_tiled(w, plane, xs2, g, gs[2], gs[3], dst);
+      return;
+    }
     std::fill_n(dst, w.h * w.w, T(0));
     for (std::int64_t oh = 0; oh < w.out_h; ++oh) {
       const std::int64_t h0 = oh * w.stride_h - w.pad_h;
@@ -434,10 +508,9 @@ void max_pool_backward_typed(Runtime& rt, const Pool2dBackwardProblem& p) {
           for (std::int64_t kw = kw0; kw < kw1; ++kw) {
             const std::int64_t iw = w0 + kw * w.dilation_w;
             const T v = row[iw * xs3];
-            if (v > best || v != v) {
-              best = v;
-              at = ih * w.w + iw;
-            }
+            const std::int64_t take = -static_cast<std::int64_t>(v > best || v != v);  // a mask: no branch
+            best = take ? v : best;
+            at ^= (at ^ (ih * w.w + iw)) & take;
           }
         }
         dst[at] += g[oh * gs[2] + ow * gs[3]];
