@@ -2,6 +2,8 @@
 // libtorch's output-size rules. f16 and bf16 convolutions run in f32 on
 // widened copies; f32 and f64 read their inputs through their strides.
 
+#include "autograd/record.h"
+#include "autograd/rules/conv.h"
 #include "backend/cpu/conv_kernels.h"
 #include "forge/ops.h"
 #include "ops/linalg_internal.h"
@@ -228,6 +230,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
   Tensor out = detail::allocate(x.runtime(), pl.out_shape, x.dtype(), "conv2d");
   compute_conv("conv2d", pl, x, weight, bias, out);
   detail::adopt_output(out);
+  FORGE_RECORD(conv2d, out, x, weight, bias, options);
   return out;
 }
 
@@ -244,8 +247,18 @@ Tensor& conv2d_into(Tensor& out, const Tensor& x, const Tensor& weight, const Te
   return out;
 }
 
-Tensor max_pool2d(const Tensor& x, const Pool2dOptions& options) { return pool("max_pool2d", x, options, true); }
-Tensor avg_pool2d(const Tensor& x, const Pool2dOptions& options) { return pool("avg_pool2d", x, options, false); }
+// The pools and conv2d record themselves when autograd needs it (rules in
+// src/autograd/rules/conv.cpp); the _into forms do not.
+Tensor max_pool2d(const Tensor& x, const Pool2dOptions& options) {
+  Tensor out = pool("max_pool2d", x, options, true);
+  FORGE_RECORD(max_pool2d, out, x, options);
+  return out;
+}
+Tensor avg_pool2d(const Tensor& x, const Pool2dOptions& options) {
+  Tensor out = pool("avg_pool2d", x, options, false);
+  FORGE_RECORD(avg_pool2d, out, x, options);
+  return out;
+}
 Tensor& max_pool2d_into(Tensor& out, const Tensor& x, const Pool2dOptions& options) {
   return pool_into("max_pool2d_into", out, x, options, true);
 }

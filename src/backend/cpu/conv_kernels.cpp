@@ -5,7 +5,9 @@
 // place. Items go to threads (one pooled scratch slot per thread) when there
 // are enough of them; otherwise each GEMM splits itself. A pointwise (1x1,
 // stride 1, unpadded) convolution reads its columns from x directly.
-// Pools are direct loops, parallel over the N * C planes.
+// The backward runs the same column tiles the other way (Note [conv2d
+// backward]). Pools and their gradients are direct loops, parallel over the
+// N * C planes.
 
 #include "backend/cpu/conv_kernels.h"
 
@@ -82,6 +84,75 @@ FORGE_NO_MEMSET_CALLS void im2col(const Window2d& w, std::int64_t channels, cons
   }
 }
 
+// The adjoint of im2col: adds row [(c * kH + kh) * kW + kw] of the column
+// matrix for positions [p0, p1) back onto the taps they were read from, in a
+// contiguous [channels, H, W] block (overlapping windows accumulate).
+template <typename T>
+void col2im(const Window2d& w, std::int64_t channels, const T* col, std::int64_t p0, std::int64_t p1, T* x) {
+  const std::int64_t cols = p1 - p0;
+  for (std::int64_t c = 0; c < channels; ++c) {
+    T* plane = x + c * w.h * w.w;
+    for (std::int64_t kh = 0; kh < w.kernel_h; ++kh) {
+      for (std::int64_t kw = 0; kw < w.kernel_w; ++kw) {
+        const T* src = col + ((c * w.kernel_h + kh) * w.kernel_w + kw) * cols;
+        const std::int64_t off_w = kw * w.dilation_w - w.pad_w;
+        const std::int64_t ow_lo = off_w >= 0 ? 0 : (-off_w + w.stride_w - 1) / w.stride_w;
+        const std::int64_t ow_hi =
+            w.w - off_w <= 0 ? 0 : std::min(w.out_w, (w.w - off_w + w.stride_w - 1) / w.stride_w);
+        std::int64_t p = p0;
+        while (p < p1) {
+          const std::int64_t oh = p / w.out_w, ow0 = p % w.out_w;
+          const std::int64_t ow1 = std::min(w.out_w, ow0 + (p1 - p));
+          const T* s = src + (p - p0) - ow0;  // s[ow] is position (oh, ow)
+          const std::int64_t ih = oh * w.stride_h - w.pad_h + kh * w.dilation_h;
+          if (ih >= 0 && ih < w.h) {
+            T* row = plane + ih * w.w;
+            const std::int64_t lo = std::clamp(ow_lo, ow0, ow1), hi = std::clamp(ow_hi, lo, ow1);
+            if (w.stride_w == 1) {
+              T* d = row + off_w;
+              for (std::int64_t ow = lo; ow < hi; ++ow) d[ow] += s[ow];
+            } else {
+              for (std::int64_t ow = lo; ow < hi; ++ow) row[ow * w.stride_w + off_w] += s[ow];
+            }
+          }
+          p += ow1 - ow0;
+        }
+      }
+    }
+  }
+}
+
+// The tile of output positions whose [K, tile] column matrix stays near kTileBytes.
+template <typename T>
+std::int64_t column_tile(std::int64_t K, std::int64_t P) {
+  std::int64_t tile = std::max<std::int64_t>(64, kTileBytes / static_cast<std::int64_t>(sizeof(T)) / std::max<std::int64_t>(K, 1));
+  tile = std::min(P, tile / 16 * 16);
+  const std::int64_t tiles = (P + tile - 1) / tile;
+  return (P + tiles - 1) / tiles;  // even tiles
+}
+
+// The weights [O, Cg, kH, kW] as an [O, K] matrix with unit column stride
+// (row stride in rs): in place when their layout allows, else packed into `packed`.
+template <typename T>
+const T* flat_weights(Runtime& rt, const Window2d& w, std::int64_t out_channels, std::int64_t Cg,
+                      const std::byte* data, const Strides& ws, ScratchLease<T>& packed, std::int64_t& rs) {
+  const T* weight = reinterpret_cast<const T*>(data);
+  const std::int64_t K = Cg * w.kernel_h * w.kernel_w;
+  const bool flat = (w.kernel_w == 1 || ws[3] == 1) && (w.kernel_h == 1 || ws[2] == w.kernel_w) &&
+                    (Cg == 1 || ws[1] == w.kernel_h * w.kernel_w);
+  rs = ws[0];
+  if (flat) return weight;
+  packed = rt.pool().scratch<T>(static_cast<std::size_t>(out_channels * K));
+  for (std::int64_t o = 0; o < out_channels; ++o)
+    for (std::int64_t c = 0; c < Cg; ++c)
+      for (std::int64_t kh = 0; kh < w.kernel_h; ++kh)
+        for (std::int64_t kw = 0; kw < w.kernel_w; ++kw)
+          packed[static_cast<std::size_t>(((o * Cg + c) * w.kernel_h + kh) * w.kernel_w + kw)] =
+              weight[o * ws[0] + c * ws[1] + kh * ws[2] + kw * ws[3]];
+  rs = K;
+  return packed.data();
+}
+
 template <typename T>
 void conv2d_typed(Runtime& rt, const Conv2dProblem& p) {
   const Window2d& w = p.win;
@@ -94,34 +165,13 @@ void conv2d_typed(Runtime& rt, const Conv2dProblem& p) {
   const Strides& xs = p.x_strides;
   const Strides& os = p.out_strides;
 
-  // The weights as [O, K] with unit column stride; packed when they are not.
-  const Strides& ws = p.weight_strides;
-  const T* weight = reinterpret_cast<const T*>(p.weight);
-  std::int64_t w_rs = ws[0];
+  std::int64_t w_rs = 0;
   ScratchLease<T> packed_w;
-  const bool w_flat = (w.kernel_w == 1 || ws[3] == 1) && (w.kernel_h == 1 || ws[2] == w.kernel_w) &&
-                      (Cg == 1 || ws[1] == w.kernel_h * w.kernel_w);
-  if (!w_flat) {
-    packed_w = rt.pool().scratch<T>(static_cast<std::size_t>(p.out_channels * K));
-    for (std::int64_t o = 0; o < p.out_channels; ++o)
-      for (std::int64_t c = 0; c < Cg; ++c)
-        for (std::int64_t kh = 0; kh < w.kernel_h; ++kh)
-          for (std::int64_t kw = 0; kw < w.kernel_w; ++kw)
-            packed_w[static_cast<std::size_t>(((o * Cg + c) * w.kernel_h + kh) * w.kernel_w + kw)] =
-                weight[o * ws[0] + c * ws[1] + kh * ws[2] + kw * ws[3]];
-    weight = packed_w.data();
-    w_rs = K;
-  }
+  const T* weight = flat_weights<T>(rt, w, p.out_channels, Cg, p.weight, p.weight_strides, packed_w, w_rs);
 
   const bool pointwise = w.kernel_h == 1 && w.kernel_w == 1 && w.stride_h == 1 && w.stride_w == 1 &&
                          w.pad_h == 0 && w.pad_w == 0 && spatial_is_flat(w.h, w.w, xs);
-  std::int64_t tile = P;
-  if (!pointwise) {
-    tile = std::max<std::int64_t>(64, kTileBytes / static_cast<std::int64_t>(sizeof(T)) / std::max<std::int64_t>(K, 1));
-    tile = std::min(P, tile / 16 * 16);
-    const std::int64_t tiles = (P + tile - 1) / tile;
-    tile = (P + tiles - 1) / tiles;  // even tiles
-  }
+  const std::int64_t tile = pointwise ? P : column_tile<T>(K, P);
   const std::int64_t tiles = (P + tile - 1) / tile;
   const std::int64_t items = w.n * G * tiles;
   const double flops = static_cast<double>(Og) * static_cast<double>(K) * static_cast<double>(tile);
@@ -162,6 +212,99 @@ void conv2d_typed(Runtime& rt, const Conv2dProblem& p) {
   rt.parallel_for(slots, 1, [&](std::int64_t s0, std::int64_t s1) {
     for (std::int64_t s = s0; s < s1; ++s)
       for (std::int64_t i = items * s / slots; i < items * (s + 1) / slots; ++i) run_item(i, s);
+  });
+}
+
+// Note [conv2d backward]: one item per (image, group), its tiles in order on
+// one thread, so col2im's overlapping windows never race. Per tile:
+//   grad_weight[g] += dY[:, tile] · im2col(x)[:, tile]^T   (a GEMM into the slot's accumulator)
+//   grad_x[n, g]   += col2im(W[g]^T · dY[:, tile])         (a GEMM into the slot's column buffer)
+// Slot 0 accumulates straight into grad_weight, the others into pooled
+// scratch summed at the end. A pointwise convolution skips both column passes.
+template <typename T>
+void conv2d_backward_typed(Runtime& rt, const Conv2dBackwardProblem& p) {
+  const Window2d& w = p.win;
+  const std::int64_t G = p.groups, Cg = w.c / G, Og = p.out_channels / G;
+  const std::int64_t K = Cg * w.kernel_h * w.kernel_w, P = w.out_h * w.out_w, plane = w.h * w.w;
+  const std::int64_t OK = p.out_channels * K;
+  T* gx = reinterpret_cast<T*>(p.grad_x);
+  T* gw = reinterpret_cast<T*>(p.grad_weight);
+  if (gw) std::fill_n(gw, OK, T(0));
+  if (w.n == 0 || Og == 0 || P == 0) {
+    if (gx) std::fill_n(gx, w.n * w.c * plane, T(0));
+    return;
+  }
+  const T* x = reinterpret_cast<const T*>(p.x);
+  const T* dy = reinterpret_cast<const T*>(p.grad_out);
+  const Strides &xs = p.x_strides, &gs = p.grad_out_strides;
+
+  std::int64_t w_rs = 0;
+  ScratchLease<T> packed_w;
+  const T* weight = gx ? flat_weights<T>(rt, w, p.out_channels, Cg, p.weight, p.weight_strides, packed_w, w_rs)
+                       : nullptr;
+
+  const bool unit = w.kernel_h == 1 && w.kernel_w == 1 && w.stride_h == 1 && w.stride_w == 1 && w.pad_h == 0 &&
+                    w.pad_w == 0;  // positions are pixels: grad_x needs no col2im
+  const bool x_direct = unit && spatial_is_flat(w.h, w.w, xs);
+  const bool need_cols = (gx && !unit) || (gw && !x_direct);
+  const std::int64_t tile = need_cols ? column_tile<T>(K, P) : P;
+  const std::int64_t tiles = (P + tile - 1) / tile;
+  const std::int64_t items = w.n * G;
+  const double flops = static_cast<double>(Og) * static_cast<double>(K) * static_cast<double>(P) *
+                       static_cast<double>(items) * ((gx ? 1 : 0) + (gw ? 1 : 0));
+  const int threads = rt.threads();
+  const bool by_item = threads > 1 && items >= threads && flops >= static_cast<double>(kParallelGemmFlops);
+  const std::int64_t slots = by_item ? threads : 1;
+  ScratchLease<T> cols, acc;
+  if (need_cols) cols = rt.pool().scratch<T>(static_cast<std::size_t>(slots * K * tile));
+  if (gw && slots > 1) {
+    acc = rt.pool().scratch<T>(static_cast<std::size_t>((slots - 1) * OK));
+    std::fill_n(acc.data(), (slots - 1) * OK, T(0));
+  }
+
+  auto run_item = [&](std::int64_t item, std::int64_t slot) {
+    const std::int64_t g = item % G, n = item / G;
+    const T* xg = x + n * xs[0] + g * Cg * xs[1];
+    const T* dyg = dy + n * gs[0] + g * Og * gs[1];
+    T* gxg = gx ? gx + (n * w.c + g * Cg) * plane : nullptr;
+    T* gwg = gw ? (slot == 0 ? gw : acc.data() + (slot - 1) * OK) + g * Og * K : nullptr;
+    T* buf = need_cols ? cols.data() + slot * K * tile : nullptr;
+    if (gx && !unit) std::fill_n(gxg, Cg * plane, T(0));  // here, where col2im will want it in cache
+    for (std::int64_t t = 0; t < tiles; ++t) {
+      const std::int64_t p0 = t * tile, p1 = std::min(P, p0 + tile), np = p1 - p0;
+      if (gw) {
+        const T* col = xg + p0;
+        std::int64_t col_rs = xs[1];
+        if (!x_direct) {
+          im2col(w, Cg, xg, xs, p0, p1, buf);
+          col = buf;
+          col_rs = np;
+        }
+        gemm(rt, !by_item, Og, K, np, T(1), dyg + p0, gs[1], 1, col, 1, col_rs, T(1), gwg, K, 1);
+      }
+      if (gx && unit) {
+        gemm(rt, !by_item, Cg, np, Og, T(1), weight + g * Og * w_rs, 1, w_rs, dyg + p0, gs[1], 1, T(0), gxg + p0,
+             plane, 1);
+      } else if (gx) {
+        gemm(rt, !by_item, K, np, Og, T(1), weight + g * Og * w_rs, 1, w_rs, dyg + p0, gs[1], 1, T(0), buf, np, 1);
+        col2im(w, Cg, buf, p0, p1, gxg);
+      }
+    }
+  };
+  if (!by_item) {
+    for (std::int64_t i = 0; i < items; ++i) run_item(i, 0);
+    return;
+  }
+  rt.parallel_for(slots, 1, [&](std::int64_t s0, std::int64_t s1) {
+    for (std::int64_t s = s0; s < s1; ++s)
+      for (std::int64_t i = items * s / slots; i < items * (s + 1) / slots; ++i) run_item(i, s);
+  });
+  if (!gw) return;
+  rt.parallel_for(OK, kGrainElements / std::max<std::int64_t>(1, slots), [&](std::int64_t i0, std::int64_t i1) {
+    for (std::int64_t s = 1; s < slots; ++s) {
+      const T* a = acc.data() + (s - 1) * OK;
+      for (std::int64_t i = i0; i < i1; ++i) gw[i] += a[i];
+    }
   });
 }
 
@@ -257,6 +400,159 @@ void avg_pool_typed(Runtime& rt, const Pool2dProblem& p) {
   });
 }
 
+// One output row of the max pool's gradient where the windows tile the plane
+// (stride == kernel, no padding or dilation, x's columns unit-strided): each
+// input is in at most one window, so each gradient element is written once,
+// with no zero pass and no scatter. x points at the row's first input row,
+// d at its first gradient row (of width w.w).
+template <typename T>
+void max_pool_tiled_row(const Window2d& w, const T* x, std::int64_t xs2, const T* g, std::int64_t gs3, T* d) {
+  const std::int64_t kh_n = w.kernel_h, kw_n = w.kernel_w;
+  for (std::int64_t ow = 0; ow < w.out_w; ++ow) {
+    T best = -std::numeric_limits<T>::infinity();
+    std::int64_t at = 0;
+    for (std::int64_t kh = 0; kh < kh_n; ++kh)
+      for (std::int64_t kw = 0; kw < kw_n; ++kw) {
+        const T v = x[kh * xs2 + ow * kw_n + kw];
+        if (v > best || v != v) {
+          best = v;
+          at = kh * kw_n + kw;
+        }
+      }
+    const T gv = g[ow * gs3];
+    for (std::int64_t kh = 0; kh < kh_n; ++kh)
+      for (std::int64_t kw = 0; kw < kw_n; ++kw) d[kh * w.w + ow * kw_n + kw] = kh * kw_n + kw == at ? gv : T(0);
+  }
+}
+
+// The same for 2x2 windows, branch-free so that it vectorizes over the row:
+// the first of the four equal to their max takes the gradient. A NaN breaks
+// the equalities; the caller redoes such a row with max_pool_tiled_row.
+// Returns whether the row held a NaN.
+template <typename T>
+bool max_pool_tiled_row_2x2(std::int64_t out_w, const T* x, std::int64_t xs2, const T* g, std::int64_t gs3, T* d,
+                            std::int64_t ds) {
+  const T* r0 = x;
+  const T* r1 = x + xs2;
+  T* d0 = d;
+  T* d1 = d + ds;
+  bool nan = false;
+  for (std::int64_t ow = 0; ow < out_w; ++ow) {
+    const T a = r0[2 * ow], b = r0[2 * ow + 1], c = r1[2 * ow], e = r1[2 * ow + 1];
+    const T ab = a < b ? b : a, ce = c < e ? e : c, m = ab < ce ? ce : ab;
+    nan |= (a != a) | (b != b) | (c != c) | (e != e);
+    const bool ta = a == m, tb = !ta && b == m, tc = !ta && !tb && c == m, te = !ta && !tb && !tc;
+    const T gv = g[ow * gs3];
+    d0[2 * ow] = ta ? gv : T(0);
+    d0[2 * ow + 1] = tb ? gv : T(0);
+    d1[2 * ow] = tc ? gv : T(0);
+    d1[2 * ow + 1] = te ? gv : T(0);
+  }
+  return nan;
+}
+
+template <typename T>
+void max_pool_backward_tiled(const Window2d& w, const T* plane, std::int64_t xs2, const T* g, std::int64_t gs2,
+                             std::int64_t gs3, T* dst) {
+  const std::int64_t kh_n = w.kernel_h, kw_n = w.kernel_w;
+  const bool two = kh_n == 2 && kw_n == 2;
+  for (std::int64_t oh = 0; oh < w.out_h; ++oh) {
+    const T* x = plane + oh * kh_n * xs2;
+    T* d = dst + oh * kh_n * w.w;
+    if (!two || max_pool_tiled_row_2x2(w.out_w, x, xs2, g + oh * gs2, gs3, d, w.w))
+      max_pool_tiled_row(w, x, xs2, g + oh * gs2, gs3, d);
+    if (w.out_w * kw_n < w.w)
+      for (std::int64_t kh = 0; kh < kh_n; ++kh) std::fill(d + kh * w.w + w.out_w * kw_n, d + (kh + 1) * w.w, T(0));
+  }
+  std::fill(dst + w.out_h * kh_n * w.w, dst + w.h * w.w, T(0));
+}
+
+// max_pool2d's gradient goes to the argmax of each window, recomputed from x
+// (first max on ties, the last NaN if any, as libtorch picks its index).
+// Recomputing reads x's plane once where saved indices would cost an i64
+// write per output in every forward that records.
+template <typename T>
+void max_pool_backward_typed(Runtime& rt, const Pool2dBackwardProblem& p) {
+  const Window2d w = p.win;
+  const T* x = reinterpret_cast<const T*>(p.x);
+  const T* dy = reinterpret_cast<const T*>(p.grad_out);
+  T* gx = reinterpret_cast<T*>(p.grad_x);
+  const std::int64_t xs0 = p.x_strides[0], xs1 = p.x_strides[1], xs2 = p.x_strides[2], xs3 = p.x_strides[3];
+  const Strides& gs = p.grad_out_strides;
+  const bool tiled = w.stride_h == w.kernel_h && w.stride_w == w.kernel_w && w.pad_h == 0 && w.pad_w == 0 &&
+                     w.dilation_h == 1 && w.dilation_w == 1 && xs3 == 1 && w.out_h * w.kernel_h <= w.h &&
+                     w.out_w * w.kernel_w <= w.w;
+  for_each_plane(rt, w, [&](std::int64_t n, std::int64_t c) {
+    const T* plane = x + n * xs0 + c * xs1;
+    const T* g = dy + n * gs[0] + c * gs[1];
+    T* dst = gx + (n * w.c + c) * w.h * w.w;
+    if (tiled) {
+      max_pool_backward_tiled(w, plane, xs2, g, gs[2], gs[3], dst);
+      return;
+    }
+    std::fill_n(dst, w.h * w.w, T(0));
+    for (std::int64_t oh = 0; oh < w.out_h; ++oh) {
+      const std::int64_t h0 = oh * w.stride_h - w.pad_h;
+      std::int64_t kh0, kh1;
+      valid_taps(h0, w.dilation_h, w.kernel_h, w.h, kh0, kh1);
+      for (std::int64_t ow = 0; ow < w.out_w; ++ow) {
+        const std::int64_t w0 = ow * w.stride_w - w.pad_w;
+        std::int64_t kw0, kw1;
+        valid_taps(w0, w.dilation_w, w.kernel_w, w.w, kw0, kw1);
+        if (kh0 >= kh1 || kw0 >= kw1) continue;  // an all-padding window: no input to credit
+        T best = -std::numeric_limits<T>::infinity();
+        std::int64_t at = (h0 + kh0 * w.dilation_h) * w.w + w0 + kw0 * w.dilation_w;
+        for (std::int64_t kh = kh0; kh < kh1; ++kh) {
+          const std::int64_t ih = h0 + kh * w.dilation_h;
+          const T* row = plane + ih * xs2;
+          for (std::int64_t kw = kw0; kw < kw1; ++kw) {
+            const std::int64_t iw = w0 + kw * w.dilation_w;
+            const T v = row[iw * xs3];
+            const std::int64_t take = -static_cast<std::int64_t>(v > best || v != v);  // a mask: no branch
+            best = take ? v : best;
+            at ^= (at ^ (ih * w.w + iw)) & take;
+          }
+        }
+        dst[at] += g[oh * gs[2] + ow * gs[3]];
+      }
+    }
+  });
+}
+
+// avg_pool2d's gradient: each output's gradient over its count, spread over
+// the window's in-bounds taps, with the forward's window and divisor.
+template <typename T>
+void avg_pool_backward_typed(Runtime& rt, const Pool2dBackwardProblem& p) {
+  const Window2d& w = p.win;
+  const T* dy = reinterpret_cast<const T*>(p.grad_out);
+  T* gx = reinterpret_cast<T*>(p.grad_x);
+  const Strides& gs = p.grad_out_strides;
+  for_each_plane(rt, w, [&](std::int64_t n, std::int64_t c) {
+    const T* g = dy + n * gs[0] + c * gs[1];
+    T* dst = gx + (n * w.c + c) * w.h * w.w;
+    std::fill_n(dst, w.h * w.w, T(0));
+    for (std::int64_t oh = 0; oh < w.out_h; ++oh) {
+      std::int64_t h0 = oh * w.stride_h - w.pad_h;
+      std::int64_t h1 = std::min(h0 + w.kernel_h, w.h + w.pad_h);
+      const std::int64_t span_h = h1 - h0;
+      h0 = std::max<std::int64_t>(h0, 0);
+      h1 = std::min(h1, w.h);
+      for (std::int64_t ow = 0; ow < w.out_w; ++ow) {
+        std::int64_t w0 = ow * w.stride_w - w.pad_w;
+        std::int64_t w1 = std::min(w0 + w.kernel_w, w.w + w.pad_w);
+        const std::int64_t span_w = w1 - w0;
+        w0 = std::max<std::int64_t>(w0, 0);
+        w1 = std::min(w1, w.w);
+        if (h0 >= h1 || w0 >= w1) continue;
+        const std::int64_t count = p.count_include_pad ? span_h * span_w : (h1 - h0) * (w1 - w0);
+        const T share = g[oh * gs[2] + ow * gs[3]] / static_cast<T>(count);
+        for (std::int64_t ih = h0; ih < h1; ++ih)
+          for (std::int64_t iw = w0; iw < w1; ++iw) dst[ih * w.w + iw] += share;
+      }
+    }
+  });
+}
+
 template <template <typename> class Kernel, typename Problem>
 void dispatch_float(DType dtype, Runtime& rt, const Problem& p) {
   switch (dtype) {
@@ -290,5 +586,20 @@ void conv2d(Runtime& rt, const Conv2dProblem& p) {
 
 void max_pool2d(Runtime& rt, const Pool2dProblem& p) { dispatch_float<MaxPool>(p.dtype, rt, p); }
 void avg_pool2d(Runtime& rt, const Pool2dProblem& p) { dispatch_float<AvgPool>(p.dtype, rt, p); }
+
+void conv2d_backward(Runtime& rt, const Conv2dBackwardProblem& p) {
+  if (p.dtype == DType::f64) conv2d_backward_typed<double>(rt, p);
+  else conv2d_backward_typed<float>(rt, p);
+}
+
+void max_pool2d_backward(Runtime& rt, const Pool2dBackwardProblem& p) {
+  if (p.dtype == DType::f64) max_pool_backward_typed<double>(rt, p);
+  else max_pool_backward_typed<float>(rt, p);
+}
+
+void avg_pool2d_backward(Runtime& rt, const Pool2dBackwardProblem& p) {
+  if (p.dtype == DType::f64) avg_pool_backward_typed<double>(rt, p);
+  else avg_pool_backward_typed<float>(rt, p);
+}
 
 }  // namespace forge::cpu

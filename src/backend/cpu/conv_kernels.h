@@ -56,4 +56,40 @@ struct Pool2dProblem {
 void max_pool2d(Runtime& rt, const Pool2dProblem& p);
 void avg_pool2d(Runtime& rt, const Pool2dProblem& p);
 
+// The gradients of conv2d (f32 or f64) given grad_out [N, O, oH, oW], whose
+// planes must be flat (spatial_is_flat): grad_x [N, C, H, W] =
+// col2im(W^T dY) and grad_weight [O, C / groups, kH, kW] = the sum over images
+// of dY im2col(x)^T, both contiguous and overwritten. Either may be null (not
+// wanted); x is read only for grad_weight, weight only for grad_x.
+struct Conv2dBackwardProblem {
+  DType dtype = DType::f32;
+  Window2d win;
+  std::int64_t out_channels = 0, groups = 1;
+  const std::byte* x = nullptr;
+  Strides x_strides;
+  const std::byte* weight = nullptr;
+  Strides weight_strides;
+  const std::byte* grad_out = nullptr;
+  Strides grad_out_strides;
+  std::byte* grad_x = nullptr;
+  std::byte* grad_weight = nullptr;
+};
+void conv2d_backward(Runtime& rt, const Conv2dBackwardProblem& p);
+
+// The gradients of the pools (f32 or f64): grad_x [N, C, H, W], contiguous
+// and overwritten, from grad_out [N, C, oH, oW] (any strides). max credits
+// each window's argmax, recomputed from x; avg needs no x.
+struct Pool2dBackwardProblem {
+  DType dtype = DType::f32;
+  Window2d win;
+  bool count_include_pad = true;
+  const std::byte* x = nullptr;
+  Strides x_strides;
+  const std::byte* grad_out = nullptr;
+  Strides grad_out_strides;
+  std::byte* grad_x = nullptr;
+};
+void max_pool2d_backward(Runtime& rt, const Pool2dBackwardProblem& p);
+void avg_pool2d_backward(Runtime& rt, const Pool2dBackwardProblem& p);
+
 }  // namespace forge::cpu

@@ -1,0 +1,233 @@
+// Gradients of conv2d, max_pool2d and avg_pool2d (src/autograd/rules/conv.cpp):
+// finite differences over every option on small inputs, the adjoint identity
+// on layers large enough to take the threaded, tiled kernel paths, and the
+// max pool's tie rule on exact values.
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <vector>
+
+#include "forge/forge.h"
+#include "gradcheck_support.h"
+#include "support.h"
+
+using forge::Conv2dOptions;
+using forge::DType;
+using forge::Pool2dOptions;
+using forge::Tensor;
+using forge_test::check_gradients;
+using forge_test::TestContext;
+namespace autograd = forge::autograd;
+
+namespace {
+
+Tensor leaf(TestContext& ctx, const forge::Shape& shape) { return ctx.randn(shape, DType::f64).requires_grad_(); }
+
+// An NCHW leaf whose storage is NHWC: no dim but N has unit stride.
+Tensor channels_last_leaf(TestContext& ctx, std::int64_t n, std::int64_t c, std::int64_t h, std::int64_t w) {
+  Tensor t = ctx.randn({n, h, w, c}, DType::f64).permute({0, 3, 1, 2});
+  t.requires_grad_();
+  return t;
+}
+
+// conv2d over inputs {x, weight, bias} (bias may be undefined).
+forge_test::GradFn conv(const Conv2dOptions& o) {
+  return [o](const std::vector<Tensor>& in) { return forge::conv2d(in[0], in[1], in[2], o); };
+}
+
+forge_test::GradFn max_pool(const Pool2dOptions& o) {
+  return [o](const std::vector<Tensor>& in) { return forge::max_pool2d(in[0], o); };
+}
+
+forge_test::GradFn avg_pool(const Pool2dOptions& o) {
+  return [o](const std::vector<Tensor>& in) { return forge::avg_pool2d(in[0], o); };
+}
+
+double inner(const Tensor& a, const Tensor& b) { return forge::sum(a.to(DType::f64) * b.to(DType::f64)).item<double>(); }
+
+}  // namespace
+
+TEST_CASE("autograd conv: conv2d gradients of x, weight and bias at stride 1") {
+  TestContext ctx;
+  check_gradients(conv({}), {leaf(ctx, {1, 2, 4, 4}), leaf(ctx, {3, 2, 2, 2}), leaf(ctx, {3})});
+}
+
+TEST_CASE("autograd conv: conv2d with stride 2 and padding, batch 2") {
+  TestContext ctx;
+  const Conv2dOptions o{.stride = {2, 2}, .padding = {1, 1}};
+  check_gradients(conv(o), {leaf(ctx, {2, 1, 5, 5}), leaf(ctx, {2, 1, 3, 3}), leaf(ctx, {2})});
+  // Uneven strides and paddings, no bias.
+  const Conv2dOptions uneven{.stride = {1, 2}, .padding = {0, 2}};
+  check_gradients(conv(uneven), {leaf(ctx, {2, 1, 4, 5}), leaf(ctx, {2, 1, 2, 3}), Tensor()});
+}
+
+TEST_CASE("autograd conv: conv2d with dilation") {
+  TestContext ctx;
+  const Conv2dOptions o{.padding = {1, 0}, .dilation = {2, 2}};
+  check_gradients(conv(o), {leaf(ctx, {1, 2, 5, 5}), leaf(ctx, {2, 2, 2, 2}), leaf(ctx, {2})});
+}
+
+TEST_CASE("autograd conv: conv2d with 2 groups, with and without bias") {
+  TestContext ctx;
+  const Conv2dOptions o{.padding = {1, 1}, .groups = 2};
+  check_gradients(conv(o), {leaf(ctx, {1, 4, 3, 3}), leaf(ctx, {4, 2, 2, 2}), Tensor()});
+  check_gradients(conv(o), {leaf(ctx, {2, 4, 2, 2}), leaf(ctx, {2, 2, 2, 2}), leaf(ctx, {2})});
+}
+
+TEST_CASE("autograd conv: conv2d of non-contiguous x and weight") {
+  TestContext ctx;
+  // x and weight stored channels-last (the weight packed by the kernel).
+  Tensor w = ctx.randn({2, 3, 3, 2}, DType::f64).permute({0, 3, 1, 2});
+  w.requires_grad_();
+  check_gradients(conv({.padding = {1, 1}}), {channels_last_leaf(ctx, 1, 2, 4, 4), w, leaf(ctx, {2})});
+}
+
+TEST_CASE("autograd conv: conv2d with a gradient whose planes are not flat") {
+  TestContext ctx;
+  // sum over W hands back a gradient expanded along W (stride 0).
+  auto fn = [](const std::vector<Tensor>& in) { return forge::sum(forge::conv2d(in[0], in[1], in[2]), 3); };
+  check_gradients(fn, {leaf(ctx, {2, 2, 3, 4}), leaf(ctx, {2, 2, 2, 2}), leaf(ctx, {2})});
+}
+
+TEST_CASE("autograd conv: conv2d of an unbatched image") {
+  TestContext ctx;
+  check_gradients(conv({.stride = {2, 1}}), {leaf(ctx, {2, 4, 4}), leaf(ctx, {3, 2, 2, 2}), leaf(ctx, {3})});
+}
+
+TEST_CASE("autograd conv: pointwise conv2d, contiguous and channels-last") {
+  TestContext ctx;
+  check_gradients(conv({}), {leaf(ctx, {2, 2, 3, 3}), leaf(ctx, {3, 2, 1, 1}), leaf(ctx, {3})});
+  check_gradients(conv({}), {channels_last_leaf(ctx, 2, 2, 3, 3), leaf(ctx, {3, 2, 1, 1}), Tensor()});
+  // 1x1 with stride 2 is not pointwise: it goes through the column tiles.
+  check_gradients(conv({.stride = {2, 2}}), {leaf(ctx, {2, 2, 3, 3}), leaf(ctx, {3, 2, 1, 1}), Tensor()});
+}
+
+TEST_CASE("autograd conv: conv2d gradients of x alone or of the weight alone") {
+  TestContext ctx;
+  const Conv2dOptions o{.stride = {2, 2}, .padding = {1, 1}};
+  Tensor x = leaf(ctx, {2, 2, 4, 4});
+  Tensor w = ctx.randn({2, 2, 3, 3}, DType::f64);
+  check_gradients(conv(o), {x, w, Tensor()});
+  Tensor x2 = ctx.randn({2, 2, 4, 4}, DType::f64);
+  check_gradients(conv(o), {x2, leaf(ctx, {2, 2, 3, 3}), leaf(ctx, {2})});
+}
+
+TEST_CASE("autograd conv: conv2d on threaded and tiled layers satisfies the adjoint identity") {
+  // conv2d is bilinear: for r = dL/dy, <r, conv(x, w)> = <dL/dx, x> = <dL/dw, w>.
+  TestContext ctx(forge_test::context_options(4));
+  struct Case {
+    DType dtype;
+    forge::Shape x, w;
+    Conv2dOptions o;
+  };
+  const Case cases[] = {
+      {DType::f64, {4, 64, 20, 20}, {8, 64, 3, 3}, {.padding = {1, 1}}},                    // two tiles per image
+      {DType::f32, {8, 8, 20, 20}, {16, 4, 3, 3}, {.stride = {2, 2}, .padding = {1, 1}, .groups = 2}},
+      {DType::f32, {8, 16, 12, 12}, {32, 16, 1, 1}, {}},                                    // pointwise
+      {DType::f32, {8, 16, 14, 14}, {32, 16, 3, 3}, {.dilation = {2, 2}}},
+  };
+  for (const Case& c : cases) {
+    Tensor x = ctx.randn(c.x, c.dtype).requires_grad_();
+    Tensor w = ctx.randn(c.w, c.dtype).requires_grad_();
+    Tensor y = forge::conv2d(x, w, Tensor(), c.o);
+    Tensor r = ctx.randn(y.shape(), c.dtype);
+    const auto g = autograd::grad({y}, {x, w}, {.grad_outputs = {r}});
+    const double ry = inner(r, y), gx = inner(g[0], x), gw = inner(g[1], w);
+    const double tol = (c.dtype == DType::f64 ? 1e-10 : 1e-4) * (1 + std::abs(ry));
+    CHECK(std::abs(gx - ry) <= tol);
+    CHECK(std::abs(gw - ry) <= tol);
+  }
+}
+
+TEST_CASE("autograd conv: 16-bit conv2d gradients come back in the input's dtype") {
+  TestContext ctx;
+  Tensor x = ctx.randn({2, 2, 5, 5}, DType::f32);
+  Tensor w = ctx.randn({3, 2, 3, 3}, DType::f32);
+  Tensor xh = x.to(DType::bf16).requires_grad_(), wh = w.to(DType::bf16).requires_grad_();
+  Tensor xf = xh.detach().to(DType::f32).requires_grad_(), wf = wh.detach().to(DType::f32).requires_grad_();
+  forge::sum(forge::conv2d(xh, wh, Tensor(), {.padding = {1, 1}})).backward();
+  forge::sum(forge::conv2d(xf, wf, Tensor(), {.padding = {1, 1}})).backward();
+  REQUIRE(xh.grad().dtype() == DType::bf16);
+  REQUIRE(wh.grad().dtype() == DType::bf16);
+  const auto a = xh.grad().to_vector<double>(), b = xf.grad().to_vector<double>();
+  for (std::size_t i = 0; i < a.size(); ++i) CHECK(std::abs(a[i] - b[i]) <= 0.02 * (1 + std::abs(b[i])));
+  const auto c = wh.grad().to_vector<double>(), d = wf.grad().to_vector<double>();
+  for (std::size_t i = 0; i < c.size(); ++i) CHECK(std::abs(c[i] - d[i]) <= 0.05 * (1 + std::abs(d[i])));
+}
+
+TEST_CASE("autograd conv: conv2d records only when an input requires grad") {
+  TestContext ctx;
+  Tensor x = ctx.randn({1, 1, 3, 3}), w = ctx.randn({1, 1, 2, 2});
+  CHECK_FALSE(forge::conv2d(x, w).requires_grad());
+  CHECK_FALSE(forge::max_pool2d(x).requires_grad());
+  w.requires_grad_();
+  Tensor y = forge::conv2d(x, w);
+  CHECK(y.requires_grad());
+  CHECK(std::string(y.grad_fn_name()) == "conv2d");
+  Tensor out = ctx.zeros({1, 1, 2, 2});
+  forge::conv2d_into(out, x, w);
+  CHECK_FALSE(out.requires_grad());
+}
+
+TEST_CASE("autograd conv: max_pool2d gradients over windows, strides, padding and dilation") {
+  TestContext ctx;
+  check_gradients(max_pool({}), {leaf(ctx, {2, 1, 4, 4})});
+  check_gradients(max_pool({.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}}), {leaf(ctx, {2, 1, 5, 5})});
+  check_gradients(max_pool({.kernel = {2, 2}, .stride = {1, 1}}), {channels_last_leaf(ctx, 2, 2, 3, 3)});
+  check_gradients(max_pool({.kernel = {2, 3}, .dilation = {2, 1}}), {leaf(ctx, {1, 2, 5, 5})});
+  check_gradients(max_pool({.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}, .ceil_mode = true}),
+                  {leaf(ctx, {1, 2, 4, 4})});
+  check_gradients(max_pool({.kernel = {2, 2}, .stride = {1, 2}}), {leaf(ctx, {2, 3, 3})});  // unbatched
+  // Windows that tile the plane but for a leftover column and row.
+  check_gradients(max_pool({.kernel = {3, 2}}), {leaf(ctx, {1, 2, 7, 5})});
+  check_gradients(max_pool({}), {leaf(ctx, {1, 2, 5, 5})});
+}
+
+TEST_CASE("autograd conv: max_pool2d credits the first max of a tied window") {
+  TestContext ctx;
+  Tensor x = ctx.from_vector<double>({5, 5, 1, 1, 5, 5, 1, 1}, {1, 1, 2, 4}).requires_grad_();
+  forge::sum(forge::max_pool2d(x)).backward();
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{1, 0, 1, 0, 0, 0, 0, 0});
+  // Overlapping windows that share their max credit it once each.
+  Tensor y = ctx.from_vector<float>({1, 2, 1}, {1, 1, 1, 3}).requires_grad_();
+  forge::sum(forge::max_pool2d(y, {.kernel = {1, 2}, .stride = {1, 1}})).backward();
+  CHECK(y.grad().to_vector<double>() == std::vector<double>{0, 2, 0});
+  // A NaN wins its window, the last one when there are several (libtorch's index).
+  const double nan = std::nan("");
+  Tensor z = ctx.from_vector<double>({1, nan, 7, nan, 2, 3, nan, 4}, {1, 1, 2, 4}).requires_grad_();
+  forge::sum(forge::max_pool2d(z)).backward();
+  CHECK(z.grad().to_vector<double>() == std::vector<double>{0, 1, 0, 0, 0, 0, 1, 0});
+}
+
+TEST_CASE("autograd conv: avg_pool2d gradients with and without padding in the count") {
+  TestContext ctx;
+  check_gradients(avg_pool({}), {leaf(ctx, {2, 1, 4, 4})});
+  for (bool include : {true, false}) {
+    const Pool2dOptions o{.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}, .count_include_pad = include};
+    check_gradients(avg_pool(o), {leaf(ctx, {2, 1, 5, 5})});
+  }
+  check_gradients(avg_pool({.kernel = {2, 2}, .stride = {1, 1}}), {channels_last_leaf(ctx, 2, 2, 3, 3)});
+  check_gradients(avg_pool({.kernel = {3, 2}, .stride = {2, 1}}), {leaf(ctx, {2, 5, 4})});  // unbatched
+}
+
+TEST_CASE("autograd conv: avg_pool2d with ceil_mode counts a window cut by the edge as the forward does") {
+  TestContext ctx;
+  for (bool include : {true, false}) {
+    const Pool2dOptions o{.kernel = {2, 2}, .padding = {1, 1}, .ceil_mode = true, .count_include_pad = include};
+    check_gradients(avg_pool(o), {leaf(ctx, {1, 2, 4, 5})});
+    check_gradients(avg_pool({.kernel = {3, 3}, .stride = {2, 2}, .ceil_mode = true, .count_include_pad = include}),
+                    {leaf(ctx, {1, 1, 6, 6})});
+  }
+}
+
+TEST_CASE("autograd conv: a CNN block backpropagates through conv, pools and sum") {
+  TestContext ctx;
+  Tensor x = ctx.randn({2, 1, 6, 6}, DType::f64);
+  auto fn = [](const std::vector<Tensor>& in) {
+    Tensor h = forge::conv2d(in[0], in[1], in[2], {.padding = {1, 1}});
+    h = forge::max_pool2d(h);
+    return forge::avg_pool2d(h, {.kernel = {3, 3}});
+  };
+  check_gradients(fn, {x, leaf(ctx, {2, 1, 3, 3}), leaf(ctx, {2})});
+}
