@@ -176,7 +176,8 @@ void add_training_rows(std::vector<Workload>& rows, forge::ExecContext& ctx) {
 // The pool's peak live bytes during one training step, beside the bytes the
 // VJPs must keep (the saved activations; the batch itself is held between
 // steps) and the parameter gradients the step produces: the excess is waste.
-void report_mlp_memory(forge::ExecContext& ctx) {
+void report_mlp_memory(int threads) {
+  forge::ExecContext ctx({.threads = threads, .seed = 0});  // its own pool: only this step's bytes
   ForgeMlp mlp(ctx);
   mlp.step();  // warm
   forge::BufferPool& pool = ctx.runtime().pool();
@@ -298,6 +299,8 @@ int main(int argc, char** argv) {
 
   add_training_rows(rows, ctx);
   for (const Workload& w : rows) run_row(o, w);
-  report_mlp_memory(ctx);
+  if (o.filter.empty() || std::string("MLP").find(o.filter) != std::string::npos ||
+      o.filter.find("MLP") != std::string::npos)
+    report_mlp_memory(o.threads);
   return 0;
 }
