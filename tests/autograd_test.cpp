@@ -204,3 +204,15 @@ TEST_CASE("autograd: _into writes with an argument that requires grad are refuse
   forge::add_into(out, x, x);
   CHECK(values(out) == std::vector<double>{2, 4});
 }
+
+TEST_CASE("autograd: arena calls refuse an input that requires grad while recording") {
+  TestContext ctx;
+  Tensor x = ctx.from_vector<double>({1, 2, 3}, {3}).requires_grad_();
+  Tensor mask = ctx.from_vector<bool>({true, false, true}, {3});
+  forge::Arena arena(ctx);
+  const std::int64_t baseline = ctx.pool().outstanding();
+  FORGE_REQUIRE_ERROR(not_implemented, "masked_select", forge::masked_select(x, mask, &arena));
+  CHECK(ctx.pool().outstanding() == baseline);
+  Tensor picked = forge::masked_select(x.detach(), mask, &arena);
+  CHECK(values(picked) == std::vector<double>{1, 3});
+}

@@ -4,6 +4,7 @@
 
 #include <cstring>
 
+#include "autograd/record.h"
 #include "core/tensor_internal.h"
 #include "forge/ops.h"
 
@@ -39,6 +40,11 @@ void check_mask(const char* op, const Tensor& mask) {
 
 void check_pair(const char* op, const Tensor& x, const Tensor& mask) {
   detail::check_input(op, x, "x");
+  // Arena outputs are the caller's memory, outside the tape: refuse rather than
+  // hand back values whose gradient would silently be lost.
+  FORGE_CHECK(!autograd::needs_grad(x), not_implemented, op,
+              "x requires grad, and arena outputs are not recorded by autograd; "
+              "call under NoGradGuard or pass x.detach()");
   check_mask(op, mask);
   detail::check_same_runtime(op, x, mask);
 }
