@@ -21,7 +21,7 @@ class GradMode {
   static void set_enabled(bool enabled) noexcept { enabled_ = enabled; }
 
  private:
-  static thread_local bool enabled_;
+  static inline thread_local bool enabled_ = true;  // constant-initialized: no TLS wrapper call
 };
 
 // Sets grad mode for its lifetime and restores the previous mode.

@@ -26,7 +26,6 @@
 
 namespace forge::autograd {
 
-thread_local bool GradMode::enabled_ = true;
 
 namespace {
 
