@@ -16,4 +16,5 @@
 #include "forge/scalar.h"
 #include "forge/runtime.h"
 #include "forge/shape.h"
+#include "forge/state_dict.h"
 #include "forge/tensor.h"
