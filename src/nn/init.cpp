@@ -84,6 +84,8 @@ Tensor normal_named(const Tensor& t, double mean, double std, const char* op) {
 
 std::int64_t fan(const Tensor& t, FanMode mode, const char* op) {
   FORGE_CHECK(t.defined(), invalid_argument, op, "undefined tensor");
+  FORGE_CHECK(t.dim() >= 2, invalid_argument, op, "fan in and fan out need a tensor of rank >= 2, got shape ",
+              t.shape());
   const auto [in, out] = calculate_fan_in_and_fan_out(t);
   const std::int64_t f = mode == FanMode::fan_in ? in : out;
   FORGE_CHECK(f > 0, invalid_argument, op, "a tensor of shape ", t.shape(), " has fan 0");

@@ -201,9 +201,11 @@ void Module::load_state_dict(const StateDict& dict, bool strict) {
   }
   for (const auto& [name, t] : dict)
     if (!known.count(name)) unexpected.push_back(name);
-  if (strict) {
-    FORGE_CHECK(missing.empty() && unexpected.empty(), invalid_argument, op, type_name(), ": missing keys [",
-                join(missing), "], unexpected keys [", join(unexpected), "]");
+  if (strict && (!missing.empty() || !unexpected.empty())) {
+    std::string what;
+    if (!missing.empty()) what = "missing keys [" + join(missing) + "]";
+    if (!unexpected.empty()) what += (what.empty() ? "" : ", ") + std::string("unexpected keys [") + join(unexpected) + "]";
+    FORGE_FAIL(invalid_argument, op, type_name(), ": ", what);
   }
   FORGE_CHECK(bad_shape.empty(), shape, op, type_name(), ": shapes differ for ", join(bad_shape));
   FORGE_CHECK(!strict || bad_dtype.empty(), dtype, op, type_name(), ": dtypes differ for ", join(bad_dtype));
