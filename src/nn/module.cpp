@@ -18,11 +18,12 @@ std::string join(const std::vector<std::string>& names) {
   return out;
 }
 
-// A pooled tensor becomes the module's own copy; memory the caller lent (a
-// file mapping, from_blob) stays where the load put it.
+// A pooled tensor, or an arena output that the arena's next call would
+// overwrite, becomes the module's own copy; memory the caller lent (a file
+// mapping, from_blob) stays where the load put it.
 Tensor adopt(const Tensor& t, const char* op) {
   FORGE_CHECK(t.defined(), invalid_argument, op, "undefined tensor");
-  if (t.buffer()->pooled()) return detail::owned_copy(detail::context_of(t, op), t, t.dtype(), op);
+  if (t.buffer()->pooled() || t.buffer()->arena() != nullptr) return detail::owned_copy(detail::context_of(t, op), t, t.dtype(), op);
   return t.is_leaf() ? t : t.detach();
 }
 

@@ -1,13 +1,13 @@
 #pragma once
 // nn::Module: parameters, buffers and child modules registered by name.
 //
-// A module owns its weights (DESIGN §1): a pooled tensor handed to
-// register_parameter or register_buffer is copied into memory the module owns
-// (64-byte aligned host memory outside the BufferPool), so weights never pin
-// or come from the transient pool's cache. Modules are held by
-// std::shared_ptr; children are shared. Names are dotted through children
-// ("fc1.weight", "0.bias"), own entries first, then children in the order
-// they were registered.
+// A module owns its weights (DESIGN §1): a pooled tensor or an arena output
+// handed to register_parameter or register_buffer is copied into memory the
+// module owns (64-byte aligned host memory outside the BufferPool), so
+// weights never pin or come from the transient pool's cache. Modules are
+// held by std::shared_ptr; children are shared. Names are dotted through
+// children ("fc1.weight", "0.bias"), own entries first, then children in the
+// order they were registered.
 
 #include <memory>
 #include <string>
@@ -39,7 +39,7 @@ class Module {
 
   // ---- registration (names: non-empty, no '.', unique in this module) ----
   // Returns the registered tensor: a leaf with requires_grad as asked, holding
-  // the module's own copy when `t` came from the pool.
+  // the module's own copy when `t` came from the pool or an arena.
   Tensor register_parameter(const std::string& name, const Tensor& t, bool requires_grad = true);
   // State that is saved and converted but not trained (never requires grad).
   Tensor register_buffer(const std::string& name, const Tensor& t);
