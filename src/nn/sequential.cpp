@@ -1,0 +1,27 @@
+#include "forge/nn/sequential.h"
+
+#include <string>
+
+namespace forge::nn {
+
+Sequential::Sequential(std::initializer_list<std::shared_ptr<Module>> modules) {
+  for (const auto& m : modules) push_back(m);
+}
+
+void Sequential::push_back(std::shared_ptr<Module> module) {
+  register_module(std::to_string(size()), std::move(module));
+}
+
+Tensor Sequential::forward(const Tensor& x) {
+  FORGE_CHECK(size() > 0, invalid_argument, "nn.Sequential", "forward on an empty Sequential");
+  Tensor y = named_children().front().second->forward(x);
+  for (std::size_t i = 1; i < size(); ++i) y = named_children()[i].second->forward(y);
+  return y;
+}
+
+std::shared_ptr<Module> Sequential::at(std::size_t i) const {
+  FORGE_CHECK(i < size(), out_of_range, "nn.Sequential", "index ", i, " is past the last of ", size(), " modules");
+  return named_children()[i].second;
+}
+
+}  // namespace forge::nn
