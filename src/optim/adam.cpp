@@ -11,9 +11,9 @@ namespace forge::optim {
 namespace {
 
 void check_options(const AdamOptions& o, const char* op) {
-  FORGE_CHECK(o.lr >= 0, invalid_argument, op, "learning rate ", o.lr, " is negative");
-  FORGE_CHECK(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1, invalid_argument, op, "betas (", o.beta1,
-              ", ", o.beta2, ") must lie in [0, 1)");
+  FORGE_CHECK(o.lr >= 0, invalid_argument, op, "lr ", o.lr, " is negative");
+  FORGE_CHECK(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1, invalid_argument, op, "beta1 ", o.beta1,
+              " and beta2 ", o.beta2, " must lie in [0, 1)");
   FORGE_CHECK(o.eps >= 0, invalid_argument, op, "eps ", o.eps, " is negative");
   FORGE_CHECK(o.weight_decay >= 0, invalid_argument, op, "weight_decay ", o.weight_decay, " is negative");
 }
@@ -37,7 +37,7 @@ AdamW::AdamW(std::vector<Tensor> params, AdamOptions options)
     : Adam(std::move(params), decoupled(options), "AdamW") {}
 
 void Adam::set_lr(double lr) {
-  FORGE_CHECK(lr >= 0, invalid_argument, name(), "learning rate ", lr, " is negative");
+  FORGE_CHECK(lr >= 0, invalid_argument, name(), "lr ", lr, " is negative");
   options_.lr = lr;
 }
 

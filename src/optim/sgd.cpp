@@ -9,7 +9,7 @@ namespace forge::optim {
 namespace {
 
 void check_options(const SGDOptions& o, const char* op) {
-  FORGE_CHECK(o.lr >= 0, invalid_argument, op, "learning rate ", o.lr, " is negative");
+  FORGE_CHECK(o.lr >= 0, invalid_argument, op, "lr ", o.lr, " is negative");
   FORGE_CHECK(o.momentum >= 0, invalid_argument, op, "momentum ", o.momentum, " is negative");
   FORGE_CHECK(o.dampening >= 0 && o.dampening <= 1, invalid_argument, op, "dampening ", o.dampening,
               " must lie in [0, 1]");
@@ -27,7 +27,7 @@ SGD::SGD(std::vector<Tensor> params, SGDOptions options) : Optimizer(std::move(p
 }
 
 void SGD::set_lr(double lr) {
-  FORGE_CHECK(lr >= 0, invalid_argument, "SGD", "learning rate ", lr, " is negative");
+  FORGE_CHECK(lr >= 0, invalid_argument, "SGD", "lr ", lr, " is negative");
   options_.lr = lr;
 }
 
