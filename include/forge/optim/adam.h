@@ -4,13 +4,16 @@
 //
 //   m = b1 m + (1 - b1) g          v = b2 v + (1 - b2) g^2
 //   p -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
-// weight_decay adds wd * p to g (Adam) or subtracts lr * wd * p from p first
-// (AdamW: decoupled). The moments belong to the optimizer and live in the
-// parameters' context.
+// t counts the updates of that parameter (as libtorch). weight_decay adds
+// wd * p to g (Adam) or subtracts lr * wd * p from p first (AdamW: decoupled).
+// State: "exp_avg" (m) and "exp_avg_sq" (v) per parameter.
 
 #include <cstdint>
+#include <string>
+#include <utility>
 #include <vector>
 
+#include "forge/optim/optimizer.h"
 #include "forge/tensor.h"
 
 namespace forge::optim {
@@ -24,35 +27,32 @@ struct AdamOptions {
   bool decoupled_weight_decay = false;  // true: AdamW
 };
 
-class Adam {
+class Adam : public Optimizer {
  public:
   // params: contiguous f32/f64 leaves that require grad.
   explicit Adam(std::vector<Tensor> params, AdamOptions options = {});
 
-  // One update of every parameter that has a .grad (the others are skipped), under no grad.
-  void step();
-  // Drops every parameter's .grad (set_to_none) or zeroes it.
-  void zero_grad(bool set_to_none = true);
+  void step() override;
+  double lr() const noexcept override { return options_.lr; }
+  void set_lr(double lr) override;
 
   const AdamOptions& options() const noexcept { return options_; }
-  void set_lr(double lr) noexcept { options_.lr = lr; }
-  std::int64_t steps() const noexcept { return steps_; }
-  const std::vector<Tensor>& params() const noexcept { return params_; }
-  const Tensor& exp_avg(std::size_t i) const { return exp_avg_.at(i); }
-  const Tensor& exp_avg_sq(std::size_t i) const { return exp_avg_sq_.at(i); }
+  const Tensor& exp_avg(std::size_t i) const { return state(i, 0); }
+  const Tensor& exp_avg_sq(std::size_t i) const { return state(i, 1); }
+
+ protected:
+  Adam(std::vector<Tensor> params, AdamOptions options, std::string name);
+  std::vector<std::pair<std::string, double>> hyperparameters() const override;
+  void load_hyperparameters(const std::vector<double>& values, const char* op, bool apply) override;
 
  private:
-  std::vector<Tensor> params_;
-  std::vector<Tensor> exp_avg_;
-  std::vector<Tensor> exp_avg_sq_;
   AdamOptions options_;
-  std::int64_t steps_ = 0;
 };
 
 // AdamW: Adam with decoupled weight decay (default 0.01, as libtorch's AdamW).
-inline Adam AdamW(std::vector<Tensor> params, AdamOptions options = {.weight_decay = 0.01}) {
-  options.decoupled_weight_decay = true;
-  return Adam(std::move(params), options);
-}
+class AdamW : public Adam {
+ public:
+  explicit AdamW(std::vector<Tensor> params, AdamOptions options = {.weight_decay = 0.01});
+};
 
 }  // namespace forge::optim

@@ -1,0 +1,82 @@
+#pragma once
+// Optimizer: what every optimizer shares. It holds the parameters it updates
+// and, per parameter, its state tensors (moments, momentum buffers). The state
+// belongs to the optimizer (DESIGN §1): it lives in 64-byte aligned host memory
+// of its own, on the parameters' context, never in the transient pool.
+//
+// state_dict() keys, all tensors (scalars as 0-d tensors):
+//   "state.<i>.<slot>"  parameter i's state tensor (e.g. "state.0.exp_avg"),
+//                       aliasing the optimizer's own (save or clone it before
+//                       the next step, as a module's state_dict aliases its weights)
+//   "state.<i>.step"    i64: how many updates parameter i has had
+//   "step"              i64: how many times step() ran
+//   "<hyper-parameter>" f64: "lr", "weight_decay", ... (flags as 0 or 1)
+// load_state_dict() wants exactly these keys with these shapes and dtypes,
+// copies the bytes (a round trip is bit-exact, a resumed optimizer takes the
+// same steps) and changes nothing when it refuses a dict.
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "forge/state_dict.h"
+#include "forge/tensor.h"
+
+namespace forge::optim {
+
+class Optimizer {
+ public:
+  virtual ~Optimizer();
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  // One update of every parameter that has a .grad (the others are skipped), under no grad.
+  virtual void step() = 0;
+  // Drops every parameter's .grad (set_to_none) or zeroes it.
+  void zero_grad(bool set_to_none = true);
+
+  virtual double lr() const noexcept = 0;
+  // Refuses a negative or NaN learning rate.
+  virtual void set_lr(double lr) = 0;
+
+  StateDict state_dict() const;
+  void load_state_dict(const StateDict& dict);
+
+  const std::vector<Tensor>& params() const noexcept { return params_; }
+  // How many times step() ran.
+  std::int64_t steps() const noexcept { return steps_; }
+  const std::string& name() const noexcept { return name_; }
+
+ protected:
+  // params: a non-empty list of contiguous f32/f64 CPU leaves that require
+  // grad, all of one context. `name` prefixes every error.
+  Optimizer(std::vector<Tensor> params, std::string name);
+
+  // Allocates zeroed state tensors named `slots` for every parameter (once,
+  // after the subclass checked its options).
+  void init_state(std::vector<std::string> slots);
+  Tensor& state(std::size_t param, std::size_t slot) { return state_.at(param).at(slot); }
+  const Tensor& state(std::size_t param, std::size_t slot) const { return state_.at(param).at(slot); }
+  // Counts one update of parameter i and returns its new count.
+  std::int64_t count_update(std::size_t param) { return ++param_steps_[param]; }
+  std::int64_t param_steps(std::size_t param) const { return param_steps_.at(param); }
+  void count_step() noexcept { ++steps_; }
+
+  // The hyper-parameters, as state_dict() saves them (name, value).
+  virtual std::vector<std::pair<std::string, double>> hyperparameters() const = 0;
+  // Checks values read from a state dict (in hyperparameters() order; errors
+  // name `op`) and, when `apply`, adopts them. load_state_dict calls it first
+  // to check and last to apply, so a refusal comes before anything changed.
+  virtual void load_hyperparameters(const std::vector<double>& values, const char* op, bool apply) = 0;
+
+ private:
+  std::vector<Tensor> params_;
+  std::vector<std::string> slots_;
+  std::vector<std::vector<Tensor>> state_;  // [parameter][slot]
+  std::vector<std::int64_t> param_steps_;
+  std::int64_t steps_ = 0;
+  std::string name_;
+};
+
+}  // namespace forge::optim

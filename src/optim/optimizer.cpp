@@ -1,0 +1,160 @@
+#include "forge/optim/optimizer.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <set>
+
+#include "core/internal.h"
+#include "core/tensor_internal.h"
+#include "forge/autograd.h"
+
+namespace forge::optim {
+
+namespace {
+
+// A zeroed tensor over 64-byte aligned host memory the tensor itself owns:
+// optimizer state belongs to the optimizer, so it stays out of the transient
+// pool's cache and counts and is freed when its last view dies.
+Tensor owned_zeros(Runtime& rt, const Shape& shape, DType dtype, const char* op) {
+  const std::int64_t n = detail::checked_numel(op, shape, dtype);
+  const std::size_t nbytes = static_cast<std::size_t>(n) * dtype_size(dtype);
+  const std::size_t rounded = (nbytes + Buffer::kAlignmentBytes - 1) / Buffer::kAlignmentBytes * Buffer::kAlignmentBytes;
+  void* data = std::aligned_alloc(Buffer::kAlignmentBytes, rounded == 0 ? Buffer::kAlignmentBytes : rounded);
+  FORGE_CHECK(data != nullptr, out_of_memory, op, "cannot allocate ", nbytes, " bytes of optimizer state");
+  std::memset(data, 0, nbytes);
+  Ref<Buffer> buffer;
+  try {
+    buffer = Buffer::borrow(data, nbytes, rt.device(), [data] { std::free(data); });
+  } catch (...) {
+    std::free(data);  // borrow refused before it owned the release
+    throw;
+  }
+  return Tensor(Ref<TensorImpl>::adopt(new TensorImpl(detail::internal, Ref<Runtime>::share(&rt), std::move(buffer),
+                                                      shape, contiguous_strides(shape), 0, dtype)));
+}
+
+// A 0-d tensor for a saved scalar (a transient: the dict's, not the optimizer's).
+Tensor scalar_tensor(Runtime& rt, double value, DType dtype, const char* op) {
+  Tensor t = detail::allocate(rt, Shape{}, dtype, op);
+  if (dtype == DType::i64) *t.data_ptr<std::int64_t>() = static_cast<std::int64_t>(value);
+  else *t.data_ptr<double>() = value;
+  return t;
+}
+
+std::string state_key(std::size_t param, const std::string& slot) {
+  return "state." + std::to_string(param) + "." + slot;
+}
+
+}  // namespace
+
+Optimizer::Optimizer(std::vector<Tensor> params, std::string name) : params_(std::move(params)), name_(std::move(name)) {
+  const char* op = name_.c_str();
+  FORGE_CHECK(!params_.empty(), invalid_argument, op, "got an empty parameter list");
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const Tensor& p = params_[i];
+    detail::check_input(op, p, "parameter");
+    detail::check_same_runtime(op, params_[0], p);
+    FORGE_CHECK(p.device().is_cpu(), device, op, "parameter ", i, " is not on the CPU");
+    FORGE_CHECK(p.dtype() == DType::f32 || p.dtype() == DType::f64, dtype, op, "parameter ", i, " holds ",
+                dtype_name(p.dtype()), "; ", name_, " updates f32 and f64 parameters");
+    FORGE_CHECK(p.is_contiguous(), invalid_argument, op, "parameter ", i, " of shape ", p.shape(),
+                " is not contiguous");
+    FORGE_CHECK(p.requires_grad() && p.is_leaf(), invalid_argument, op, "parameter ", i,
+                " must be a leaf that requires grad");
+  }
+  param_steps_.assign(params_.size(), 0);
+}
+
+Optimizer::~Optimizer() = default;
+
+void Optimizer::init_state(std::vector<std::string> slots) {
+  slots_ = std::move(slots);
+  state_.resize(params_.size());
+  for (std::size_t i = 0; i < params_.size(); ++i)
+    for (std::size_t j = 0; j < slots_.size(); ++j)
+      state_[i].push_back(owned_zeros(params_[i].runtime(), params_[i].shape(), params_[i].dtype(), name_.c_str()));
+}
+
+void Optimizer::zero_grad(bool set_to_none) {
+  for (Tensor& p : params_) p.zero_grad(set_to_none);
+}
+
+StateDict Optimizer::state_dict() const {
+  Runtime& rt = params_[0].runtime();
+  const char* op = name_.c_str();
+  StateDict dict;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    for (std::size_t j = 0; j < slots_.size(); ++j) dict.emplace(state_key(i, slots_[j]), state_[i][j]);
+    dict.emplace(state_key(i, "step"), scalar_tensor(rt, static_cast<double>(param_steps_[i]), DType::i64, op));
+  }
+  dict.emplace("step", scalar_tensor(rt, static_cast<double>(steps_), DType::i64, op));
+  for (const auto& [name, value] : hyperparameters()) dict.emplace(name, scalar_tensor(rt, value, DType::f64, op));
+  return dict;
+}
+
+void Optimizer::load_state_dict(const StateDict& dict) {
+  const std::string op = name_ + ".load_state_dict";
+  std::set<std::string> expected;
+  auto find = [&](const std::string& key) -> const Tensor& {
+    const auto it = dict.find(key);
+    FORGE_CHECK(it != dict.end() && it->second.defined(), invalid_argument, op, "state dict has no tensor '", key,
+                "'");
+    expected.insert(key);
+    return it->second;
+  };
+  auto scalar = [&](const std::string& key) {
+    const Tensor& t = find(key);
+    FORGE_CHECK(t.dim() == 0, shape, op, "key '", key, "' holds shape ", t.shape(), ", not a 0-d tensor");
+    return t.item<double>();
+  };
+  auto count = [&](const std::string& key) {
+    const double v = scalar(key);
+    FORGE_CHECK(v >= 0 && v <= 9007199254740992.0 && v == std::floor(v), invalid_argument, op, "key '", key,
+                "' holds ", v, ", not a step count");
+    return static_cast<std::int64_t>(v);
+  };
+
+  // Check everything first: a refused dict leaves this optimizer as it was.
+  const auto hyper = hyperparameters();
+  std::vector<double> values;
+  for (const auto& [name, value] : hyper) values.push_back(scalar(name));
+  load_hyperparameters(values, op.c_str(), false);
+  const std::int64_t steps = count("step");
+  std::vector<std::int64_t> param_steps;
+  std::vector<std::vector<Tensor>> sources(params_.size());
+  autograd::NoGradGuard no_grad;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    param_steps.push_back(count(state_key(i, "step")));
+    const Tensor& p = params_[i];
+    for (const std::string& slot : slots_) {
+      const std::string key = state_key(i, slot);
+      const Tensor& t = find(key);
+      FORGE_CHECK(t.shape() == p.shape(), shape, op, "key '", key, "' has shape ", t.shape(), ", parameter ", i,
+                  " has shape ", p.shape());
+      FORGE_CHECK(t.dtype() == p.dtype(), dtype, op, "key '", key, "' holds ", dtype_name(t.dtype()), ", parameter ",
+                  i, " is ", dtype_name(p.dtype()));
+      FORGE_CHECK(t.device().is_cpu(), device, op, "key '", key, "' is not on the CPU");
+      sources[i].push_back(t.contiguous());
+    }
+  }
+  for (const auto& [key, tensor] : dict)
+    FORGE_CHECK(expected.count(key) == 1, invalid_argument, op, "unexpected key '", key, "' (this optimizer has ",
+                params_.size(), " parameters)");
+
+  // Adopt: copy the bytes (the dict may alias this optimizer's own state).
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    for (std::size_t j = 0; j < slots_.size(); ++j) {
+      const Tensor& src = sources[i][j];
+      void* dst = state_[i][j].raw_data(op.c_str());
+      const void* from = src.raw_data(op.c_str());
+      if (dst != from && src.nbytes() > 0) std::memcpy(dst, from, src.nbytes());
+    }
+  }
+  param_steps_ = std::move(param_steps);
+  steps_ = steps;
+  load_hyperparameters(values, op.c_str(), true);
+}
+
+}  // namespace forge::optim

@@ -1,0 +1,84 @@
+#include "forge/optim/sgd.h"
+
+#include "backend/cpu/optim_kernels.h"
+#include "forge/autograd.h"
+#include "forge/error.h"
+
+namespace forge::optim {
+
+namespace {
+
+void check_options(const SGDOptions& o, const char* op) {
+  FORGE_CHECK(o.lr >= 0, invalid_argument, op, "lr ", o.lr, " is negative");
+  FORGE_CHECK(o.momentum >= 0, invalid_argument, op, "momentum ", o.momentum, " is negative");
+  FORGE_CHECK(o.dampening >= 0 && o.dampening <= 1, invalid_argument, op, "dampening ", o.dampening,
+              " must lie in [0, 1]");
+  FORGE_CHECK(o.weight_decay >= 0, invalid_argument, op, "weight_decay ", o.weight_decay, " is negative");
+  FORGE_CHECK(!o.nesterov || (o.momentum > 0 && o.dampening == 0), invalid_argument, op,
+              "nesterov needs momentum > 0 and dampening 0 (momentum ", o.momentum, ", dampening ", o.dampening, ")");
+}
+
+}  // namespace
+
+SGD::SGD(std::vector<Tensor> params, SGDOptions options) : Optimizer(std::move(params), "SGD"), options_(options) {
+  check_options(options_, "SGD");
+  if (options_.momentum != 0) init_state({"momentum_buffer"});
+  else init_state({});
+}
+
+void SGD::set_lr(double lr) {
+  FORGE_CHECK(lr >= 0, invalid_argument, "SGD", "lr ", lr, " is negative");
+  options_.lr = lr;
+}
+
+const Tensor& SGD::momentum_buffer(std::size_t i) const {
+  FORGE_CHECK(options_.momentum != 0, invalid_argument, "SGD", "no momentum buffer: momentum is 0");
+  FORGE_CHECK(i < params().size(), out_of_range, "SGD", "parameter ", i, " of ", params().size());
+  return state(i, 0);
+}
+
+void SGD::step() {
+  autograd::NoGradGuard no_grad;
+  count_step();
+  const bool momentum = options_.momentum != 0;
+  for (std::size_t i = 0; i < params().size(); ++i) {
+    const Tensor& p = params()[i];
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    if (!g.is_contiguous() || g.dtype() != p.dtype()) g = g.contiguous().to(p.dtype());
+    // The momentum buffer starts as the parameter's first (decayed) gradient.
+    const bool first = count_update(i) == 1;
+    const cpu::SgdStep s{options_.lr, options_.momentum, options_.dampening, options_.weight_decay,
+                         options_.nesterov, first};
+    const std::int64_t n = p.numel();
+    if (p.dtype() == DType::f32) {
+      cpu::sgd_step<float>(p.runtime(), s, n, p.data_ptr<float>(), g.data_ptr<float>(),
+                           momentum ? state(i, 0).data_ptr<float>() : nullptr);
+    } else {
+      cpu::sgd_step<double>(p.runtime(), s, n, p.data_ptr<double>(), g.data_ptr<double>(),
+                            momentum ? state(i, 0).data_ptr<double>() : nullptr);
+    }
+    p.buffer()->bump_version();
+  }
+}
+
+std::vector<std::pair<std::string, double>> SGD::hyperparameters() const {
+  return {{"lr", options_.lr},
+          {"momentum", options_.momentum},
+          {"dampening", options_.dampening},
+          {"weight_decay", options_.weight_decay},
+          {"nesterov", options_.nesterov ? 1.0 : 0.0}};
+}
+
+void SGD::load_hyperparameters(const std::vector<double>& values, const char* op, bool apply) {
+  FORGE_CHECK(values.at(4) == 0 || values[4] == 1, invalid_argument, op, "key 'nesterov' holds ", values[4],
+              ", not 0 or 1");
+  const SGDOptions o{values.at(0), values.at(1), values.at(2), values.at(3), values[4] != 0};
+  check_options(o, op);
+  // Whether a momentum buffer exists is fixed when the optimizer is made.
+  FORGE_CHECK((o.momentum != 0) == (options_.momentum != 0), invalid_argument, op, "key 'momentum' holds ",
+              o.momentum, ", this optimizer was made with momentum ", options_.momentum);
+  if (apply) options_ = o;
+}
+
+}  // namespace forge::optim

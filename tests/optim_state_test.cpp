@@ -1,0 +1,284 @@
+// Optimizer state dicts (bit-exact round trips, resumed steps, refused dicts),
+// clip_grad_norm_ and the learning-rate schedules.
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <numbers>
+#include <string>
+#include <vector>
+
+#include "forge/forge.h"
+#include "forge/optim.h"
+#include "support.h"
+
+using forge::DType;
+using forge::StateDict;
+using forge::Tensor;
+using forge_test::TestContext;
+namespace optim = forge::optim;
+
+namespace {
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  if (a.dtype() != b.dtype() || a.shape() != b.shape()) return false;
+  const Tensor ca = a.contiguous(), cb = b.contiguous();
+  return a.nbytes() == 0 || std::memcmp(ca.raw_data(), cb.raw_data(), a.nbytes()) == 0;
+}
+
+// Two parameters (f32 and f64) and a deterministic gradient for step k.
+struct Params {
+  std::vector<Tensor> tensors;
+  explicit Params(TestContext& ctx) {
+    tensors.push_back(ctx.randn({4, 3}).requires_grad_());
+    tensors.push_back(ctx.randn({5}, DType::f64).requires_grad_());
+  }
+  Params(TestContext& ctx, const Params& like) {  // same values, new leaves
+    for (const Tensor& t : like.tensors) tensors.push_back(t.detach().clone().requires_grad_());
+    (void)ctx;
+  }
+  void set_grads(TestContext& ctx, int k) {
+    for (Tensor& t : tensors) {
+      Tensor g = ctx.arange(0, static_cast<double>(t.numel()), 1, t.dtype()).reshape(t.shape());
+      t.set_grad((g * 0.37 + static_cast<double>(k)).sin());
+    }
+  }
+};
+
+using Factory = std::function<std::unique_ptr<optim::Optimizer>(std::vector<Tensor>, double lr)>;
+
+const std::vector<std::pair<const char*, Factory>>& factories() {
+  static const std::vector<std::pair<const char*, Factory>> all = {
+      {"Adam", [](std::vector<Tensor> p, double lr) { return std::make_unique<optim::Adam>(p, optim::AdamOptions{.lr = lr}); }},
+      {"AdamW", [](std::vector<Tensor> p, double lr) { return std::make_unique<optim::AdamW>(p, optim::AdamOptions{.lr = lr, .weight_decay = 0.1}); }},
+      {"SGD", [](std::vector<Tensor> p, double lr) {
+         return std::make_unique<optim::SGD>(p, optim::SGDOptions{.lr = lr, .momentum = 0.9, .nesterov = true});
+       }},
+  };
+  return all;
+}
+
+}  // namespace
+
+TEST_CASE("optim: state_dict holds the moments, per-parameter steps and hyper-parameters") {
+  TestContext ctx;
+  Params ps(ctx);
+  optim::Adam adam(ps.tensors, {.lr = 0.01, .beta1 = 0.8});
+  ps.set_grads(ctx, 0);
+  adam.step();
+  const StateDict d = adam.state_dict();
+  std::vector<std::string> keys;
+  for (const auto& [k, v] : d) keys.push_back(k);
+  CHECK(keys == std::vector<std::string>{"beta1", "beta2", "decoupled_weight_decay", "eps", "lr", "state.0.exp_avg",
+                                         "state.0.exp_avg_sq", "state.0.step", "state.1.exp_avg",
+                                         "state.1.exp_avg_sq", "state.1.step", "step", "weight_decay"});
+  CHECK(d.at("step").dim() == 0);
+  CHECK(d.at("step").dtype() == DType::i64);
+  CHECK(d.at("step").item<std::int64_t>() == 1);
+  CHECK(d.at("state.1.step").item<std::int64_t>() == 1);
+  CHECK(d.at("lr").dtype() == DType::f64);
+  CHECK(d.at("lr").item<double>() == 0.01);
+  CHECK(d.at("beta1").item<double>() == 0.8);
+  CHECK(d.at("decoupled_weight_decay").item<double>() == 0);
+  CHECK(same_bits(d.at("state.0.exp_avg"), adam.exp_avg(0)));
+  CHECK(d.at("state.1.exp_avg_sq").dtype() == DType::f64);
+  ps.tensors[0].zero_grad();
+  ps.tensors[1].zero_grad();
+}
+
+TEST_CASE("optim: a state_dict round trip is bit-exact and a resumed optimizer takes the same steps") {
+  for (const auto& [name, make] : factories()) {
+    INFO(name);
+    TestContext ctx;
+    Params a(ctx);
+    auto first = make(a.tensors, 0.05);
+    for (int k = 0; k < 3; ++k) {
+      a.set_grads(ctx, k);
+      first->step();
+    }
+    // A second optimizer, made with another lr, over copies of the parameters.
+    Params b(ctx, a);
+    auto resumed = make(b.tensors, 0.5);
+    resumed->load_state_dict(first->state_dict());
+    CHECK(resumed->lr() == 0.05);
+    CHECK(resumed->steps() == 3);
+    const StateDict da = first->state_dict(), db = resumed->state_dict();
+    REQUIRE(da.size() == db.size());
+    for (const auto& [key, t] : da) {
+      INFO(key);
+      REQUIRE(db.count(key) == 1);
+      CHECK(same_bits(t, db.at(key)));
+    }
+    for (int k = 3; k < 6; ++k) {
+      a.set_grads(ctx, k);
+      b.set_grads(ctx, k);
+      first->step();
+      resumed->step();
+    }
+    for (std::size_t i = 0; i < a.tensors.size(); ++i) CHECK(same_bits(a.tensors[i], b.tensors[i]));
+    first->zero_grad();
+    resumed->zero_grad();
+  }
+}
+
+TEST_CASE("optim: a refused state dict names the key and leaves the optimizer as it was") {
+  TestContext ctx;
+  Params ps(ctx);
+  optim::Adam adam(ps.tensors, {.lr = 0.01});
+  ps.set_grads(ctx, 0);
+  adam.step();
+  const std::vector<float> m0 = adam.exp_avg(0).to_vector<float>();
+  const StateDict good = adam.state_dict();
+  const std::string op = "Adam.load_state_dict";
+  // needle: the key in quotes, or for a hyper-parameter its name and value.
+  auto refused = [&](forge::ErrorCode code, const StateDict& bad, const std::string& needle) {
+    const std::string msg = forge_test::expect_error(code, op, [&] { adam.load_state_dict(bad); });
+    INFO(msg);
+    CHECK(msg.find(needle) != std::string::npos);
+    CHECK(adam.lr() == 0.01);
+    CHECK(adam.steps() == 1);
+    CHECK(adam.exp_avg(0).to_vector<float>() == m0);
+  };
+  auto with = [&](const std::string& key, const Tensor& t) {
+    StateDict d = good;
+    d[key] = t;
+    return d;
+  };
+  // Every check passes on a dict whose scalars changed, except the one that is wrong.
+  StateDict missing = with("lr", ctx.full({}, 0.5, DType::f64));
+  missing.erase("state.1.exp_avg_sq");
+  refused(forge::ErrorCode::invalid_argument, missing, "'state.1.exp_avg_sq'");
+  refused(forge::ErrorCode::shape, with("state.0.exp_avg", ctx.zeros({3, 4})), "'state.0.exp_avg'");
+  refused(forge::ErrorCode::dtype, with("state.1.exp_avg", ctx.zeros({5})), "'state.1.exp_avg'");
+  refused(forge::ErrorCode::shape, with("step", ctx.zeros({1}, DType::i64)), "'step'");
+  refused(forge::ErrorCode::invalid_argument, with("state.0.step", ctx.full({}, -1, DType::i64)), "'state.0.step'");
+  refused(forge::ErrorCode::invalid_argument, with("state.0.step", ctx.full({}, 1.5, DType::f64)), "'state.0.step'");
+  refused(forge::ErrorCode::invalid_argument, with("lr", ctx.full({}, -1, DType::f64)), "lr -1 is negative");
+  refused(forge::ErrorCode::invalid_argument, with("decoupled_weight_decay", ctx.full({}, 1, DType::f64)),
+          "'decoupled_weight_decay'");
+  refused(forge::ErrorCode::invalid_argument, with("state.2.exp_avg", ctx.zeros({2})), "'state.2.exp_avg'");
+  refused(forge::ErrorCode::invalid_argument, with("state.1.exp_avg", Tensor()), "'state.1.exp_avg'");
+
+  // A dict for more or fewer parameters.
+  optim::Adam one({ps.tensors[0]});
+  const std::string more = forge_test::expect_error(forge::ErrorCode::invalid_argument, op,
+                                                    [&] { one.load_state_dict(good); });
+  CHECK(more.find("'state.1.exp_avg'") != std::string::npos);
+  const std::string fewer = forge_test::expect_error(forge::ErrorCode::invalid_argument, op,
+                                                     [&] { adam.load_state_dict(one.state_dict()); });
+  CHECK(fewer.find("'state.1.") != std::string::npos);
+
+  // SGD: momentum on one side only, and a flag that is not 0 or 1.
+  optim::SGD plain({ps.tensors[0]}, {.lr = 0.1});
+  optim::SGD heavy({ps.tensors[0]}, {.lr = 0.1, .momentum = 0.9});
+  FORGE_REQUIRE_ERROR(invalid_argument, "SGD.load_state_dict", plain.load_state_dict(heavy.state_dict()));
+  StateDict odd = heavy.state_dict();
+  odd["nesterov"] = ctx.full({}, 0.5, DType::f64);
+  const std::string msg = FORGE_REQUIRE_ERROR(invalid_argument, "SGD.load_state_dict", heavy.load_state_dict(odd));
+  CHECK(msg.find("'nesterov'") != std::string::npos);
+  adam.load_state_dict(good);  // still takes a good one
+  CHECK(adam.exp_avg(0).to_vector<float>() == m0);
+  adam.zero_grad();
+}
+
+TEST_CASE("optim: clip_grad_norm_ measures all gradients as one vector and scales them above the bound") {
+  TestContext ctx;
+  Tensor a = ctx.from_vector<double>({0, 0}, {2}).requires_grad_();
+  Tensor b = ctx.from_vector<float>({0}, {1}).requires_grad_();
+  Tensor none = ctx.from_vector<double>({0}, {1}).requires_grad_();  // no grad: skipped
+  auto set = [&] {
+    a.set_grad(ctx.from_vector<double>({3, -4}, {2}));
+    b.set_grad(ctx.from_vector<float>({12}, {1}));
+  };
+  set();
+  CHECK(optim::clip_grad_norm_({a, b, none}, 20.0) == Approx(13).epsilon(1e-15));  // below: untouched
+  CHECK(a.grad().to_vector<double>() == std::vector<double>{3, -4});
+  CHECK(optim::clip_grad_norm_({a, b, none}, 6.5) == Approx(13).epsilon(1e-15));
+  const double coef = 6.5 / (13 + 1e-6);
+  CHECK(a.grad().to_vector<double>()[0] == Approx(3 * coef).epsilon(1e-15));
+  CHECK(a.grad().to_vector<double>()[1] == Approx(-4 * coef).epsilon(1e-15));
+  CHECK(b.grad().item<float>() == Approx(12 * coef).epsilon(1e-6));
+  CHECK(optim::clip_grad_norm_({a, b}, 100.0) == Approx(6.5).epsilon(1e-6));
+
+  set();
+  CHECK(optim::clip_grad_norm_({a, b}, 20.0, optim::kInfNorm) == 12);
+  CHECK(b.grad().item<float>() == 12);
+  CHECK(optim::clip_grad_norm_({a, b}, 6.0, optim::kInfNorm) == 12);
+  CHECK(a.grad().to_vector<double>()[1] == Approx(-4 * 6 / (12 + 1e-6)).epsilon(1e-15));
+  set();
+  CHECK(optim::clip_grad_norm_({a, b}, 100.0, 1.0) == Approx(19).epsilon(1e-15));
+
+  // A non-finite norm comes back and the gradients stay as they are.
+  a.set_grad(ctx.from_vector<double>({std::numeric_limits<double>::infinity(), 1}, {2}));
+  CHECK(std::isinf(optim::clip_grad_norm_({a, b}, 1.0)));
+  CHECK(a.grad().to_vector<double>()[1] == 1);
+  a.set_grad(ctx.from_vector<double>({std::nan(""), 1}, {2}));
+  CHECK(std::isnan(optim::clip_grad_norm_({a, b}, 1.0, optim::kInfNorm)));
+
+  FORGE_REQUIRE_ERROR(invalid_argument, "clip_grad_norm_", optim::clip_grad_norm_({a}, -1.0));
+  FORGE_REQUIRE_ERROR(invalid_argument, "clip_grad_norm_", optim::clip_grad_norm_({a}, 1.0, 0.0));
+  FORGE_REQUIRE_ERROR(invalid_argument, "clip_grad_norm_", optim::clip_grad_norm_({Tensor()}, 1.0));
+  a.zero_grad();
+  b.zero_grad();
+}
+
+TEST_CASE("optim: clip_grad_norm_ over a large gradient matches the formula for any thread count") {
+  double norms[2] = {};
+  for (int threads : {1, 2}) {
+    TestContext ctx(forge_test::context_options(threads));
+    Tensor p = ctx.zeros({100003}).requires_grad_();
+    p.set_grad(ctx.arange(0, 100003, 1, DType::f32) * 1e-3);
+    norms[threads - 1] = optim::clip_grad_norm_({p}, 1e9);
+    p.zero_grad();
+  }
+  double ref = 0;
+  for (int i = 0; i < 100003; ++i) ref += (static_cast<float>(i) * 1e-3f) * (static_cast<float>(i) * 1e-3f);
+  CHECK(norms[0] == Approx(std::sqrt(ref)).epsilon(1e-6));
+  CHECK(norms[0] == norms[1]);
+}
+
+TEST_CASE("optim: StepLR multiplies the lr by gamma every step_size steps") {
+  TestContext ctx;
+  Tensor p = ctx.from_vector<double>({1}, {1}).requires_grad_();
+  optim::SGD sgd({p}, {.lr = 0.1});
+  optim::StepLR sched(sgd, 3, 0.5);
+  for (int t = 0; t <= 10; ++t) {
+    INFO(t);
+    const double want = 0.1 * std::pow(0.5, t / 3);
+    CHECK(sched.lr() == Approx(want).epsilon(1e-15));
+    CHECK(sgd.lr() == sched.lr());
+    sched.step();
+  }
+  FORGE_REQUIRE_ERROR(invalid_argument, "StepLR", optim::StepLR(sgd, 0, 0.5));
+  FORGE_REQUIRE_ERROR(invalid_argument, "StepLR", optim::StepLR(sgd, 1, -0.5));
+}
+
+TEST_CASE("optim: CosineWithWarmup warms up linearly from 0, then follows the cosine down to min_lr") {
+  TestContext ctx;
+  Tensor p = ctx.from_vector<double>({1}, {1}).requires_grad_();
+  optim::AdamW adamw({p}, {.lr = 0.1});
+  optim::CosineWithWarmup sched(adamw, 4, 10, 0.01);
+  for (int t = 0; t <= 13; ++t) {
+    INFO(t);
+    double want = 0.01;
+    if (t < 4) want = 0.1 * t / 4.0;
+    else if (t < 10) want = 0.01 + 0.09 * 0.5 * (1 + std::cos(std::numbers::pi * (t - 4) / 6.0));
+    CHECK(sched.lr() == Approx(want).epsilon(1e-14).margin(1e-17));
+    CHECK(adamw.lr() == sched.lr());
+    sched.step();
+  }
+  optim::Adam adam({p}, {.lr = 0.2});
+  optim::CosineWithWarmup no_warmup(adam, 0, 2);
+  CHECK(adam.lr() == 0.2);
+  no_warmup.step();
+  CHECK(adam.lr() == Approx(0.1).epsilon(1e-15));
+  no_warmup.step();
+  CHECK(adam.lr() == 0);
+  FORGE_REQUIRE_ERROR(invalid_argument, "CosineWithWarmup", optim::CosineWithWarmup(adamw, -1, 10));
+  FORGE_REQUIRE_ERROR(invalid_argument, "CosineWithWarmup", optim::CosineWithWarmup(adamw, 5, 4));
+  optim::SGD sgd({p}, {.lr = 0.1});
+  FORGE_REQUIRE_ERROR(invalid_argument, "CosineWithWarmup", optim::CosineWithWarmup(sgd, 1, 4, 0.2));
+}
