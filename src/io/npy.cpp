@@ -48,7 +48,10 @@ constexpr Descr kDescrs[] = {{DType::f32, "f4"}, {DType::f64, "f8"}, {DType::f16
 
 std::string descr_of(DType dtype) {
   for (const auto& d : kDescrs)
-    if (d.dtype == dtype) return (dtype_size(dtype) == 1 ? "|" : "<") + std::string(d.name);
+    if (d.dtype == dtype) {
+      std::string descr(1, dtype_size(dtype) == 1 ? '|' : '<');  // byte order: none, or little
+      return descr.append(d.name);
+    }
   FORGE_FAIL(dtype, kSaveOp, dtype_name(dtype), " has no NumPy type (convert it first, e.g. to f32)");
 }
 

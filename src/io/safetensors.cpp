@@ -313,6 +313,8 @@ SafetensorsContents read_safetensors(ExecContext& ctx, const std::filesystem::pa
     refuse(path, "header length ", header_bytes, " runs past the end of the file (", size, " bytes)");
   const std::string_view text(reinterpret_cast<const char*>(file->data()) + kHeaderLengthBytes, header_bytes);
   if (text.empty() || text.front() != '{') refuse(path, "header does not start with '{'");
+  // The JSON parser would stop at a NUL as at the end of its input.
+  if (text.find('\0') != std::string_view::npos) refuse(path, "header contains a NUL byte");
 
   const json header = parse_header(path, text);
   if (!header.is_object()) refuse(path, "header is not a JSON object");
