@@ -110,6 +110,9 @@ bool same_bits(const Tensor& a, const Tensor& b) {
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
+// Whether this process maps `path` (Linux lists every mapping in /proc/self/maps).
+bool mapped(const fs::path& path) { return contains(read_file("/proc/self/maps"), fs::canonical(path).string()); }
+
 // The header of a forge-written or hand-made safetensors file.
 nlohmann::json header_of(const fs::path& path) {
   const std::string bytes = read_file(path);
@@ -221,8 +224,10 @@ TEST_CASE("io: loaded safetensors tensors view the mapping and keep it alive") {
     CHECK(after.outstanding == before.outstanding);  // no pool buffer: the bytes are the file's
     CHECK(after.acquires == before.acquires);
     CHECK_FALSE(sd.at("w").buffer()->pooled());
+    CHECK(mapped(dir / "w.safetensors"));
     kept = sd.at("w");
     sd.clear();  // the mapping lives on in `kept`
+    CHECK(mapped(dir / "w.safetensors"));
     CHECK(kept.to_vector<float>() == std::vector<float>{0, 1, 2, 3, 4, 5});
 
     // Replacing the file (by rename) leaves the mapped bytes as they were.
@@ -234,7 +239,9 @@ TEST_CASE("io: loaded safetensors tensors view the mapping and keep it alive") {
     kept.add_(10);
     CHECK(kept.to_vector<float>()[0] == 10.0f);
     CHECK(io::load_safetensors(ctx, dir / "w.safetensors").at("w").to_vector<float>()[0] == 0.0f);
-    kept = Tensor();
+    const fs::path canonical = fs::canonical(dir / "w.safetensors");
+    kept = Tensor();  // the last tensor over the first file: it is unmapped
+    CHECK_FALSE(contains(read_file("/proc/self/maps"), canonical.string()));
   }
 }
 
@@ -287,6 +294,7 @@ TEST_CASE("io: a truncated safetensors file is refused wherever it is cut") {
     write_file(path, good.substr(0, cut));
     const std::string msg = FORGE_REQUIRE_ERROR(io, "load_safetensors", io::load_safetensors(ctx, path));
     CHECK(contains(msg, path.filename().string()));
+    CHECK_FALSE(mapped(path));  // a refused file is unmapped again
     fs::remove(path);
   }
 }
