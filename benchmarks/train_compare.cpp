@@ -79,7 +79,7 @@ struct ForgeModel {
 std::vector<double> run_forge(const Options& o, int steps) {
   forge::ExecContext ctx({.threads = o.threads, .seed = 0});
   ForgeModel model(ctx, o.model == "cnn");
-  forge::optim::Adam opt = forge::optim::AdamW(model.params, {.lr = 1e-3, .weight_decay = 0.01});
+  forge::optim::AdamW opt(model.params, {.lr = 1e-3, .weight_decay = 0.01});
   const forge::Tensor x = ctx.randn({o.batch, 1, 28, 28});
   std::vector<std::int64_t> labels(static_cast<std::size_t>(o.batch));
   for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::int64_t>(i % 10);
