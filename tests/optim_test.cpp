@@ -182,6 +182,22 @@ TEST_CASE("optim: a parameter's first update starts its momentum buffer, wheneve
   CHECK(a.item<double>() == Approx(0.5 - 0.7).epsilon(1e-15));
 }
 
+TEST_CASE("optim: Adam's bias correction counts each parameter's own updates") {
+  TestContext ctx;
+  Tensor a = ctx.from_vector<double>({1}, {1}).requires_grad_();
+  Tensor b = ctx.from_vector<double>({2}, {1}).requires_grad_();
+  forge::optim::Adam adam({a, b}, {.lr = 0.5});
+  a.set_grad(ctx.from_vector<double>({1}, {1}));
+  adam.step();
+  b.set_grad(ctx.from_vector<double>({4}, {1}));
+  adam.step();
+  // b's first update: m-hat = g, v-hat = g^2, so p -= lr g / (|g| + eps).
+  CHECK(b.item<double>() == Approx(2 - 0.5 * 4 / (4 + 1e-8)).epsilon(1e-14));
+  CHECK(adam.state_dict().at("state.1.step").item<std::int64_t>() == 1);
+  CHECK(adam.steps() == 2);
+  adam.zero_grad();
+}
+
 TEST_CASE("optim: an optimizer's state is its own, outside the transient pool") {
   TestContext ctx;
   Tensor w = ctx.randn({64, 33}).requires_grad_();
@@ -238,6 +254,8 @@ TEST_CASE("optim: SGD refuses bad options") {
   forge::optim::SGD plain({p});
   FORGE_REQUIRE_ERROR(invalid_argument, "SGD", plain.momentum_buffer(0));
   FORGE_REQUIRE_ERROR(invalid_argument, "SGD", plain.set_lr(-1));
+  forge::optim::SGD heavy({p}, {.momentum = 0.5});
+  FORGE_REQUIRE_ERROR(out_of_range, "SGD", heavy.momentum_buffer(1));
   CHECK(plain.lr() == 1e-2);
   plain.set_lr(0.25);
   CHECK(plain.lr() == 0.25);

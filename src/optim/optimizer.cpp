@@ -77,6 +77,11 @@ void Optimizer::init_state(std::vector<std::string> slots) {
       state_[i].push_back(owned_zeros(params_[i].runtime(), params_[i].shape(), params_[i].dtype(), name_.c_str()));
 }
 
+std::size_t Optimizer::checked(std::size_t param) const {
+  FORGE_CHECK(param < params_.size(), out_of_range, name_, "parameter ", param, " of ", params_.size());
+  return param;
+}
+
 void Optimizer::zero_grad(bool set_to_none) {
   for (Tensor& p : params_) p.zero_grad(set_to_none);
 }

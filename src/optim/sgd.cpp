@@ -33,7 +33,6 @@ void SGD::set_lr(double lr) {
 
 const Tensor& SGD::momentum_buffer(std::size_t i) const {
   FORGE_CHECK(options_.momentum != 0, invalid_argument, "SGD", "no momentum buffer: momentum is 0");
-  FORGE_CHECK(i < params().size(), out_of_range, "SGD", "parameter ", i, " of ", params().size());
   return state(i, 0);
 }
 

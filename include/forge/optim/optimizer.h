@@ -56,8 +56,10 @@ class Optimizer {
   // Allocates zeroed state tensors named `slots` for every parameter (once,
   // after the subclass checked its options).
   void init_state(std::vector<std::string> slots);
-  Tensor& state(std::size_t param, std::size_t slot) { return state_.at(param).at(slot); }
-  const Tensor& state(std::size_t param, std::size_t slot) const { return state_.at(param).at(slot); }
+  Tensor& state(std::size_t param, std::size_t slot) { return state_[checked(param)][slot]; }
+  const Tensor& state(std::size_t param, std::size_t slot) const { return state_[checked(param)][slot]; }
+  // param, or out_of_range naming this optimizer.
+  std::size_t checked(std::size_t param) const;
   // Counts one update of parameter i and returns its new count.
   std::int64_t count_update(std::size_t param) { return ++param_steps_[param]; }
   std::int64_t param_steps(std::size_t param) const { return param_steps_.at(param); }
