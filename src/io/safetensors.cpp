@@ -133,8 +133,9 @@ struct Entry {
 // wide tree.
 json parse_header(const std::filesystem::path& path, std::string_view text) {
   struct Container {
+    explicit Container(bool is_array) : array(is_array) {}
     bool array;
-    std::size_t length = 0;
+    std::size_t length = 0;  // elements so far, for arrays
     std::unordered_set<std::string> keys;
   };
   std::vector<Container> open;
@@ -143,11 +144,11 @@ json parse_header(const std::filesystem::path& path, std::string_view text) {
     switch (event) {
       case E::object_start:
         if (depth > 1) refuse(path, "header nests an object deeper than the format allows");
-        open.push_back({false});
+        open.emplace_back(false);
         break;
       case E::array_start:
         if (depth != 2) refuse(path, "header has an array where the format has none");
-        open.push_back({true});
+        open.emplace_back(true);
         break;
       case E::object_end:
       case E::array_end: open.pop_back(); break;
