@@ -23,8 +23,9 @@
 namespace fashion_mnist {
 
 inline constexpr const char* kDefaultDataDir = "/usr/share/datasets/fashion-mnist";
-inline constexpr const char* kClassNames[10] = {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
-                                                "Sandal",      "Shirt",   "Sneaker",  "Bag",   "Ankle boot"};
+inline constexpr const char* kClassNames[10] = {"T-shirt/top", "Trouser",   "Pullover", "Dress",
+                                                "Coat",        "Sandal",    "Shirt",    "Sneaker",
+                                                "Bag",         "Ankle boot"};
 
 // u8 pixels [B, 28, 28] -> f32 [B, 1, 28, 28] in [0, 1]: the DataLoader's transform.
 inline forge::Tensor to_input(const forge::Tensor& pixels) {
@@ -34,18 +35,21 @@ inline forge::Tensor to_input(const forge::Tensor& pixels) {
 struct Split {
   forge::Tensor images;  // u8 [N, 28, 28]
   forge::Tensor labels;  // i64 [N]
+
+  // The first n samples (views), or all of them when n is 0 or past the end.
+  Split first(std::int64_t n) const {
+    if (n <= 0 || n >= images.size(0)) return *this;
+    return {images.narrow(0, 0, n), labels.narrow(0, 0, n)};
+  }
 };
 
 // "train" or "t10k" from dir; the first `limit` samples when limit > 0.
 inline Split load_split(forge::ExecContext& ctx, const std::string& dir, const std::string& split,
                         std::int64_t limit = 0) {
-  Split s{forge::io::load_idx(ctx, dir + "/" + split + "-images-idx3-ubyte.gz"),
-          forge::io::load_idx(ctx, dir + "/" + split + "-labels-idx1-ubyte.gz").to(forge::DType::i64)};
-  if (limit > 0 && limit < s.images.size(0)) {
-    s.images = s.images.narrow(0, 0, limit);
-    s.labels = s.labels.narrow(0, 0, limit);
-  }
-  return s;
+  const Split s{
+      forge::io::load_idx(ctx, dir + "/" + split + "-images-idx3-ubyte.gz"),
+      forge::io::load_idx(ctx, dir + "/" + split + "-labels-idx1-ubyte.gz").to(forge::DType::i64)};
+  return s.first(limit);
 }
 
 class Cnn {
@@ -53,10 +57,14 @@ class Cnn {
   // PyTorch's default initialization: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for
   // weights and biases, drawn from ctx's seeded generator.
   explicit Cnn(forge::ExecContext& ctx)
-      : conv1_w(parameter(ctx, {32, 1, 3, 3}, 9)), conv1_b(parameter(ctx, {32}, 9)),
-        conv2_w(parameter(ctx, {64, 32, 3, 3}, 32 * 9)), conv2_b(parameter(ctx, {64}, 32 * 9)),
-        fc1_w(parameter(ctx, {128, 3136}, 3136)), fc1_b(parameter(ctx, {128}, 3136)),
-        fc2_w(parameter(ctx, {10, 128}, 128)), fc2_b(parameter(ctx, {10}, 128)) {}
+      : conv1_w(parameter(ctx, {32, 1, 3, 3}, 9)),
+        conv1_b(parameter(ctx, {32}, 9)),
+        conv2_w(parameter(ctx, {64, 32, 3, 3}, 32 * 9)),
+        conv2_b(parameter(ctx, {64}, 32 * 9)),
+        fc1_w(parameter(ctx, {128, 3136}, 3136)),
+        fc1_b(parameter(ctx, {128}, 3136)),
+        fc2_w(parameter(ctx, {10, 128}, 128)),
+        fc2_b(parameter(ctx, {10}, 128)) {}
 
   // x: f32 [B, 1, 28, 28] -> logits [B, 10].
   forge::Tensor forward(const forge::Tensor& x) const {
@@ -87,9 +95,10 @@ class Cnn {
     forge::autograd::NoGradGuard no_grad;
     for (auto& [name, t] : named()) {
       const auto it = dict.find(name);
-      FORGE_CHECK(it != dict.end(), invalid_argument, "load_state_dict", "missing tensor '", name, "'");
-      FORGE_CHECK(it->second.shape() == t->shape(), shape, "load_state_dict", "'", name, "' has shape ",
-                  it->second.shape(), ", the model expects ", t->shape());
+      FORGE_CHECK(it != dict.end(), invalid_argument, "load_state_dict", "missing tensor '", name,
+                  "'");
+      FORGE_CHECK(it->second.shape() == t->shape(), shape, "load_state_dict", "'", name,
+                  "' has shape ", it->second.shape(), ", the model expects ", t->shape());
       t->copy_(it->second);
     }
   }
@@ -110,7 +119,8 @@ class Cnn {
 
   // A leaf in memory the model owns (DESIGN §1: weights never come from the
   // context's transient pool), filled with U(-1/sqrt(fan_in), 1/sqrt(fan_in)).
-  static forge::Tensor parameter(forge::ExecContext& ctx, const forge::Shape& shape, std::int64_t fan_in) {
+  static forge::Tensor parameter(forge::ExecContext& ctx, const forge::Shape& shape,
+                                 std::int64_t fan_in) {
     auto storage = std::make_shared<std::vector<float>>(static_cast<std::size_t>(shape.numel()));
     forge::Tensor t = ctx.from_blob(storage->data(), shape, forge::DType::f32, [storage] {});
     const double bound = 1.0 / std::sqrt(static_cast<double>(fan_in));
@@ -159,7 +169,8 @@ inline forge::StateDict load_checkpoint(forge::ExecContext& ctx, const std::stri
     std::vector<std::int64_t> dims(rank);
     get(dims.data(), rank * 8);
     forge::Shape shape(dims);
-    for (std::int64_t d : dims) FORGE_CHECK(d >= 0 && d <= (1 << 24), io, "load_checkpoint", path, ": bad dims");
+    for (std::int64_t d : dims)
+      FORGE_CHECK(d >= 0 && d <= (1 << 24), io, "load_checkpoint", path, ": bad dims");
     std::vector<float> values(static_cast<std::size_t>(shape.numel()));
     get(values.data(), values.size() * sizeof(float));
     dict.emplace(std::move(name), ctx.from_vector(values, shape));

@@ -1,17 +1,19 @@
 // Trains a small CNN on Fashion-MNIST with forge: IDX files read by
 // io::load_idx, batches from data::DataLoader (shuffled per epoch, the next
-// batch gathered in the background), autograd, Adam, one exec scope per step.
+// batch gathered in the background), autograd, Adam with a cosine learning
+// rate, one exec scope per step.
 // Prints a progress bar per epoch and the test accuracy after it, saves a
 // checkpoint, reloads it into a fresh model for a final evaluation, writes the
 // loss and accuracy curves as an SVG, and ends with the pool's stats.
 //
-//   build/release/examples/train_fashion_mnist [--epochs 2] [--batch-size 64]
+//   build/release/examples/train_fashion_mnist [--epochs 3] [--batch-size 64]
 //       [--lr 1e-3] [--threads 0] [--data DIR] [--out DIR] [--limit N] [--seed S]
 
 #include <forge/data/dataloader.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -24,7 +26,7 @@
 namespace {
 
 struct Flags {
-  std::int64_t epochs = 2;
+  std::int64_t epochs = 3;
   std::int64_t batch_size = 64;
   double lr = 1e-3;
   int threads = 0;
@@ -35,10 +37,11 @@ struct Flags {
 };
 
 [[noreturn]] void usage(const char* message) {
-  std::fprintf(stderr,
-               "%s\nusage: train_fashion_mnist [--epochs N] [--batch-size N] [--lr X] [--threads N]\n"
-               "                           [--data DIR] [--out DIR] [--limit N] [--seed N]\n",
-               message);
+  std::fprintf(
+      stderr,
+      "%s\nusage: train_fashion_mnist [--epochs N] [--batch-size N] [--lr X] [--threads N]\n"
+      "                           [--data DIR] [--out DIR] [--limit N] [--seed N]\n",
+      message);
   std::exit(2);
 }
 
@@ -49,15 +52,24 @@ Flags parse(int argc, char** argv) {
     if (flag == "--help" || flag == "-h") usage("Trains a CNN on Fashion-MNIST.");
     if (i + 1 >= argc) usage(("missing value after " + flag).c_str());
     const std::string value = argv[++i];
-    if (flag == "--epochs") f.epochs = std::stoll(value);
-    else if (flag == "--batch-size") f.batch_size = std::stoll(value);
-    else if (flag == "--lr") f.lr = std::stod(value);
-    else if (flag == "--threads") f.threads = std::stoi(value);
-    else if (flag == "--data") f.data = value;
-    else if (flag == "--out") f.out = value;
-    else if (flag == "--limit") f.limit = std::stoll(value);
-    else if (flag == "--seed") f.seed = std::stoull(value);
-    else usage(("unknown flag " + flag).c_str());
+    if (flag == "--epochs")
+      f.epochs = std::stoll(value);
+    else if (flag == "--batch-size")
+      f.batch_size = std::stoll(value);
+    else if (flag == "--lr")
+      f.lr = std::stod(value);
+    else if (flag == "--threads")
+      f.threads = std::stoi(value);
+    else if (flag == "--data")
+      f.data = value;
+    else if (flag == "--out")
+      f.out = value;
+    else if (flag == "--limit")
+      f.limit = std::stoll(value);
+    else if (flag == "--seed")
+      f.seed = std::stoull(value);
+    else
+      usage(("unknown flag " + flag).c_str());
   }
   if (f.epochs < 1 || f.batch_size < 1 || !(f.lr > 0) || f.threads < 0 || f.limit < 0)
     usage("epochs, batch size and lr must be positive; threads and limit non-negative");
@@ -72,8 +84,8 @@ std::string clock_time(double seconds) {
 }
 
 // One line, redrawn in place: epoch, bar, step/total, loss, samples/s, ETA.
-void draw_progress(std::int64_t epoch, std::int64_t epochs, std::int64_t step, std::int64_t steps, double loss,
-                   double samples_per_s, double eta_s) {
+void draw_progress(std::int64_t epoch, std::int64_t epochs, std::int64_t step, std::int64_t steps,
+                   double loss, double samples_per_s, double eta_s) {
   constexpr int kWidth = 30;
   const int filled = static_cast<int>(kWidth * step / std::max<std::int64_t>(steps, 1));
   std::string bar(static_cast<std::size_t>(filled), '=');
@@ -96,19 +108,19 @@ struct Panel {
 
 void axes(std::ostream& svg, const Panel& p, const std::string& title, const std::string& xlabel,
           int xticks, int yticks, const char* yformat) {
-  svg << "<rect x='" << p.x0 << "' y='" << p.y0 << "' width='" << p.width << "' height='" << p.height
-      << "' fill='white' stroke='#444'/>\n";
-  svg << "<text x='" << p.x0 + p.width / 2 << "' y='" << p.y0 - 10 << "' text-anchor='middle' font-size='15'>"
-      << title << "</text>\n";
+  svg << "<rect x='" << p.x0 << "' y='" << p.y0 << "' width='" << p.width << "' height='"
+      << p.height << "' fill='white' stroke='#444'/>\n";
+  svg << "<text x='" << p.x0 + p.width / 2 << "' y='" << p.y0 - 10
+      << "' text-anchor='middle' font-size='15'>" << title << "</text>\n";
   svg << "<text x='" << p.x0 + p.width / 2 << "' y='" << p.y0 + p.height + 38
       << "' text-anchor='middle' font-size='12'>" << xlabel << "</text>\n";
   char label[32];
   for (int i = 0; i <= xticks; ++i) {
     const double x = p.xmin + (p.xmax - p.xmin) * i / xticks, X = p.px(x);
     std::snprintf(label, sizeof label, "%.0f", x);
-    svg << "<line x1='" << X << "' y1='" << p.y0 + p.height << "' x2='" << X << "' y2='" << p.y0 + p.height + 5
-        << "' stroke='#444'/><text x='" << X << "' y='" << p.y0 + p.height + 18
-        << "' text-anchor='middle' font-size='11'>" << label << "</text>\n";
+    svg << "<line x1='" << X << "' y1='" << p.y0 + p.height << "' x2='" << X << "' y2='"
+        << p.y0 + p.height + 5 << "' stroke='#444'/><text x='" << X << "' y='"
+        << p.y0 + p.height + 18 << "' text-anchor='middle' font-size='11'>" << label << "</text>\n";
   }
   for (int i = 0; i <= yticks; ++i) {
     const double y = p.ymin + (p.ymax - p.ymin) * i / yticks, Y = p.py(y);
@@ -119,17 +131,19 @@ void axes(std::ostream& svg, const Panel& p, const std::string& title, const std
   }
 }
 
-void polyline(std::ostream& svg, const Panel& p, const std::vector<double>& xs, const std::vector<double>& ys,
-              const char* color, double width) {
+void polyline(std::ostream& svg, const Panel& p, const std::vector<double>& xs,
+              const std::vector<double>& ys, const char* color, double width) {
   svg << "<polyline fill='none' stroke='" << color << "' stroke-width='" << width << "' points='";
-  for (std::size_t i = 0; i < xs.size(); ++i) svg << p.px(xs[i]) << ',' << p.py(std::clamp(ys[i], p.ymin, p.ymax)) << ' ';
+  for (std::size_t i = 0; i < xs.size(); ++i)
+    svg << p.px(xs[i]) << ',' << p.py(std::clamp(ys[i], p.ymin, p.ymax)) << ' ';
   svg << "'/>\n";
 }
 
 void write_curves(const std::string& path, const std::vector<double>& step_loss,
                   const std::vector<double>& epoch_accuracy) {
   std::ofstream svg(path);
-  svg << "<svg xmlns='http://www.w3.org/2000/svg' width='960' height='400' font-family='sans-serif'>\n"
+  svg << "<svg xmlns='http://www.w3.org/2000/svg' width='960' height='400' "
+         "font-family='sans-serif'>\n"
       << "<rect width='960' height='400' fill='#fafafa'/>\n";
 
   // Loss per step (light) and its moving average over 50 steps (dark).
@@ -141,21 +155,36 @@ void write_curves(const std::string& path, const std::vector<double>& step_loss,
     window_sum += step_loss[i] - (i >= 50 ? step_loss[i - 50] : 0.0);
     smooth.push_back(window_sum / static_cast<double>(std::min<std::size_t>(i + 1, 50)));
   }
-  const double top = std::ceil(std::max(1.0, *std::max_element(smooth.begin(), smooth.end())) * 2) / 2;
+  const double top =
+      std::ceil(std::max(1.0, *std::max_element(smooth.begin(), smooth.end())) * 2) / 2;
   const Panel loss{70, 40, 380, 300, 0, std::max(steps, 1.0), 0, top};
   axes(svg, loss, "training loss", "step", 5, 5, "%.2f");
   polyline(svg, loss, xs, step_loss, "#9ecae1", 0.7);
   polyline(svg, loss, xs, smooth, "#08519c", 2);
 
-  // Test accuracy after each epoch, from epoch 0 (untrained) on.
-  std::vector<double> epochs;
-  for (std::size_t e = 0; e < epoch_accuracy.size(); ++e) epochs.push_back(static_cast<double>(e));
-  const double low = std::floor(*std::min_element(epoch_accuracy.begin(), epoch_accuracy.end()) * 10) / 10;
-  const Panel acc{560, 40, 380, 300, 0, std::max(1.0, static_cast<double>(epoch_accuracy.size() - 1)), low, 1.0};
-  axes(svg, acc, "test accuracy", "epoch", static_cast<int>(acc.xmax), 5, "%.2f");
-  polyline(svg, acc, epochs, epoch_accuracy, "#a50f15", 2);
+  svg << "<text x='" << loss.px(0) + 8 << "' y='" << loss.py(top) + 16
+      << "' font-size='11' fill='#08519c'>mean of the last 50 steps</text>\n";
+
+  // Test accuracy (percent) after each epoch, on a range of whole multiples of 5.
+  std::vector<double> epochs, percent;
+  for (std::size_t e = 0; e < epoch_accuracy.size(); ++e) {
+    epochs.push_back(static_cast<double>(e + 1));
+    percent.push_back(100 * epoch_accuracy[e]);
+  }
+  const auto [lo, hi] = std::minmax_element(percent.begin(), percent.end());
+  const double count = static_cast<double>(percent.size());
+  const Panel acc{560,
+                  40,
+                  380,
+                  300,
+                  0,
+                  count,
+                  std::floor((*lo - 1) / 5) * 5,
+                  std::min(100.0, std::ceil((*hi + 1) / 5) * 5)};
+  axes(svg, acc, "test accuracy (%)", "epoch", static_cast<int>(std::min(count, 10.0)), 5, "%.0f");
+  polyline(svg, acc, epochs, percent, "#a50f15", 2);
   for (std::size_t e = 0; e < epochs.size(); ++e)
-    svg << "<circle cx='" << acc.px(epochs[e]) << "' cy='" << acc.py(epoch_accuracy[e])
+    svg << "<circle cx='" << acc.px(epochs[e]) << "' cy='" << acc.py(percent[e])
         << "' r='3.5' fill='#a50f15'/>\n";
   svg << "</svg>\n";
 }
@@ -173,21 +202,34 @@ int main(int argc, char** argv) {
     train = fm::load_split(ctx, flags.data, "train", flags.limit);
     test = fm::load_split(ctx, flags.data, "t10k");
   } catch (const forge::Error& e) {
-    std::fprintf(stderr, "%s\n(scripts/setup installs the dataset into %s)\n", e.what(), fm::kDefaultDataDir);
+    std::fprintf(stderr, "%s\n(scripts/setup installs the dataset into %s)\n", e.what(),
+                 fm::kDefaultDataDir);
     return 1;
   }
-  std::printf("Fashion-MNIST: %lld training and %lld test images; %d threads, batch %lld, Adam lr %g\n",
-              static_cast<long long>(train.images.size(0)), static_cast<long long>(test.images.size(0)),
-              ctx.threads(), static_cast<long long>(flags.batch_size), flags.lr);
+  std::printf(
+      "Fashion-MNIST: %lld training and %lld test images; %d threads, batch %lld, Adam lr %g "
+      "(cosine)\n",
+      static_cast<long long>(train.images.size(0)), static_cast<long long>(test.images.size(0)),
+      ctx.threads(), static_cast<long long>(flags.batch_size), flags.lr);
 
   fm::Cnn model(ctx);
   forge::optim::Adam adam(model.parameters(), {.lr = flags.lr});
+  // drop_last keeps every step's shapes the same, so the pool serves each step from its cache.
   forge::data::DataLoader loader(ctx, train.images, train.labels,
-                                 {.batch_size = flags.batch_size, .seed = flags.seed, .transform = fm::to_input});
+                                 {.batch_size = flags.batch_size,
+                                  .drop_last = true,
+                                  .seed = flags.seed,
+                                  .transform = fm::to_input});
+  // The learning rate follows a cosine from --lr down to 0 over the whole run.
+  const double total_steps = static_cast<double>(loader.size() * flags.epochs);
+  auto lr_at = [&](std::int64_t step) {
+    return flags.lr * 0.5 * (1 + std::cos(M_PI * static_cast<double>(step) / total_steps));
+  };
 
-  std::vector<double> step_loss, accuracy{fm::evaluate(model, test)};
+  std::vector<double> step_loss, accuracy;
   std::uint64_t allocations_after_step1 = 0;
-  std::vector<std::int64_t> allocating_steps;  // steps after the first that took memory from the system
+  std::vector<std::int64_t>
+      allocating_steps;  // steps after the first that took memory from the system
   std::int64_t global_step = 0;
   for (std::int64_t epoch = 1; epoch <= flags.epochs; ++epoch) {
     const auto start = Clock::now();
@@ -198,6 +240,7 @@ int main(int argc, char** argv) {
     // the next (gathering the batch included, the evaluation between epochs not).
     std::uint64_t allocations_mark = ctx.stats().system_allocations;
     for (const forge::data::Batch& batch : loader.epoch(epoch - 1)) {
+      adam.set_lr(lr_at(global_step));
       {
         auto scope = ctx.open_exec_scope();  // the step's activations and tape, released together
         forge::Tensor loss = forge::cross_entropy(model.forward(batch.input), batch.target);
@@ -219,9 +262,10 @@ int main(int argc, char** argv) {
       const std::int64_t step = batch.index + 1;
       if (now - last_draw > std::chrono::milliseconds(100) || step == loader.size()) {
         const double seconds = std::chrono::duration<double>(now - start).count();
-        draw_progress(epoch, flags.epochs, step, loader.size(), loss_sum / static_cast<double>(step),
-                      static_cast<double>(samples) / seconds,
-                      seconds / static_cast<double>(step) * static_cast<double>(loader.size() - step));
+        draw_progress(
+            epoch, flags.epochs, step, loader.size(), loss_sum / static_cast<double>(step),
+            static_cast<double>(samples) / seconds,
+            seconds / static_cast<double>(step) * static_cast<double>(loader.size() - step));
         last_draw = now;
       }
     }
@@ -229,7 +273,8 @@ int main(int argc, char** argv) {
     accuracy.push_back(fm::evaluate(model, test));
     std::printf("\nepoch %lld: %.1f s, %.0f samples/s, mean loss %.4f, test accuracy %.2f%%\n",
                 static_cast<long long>(epoch), seconds, static_cast<double>(samples) / seconds,
-                loss_sum / static_cast<double>(std::max<std::int64_t>(loader.size(), 1)), 100 * accuracy.back());
+                loss_sum / static_cast<double>(std::max<std::int64_t>(loader.size(), 1)),
+                100 * accuracy.back());
   }
 
   std::filesystem::create_directories(flags.out);
@@ -241,7 +286,8 @@ int main(int argc, char** argv) {
   fm::Cnn reloaded(ctx);
   reloaded.load_state_dict(fm::load_checkpoint(ctx, checkpoint));
   const double reloaded_accuracy = fm::evaluate(reloaded, test);
-  std::printf("checkpoint %s reloaded: test accuracy %.2f%% (%s)\n", checkpoint.c_str(), 100 * reloaded_accuracy,
+  std::printf("checkpoint %s reloaded: test accuracy %.2f%% (%s)\n", checkpoint.c_str(),
+              100 * reloaded_accuracy,
               reloaded_accuracy == accuracy.back() ? "identical" : "DIFFERS");
 
   const std::string curves = flags.out + "/fashion_mnist_curves.svg";
@@ -249,13 +295,16 @@ int main(int argc, char** argv) {
   std::printf("curves: %s\n", curves.c_str());
 
   const forge::PoolStats s = ctx.stats();
-  std::printf("pool: %llu acquires, %.2f%% hits, %llu system allocations in all, %llu in the %lld steps after "
-              "step 1; peak live %.1f MiB, cached %.1f MiB\n",
-              static_cast<unsigned long long>(s.acquires),
-              s.acquires ? 100.0 * static_cast<double>(s.hits) / static_cast<double>(s.acquires) : 0.0,
-              static_cast<unsigned long long>(s.system_allocations),
-              static_cast<unsigned long long>(allocations_after_step1), static_cast<long long>(global_step - 1),
-              static_cast<double>(s.peak_live_bytes) / (1 << 20), static_cast<double>(s.cached_bytes) / (1 << 20));
+  std::printf(
+      "pool: %llu acquires, %.2f%% hits, %llu system allocations in all, %llu in the %lld steps "
+      "after "
+      "step 1; peak live %.1f MiB, cached %.1f MiB\n",
+      static_cast<unsigned long long>(s.acquires),
+      s.acquires ? 100.0 * static_cast<double>(s.hits) / static_cast<double>(s.acquires) : 0.0,
+      static_cast<unsigned long long>(s.system_allocations),
+      static_cast<unsigned long long>(allocations_after_step1),
+      static_cast<long long>(global_step - 1), static_cast<double>(s.peak_live_bytes) / (1 << 20),
+      static_cast<double>(s.cached_bytes) / (1 << 20));
   if (!allocating_steps.empty()) {
     std::printf("steps that allocated:");
     for (std::int64_t step : allocating_steps) std::printf(" %lld", static_cast<long long>(step));

@@ -2,11 +2,11 @@
 // io::load_idx, damaged and hostile ones refused; DataLoader batching,
 // shuffling and prefetching; and a short training run on Fashion-MNIST.
 
-#include <catch2/catch.hpp>
-
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -14,7 +14,6 @@
 #include <fstream>
 #include <set>
 #include <string>
-#include <unistd.h>
 #include <vector>
 
 #include "forge/data/dataloader.h"
@@ -80,14 +79,17 @@ Bytes concat(Bytes a, const Bytes& b) {
 }
 
 void write_plain(const std::string& path, const Bytes& bytes) {
-  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
-                                              static_cast<std::streamsize>(bytes.size()));
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(bytes.data()),
+             static_cast<std::streamsize>(bytes.size()));
 }
 
 void write_gzip(const std::string& path, const Bytes& bytes) {
   gzFile f = gzopen(path.c_str(), "wb9");
   REQUIRE(f != nullptr);
-  if (!bytes.empty()) REQUIRE(gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size())) == static_cast<int>(bytes.size()));
+  if (!bytes.empty())
+    REQUIRE(gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size())) ==
+            static_cast<int>(bytes.size()));
   REQUIRE(gzclose(f) == Z_OK);
 }
 
@@ -214,8 +216,10 @@ TEST_CASE("data: hostile IDX files are refused with an io error naming the file"
       {"too many dims", concat({0, 0, 8, 9}, Bytes(36, 0)), "9 dims"},
       {"truncated dims", {0, 0, 8, 2, 0, 0, 0, 2, 0, 0}, "truncated header dims"},
       {"truncated data", Bytes(good.begin(), good.end() - 1), "truncated data"},
-      {"dims past the file", concat(idx_header(0x08, {60000, 28, 28}), Bytes(100, 0)), "truncated data"},
-      {"dims product overflows", idx_header(0x0E, {0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF}), "more elements"},
+      {"dims past the file", concat(idx_header(0x08, {60000, 28, 28}), Bytes(100, 0)),
+       "truncated data"},
+      {"dims product overflows", idx_header(0x0E, {0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF}),
+       "more elements"},
       {"trailing bytes", concat(good, Bytes{0}), "trailing bytes"},
   };
   for (const Case& c : cases) {
@@ -244,8 +248,11 @@ TEST_CASE("data: damaged gzip IDX files are refused with an io error", "[data]")
   REQUIRE(forge::io::load_idx(ctx, dir.file("good.gz")).numel() == 1000);
 
   SECTION("cut inside the compressed data") {
-    write_plain(dir.file("cut.gz"), Bytes(gz.begin(), gz.begin() + static_cast<std::ptrdiff_t>(gz.size() / 2)));
-    FORGE_REQUIRE_ERROR(io, "load_idx", (void)forge::io::load_idx(ctx, dir.file("cut.gz")));
+    write_plain(dir.file("cut.gz"),
+                Bytes(gz.begin(), gz.begin() + static_cast<std::ptrdiff_t>(gz.size() / 2)));
+    const std::string message =
+        FORGE_REQUIRE_ERROR(io, "load_idx", (void)forge::io::load_idx(ctx, dir.file("cut.gz")));
+    CHECK(message.find("truncated") != std::string::npos);
   }
   SECTION("cut inside the trailer (CRC and length)") {
     write_plain(dir.file("cut.gz"), Bytes(gz.begin(), gz.end() - 3));
@@ -255,16 +262,21 @@ TEST_CASE("data: damaged gzip IDX files are refused with an io error", "[data]")
     Bytes bad = gz;
     bad[bad.size() - 8] ^= 0x55;
     write_plain(dir.file("crc.gz"), bad);
-    FORGE_REQUIRE_ERROR(io, "load_idx", (void)forge::io::load_idx(ctx, dir.file("crc.gz")));
+    const std::string message =
+        FORGE_REQUIRE_ERROR(io, "load_idx", (void)forge::io::load_idx(ctx, dir.file("crc.gz")));
+    CHECK(message.find("incorrect data check") != std::string::npos);
   }
   SECTION("gzip magic then garbage") {
-    write_plain(dir.file("junk.gz"), Bytes{0x1f, 0x8b, 0x08, 0x00, 0xde, 0xad, 0xbe, 0xef, 0x00, 0x00, 0x11});
+    write_plain(dir.file("junk.gz"),
+                Bytes{0x1f, 0x8b, 0x08, 0x00, 0xde, 0xad, 0xbe, 0xef, 0x00, 0x00, 0x11});
     FORGE_REQUIRE_ERROR(io, "load_idx", (void)forge::io::load_idx(ctx, dir.file("junk.gz")));
   }
   SECTION("a missing file and a folder") {
-    const std::string m1 = FORGE_REQUIRE_ERROR(io, "load_idx", (void)forge::io::load_idx(ctx, dir.file("nope")));
+    const std::string m1 =
+        FORGE_REQUIRE_ERROR(io, "load_idx", (void)forge::io::load_idx(ctx, dir.file("nope")));
     CHECK(m1.find("cannot open") != std::string::npos);
-    const std::string m2 = FORGE_REQUIRE_ERROR(io, "load_idx", (void)forge::io::load_idx(ctx, dir.file("")));
+    const std::string m2 =
+        FORGE_REQUIRE_ERROR(io, "load_idx", (void)forge::io::load_idx(ctx, dir.file("")));
     CHECK(m2.find("not a regular file") != std::string::npos);
   }
 }
@@ -289,7 +301,8 @@ TEST_CASE("data: DataLoader batch shapes, size and drop_last", "[data]") {
       CHECK(b.target.shape() == forge::Shape{b.input.size(0)});
       rows.push_back(b.input.size(0));
     }
-    CHECK(rows == (drop_last ? std::vector<std::int64_t>{4, 4} : std::vector<std::int64_t>{4, 4, 2}));
+    CHECK(rows ==
+          (drop_last ? std::vector<std::int64_t>{4, 4} : std::vector<std::int64_t>{4, 4, 2}));
   }
   // Unshuffled batches are the rows in order; inputs and targets stay paired.
   DataLoader loader(ctx, d.inputs, d.targets, {.batch_size = 4, .shuffle = false});
@@ -329,31 +342,31 @@ TEST_CASE("data: DataLoader shuffles reproducibly by seed and differently per ep
   DataLoader other_seed(ctx, d.inputs, d.targets, {.batch_size = 16, .seed = 43});
 
   const auto a0 = epoch_ids(a, 0), a1 = epoch_ids(a, 1);
-  CHECK(a0 == epoch_ids(b, 0));       // same seed, same epoch
+  CHECK(a0 == epoch_ids(b, 0));  // same seed, same epoch
   CHECK(a1 == epoch_ids(b, 1));
-  CHECK(a0 != a1);                    // epoch e shuffles with seed + e
+  CHECK(a0 != a1);  // epoch e shuffles with seed + e
   CHECK(a1 == epoch_ids(other_seed, 0));
-  CHECK(a0 == epoch_ids(a, 0));       // an epoch can be replayed
+  CHECK(a0 == epoch_ids(a, 0));  // an epoch can be replayed
   CHECK(a.order(0) == b.order(0));
 
   // The order is a fixed function of the seed: pinned so that a change of
   // generator or shuffle shows up here.
-  DataLoader small(ctx, d.inputs.narrow(0, 0, 8), d.targets.narrow(0, 0, 8), {.batch_size = 8, .seed = 7});
+  DataLoader small(ctx, d.inputs.narrow(0, 0, 8), d.targets.narrow(0, 0, 8),
+                   {.batch_size = 8, .seed = 7});
   const std::vector<std::int64_t> order = small.order(0);
+  CHECK(order == std::vector<std::int64_t>{2, 3, 5, 6, 1, 0, 4, 7});
   CHECK(epoch_ids(small, 0).front() == order);
-  std::vector<std::int64_t> sorted = order;
-  std::sort(sorted.begin(), sorted.end());
-  CHECK(sorted == std::vector<std::int64_t>{0, 1, 2, 3, 4, 5, 6, 7});
-  CHECK(order != sorted);
 }
 
 TEST_CASE("data: DataLoader prefetch on and off give identical batches", "[data]") {
   TestContext ctx;
   const Numbered d = numbered(ctx, 77, 5);
   auto all_batches = [&](bool prefetch) {
-    DataLoader loader(ctx, d.inputs, d.targets,
-                      {.batch_size = 10, .seed = 3, .prefetch = prefetch,
-                       .transform = [](const Tensor& x) { return x * 2.0; }});
+    DataLoader loader(
+        ctx, d.inputs, d.targets,
+        {.batch_size = 10, .seed = 3, .prefetch = prefetch, .transform = [](const Tensor& x) {
+           return x * 2.0;
+         }});
     std::vector<std::vector<float>> out;
     for (std::int64_t epoch = 0; epoch < 2; ++epoch)
       for (const Batch& b : loader.epoch(epoch)) {
@@ -403,7 +416,8 @@ TEST_CASE("data: DataLoader epochs can be abandoned, restarted and run without t
 TEST_CASE("data: DataLoader refuses bad datasets and options", "[data]") {
   TestContext ctx;
   const Numbered d = numbered(ctx, 10, 2);
-  FORGE_REQUIRE_ERROR(invalid_argument, "DataLoader", DataLoader(ctx, d.inputs, d.targets, {.batch_size = 0}));
+  FORGE_REQUIRE_ERROR(invalid_argument, "DataLoader",
+                      DataLoader(ctx, d.inputs, d.targets, {.batch_size = 0}));
   FORGE_REQUIRE_ERROR(invalid_argument, "DataLoader", DataLoader(ctx, Tensor(), d.targets));
   FORGE_REQUIRE_ERROR(shape, "DataLoader", DataLoader(ctx, d.inputs, d.targets.narrow(0, 0, 9)));
   FORGE_REQUIRE_ERROR(shape, "DataLoader", DataLoader(ctx, ctx.full({}, 1.0), Tensor()));
@@ -416,10 +430,11 @@ TEST_CASE("data: DataLoader refuses bad datasets and options", "[data]") {
 
 // ---------------------------------------------------------------- training
 
-TEST_CASE("data: a short Fashion-MNIST run reaches 70% test accuracy", "[data][training]") {
+TEST_CASE("data: a short Fashion-MNIST run reaches 75% test accuracy", "[data][training]") {
   const std::string dir = "/usr/share/datasets/fashion-mnist";
   if (!std::filesystem::exists(dir + "/train-images-idx3-ubyte.gz"))
-    FAIL("Fashion-MNIST is not installed in " << dir << ": run scripts/setup (it installs dataset-fashion-mnist)");
+    FAIL("Fashion-MNIST is not installed in "
+         << dir << ": run scripts/setup (it installs dataset-fashion-mnist)");
 
   TestContext ctx(forge_test::context_options(2, 1));
   const auto start = std::chrono::steady_clock::now();
@@ -434,7 +449,9 @@ TEST_CASE("data: a short Fashion-MNIST run reaches 70% test accuracy", "[data][t
   auto flat = [](const Tensor& pixels) { return pixels.to(DType::f32).flatten(1) * (1.0 / 255.0); };
   Tensor w1 = (ctx.randn({64, 784}) * 0.05).requires_grad_(), b1 = ctx.zeros({64}).requires_grad_();
   Tensor w2 = (ctx.randn({10, 64}) * 0.1).requires_grad_(), b2 = ctx.zeros({10}).requires_grad_();
-  auto logits = [&](const Tensor& x) { return forge::linear(forge::relu(forge::linear(x, w1, b1)), w2, b2); };
+  auto logits = [&](const Tensor& x) {
+    return forge::linear(forge::relu(forge::linear(x, w1, b1)), w2, b2);
+  };
   forge::optim::Adam adam({w1, b1, w2, b2}, {.lr = 3e-3});
   DataLoader loader(ctx, train_x, train_y, {.batch_size = 50, .seed = 1, .transform = flat});
   for (std::int64_t epoch = 0; epoch < 5; ++epoch)
@@ -449,7 +466,8 @@ TEST_CASE("data: a short Fashion-MNIST run reaches 70% test accuracy", "[data][t
   forge::autograd::NoGradGuard no_grad;
   const double accuracy =
       (forge::argmax(logits(flat(test_x)), 1) == test_y).to(DType::f32).mean().item<float>();
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   INFO("test accuracy " << accuracy << " after " << seconds << " s");
-  CHECK(accuracy >= 0.70);
+  CHECK(accuracy >= 0.75);  // 79.4% when written
 }

@@ -58,19 +58,22 @@ const std::byte* base_of(const Tensor& t) {
 DataLoader::DataLoader(ExecContext& ctx, Tensor inputs, Tensor targets, DataLoaderOptions options)
     : ctx_(ctx), options_(std::move(options)) {
   FORGE_CHECK(inputs.defined(), invalid_argument, kOp, "inputs are undefined");
-  FORGE_CHECK(inputs.dim() >= 1, shape, kOp, "inputs need a leading sample dim, got shape ", inputs.shape());
+  FORGE_CHECK(inputs.dim() >= 1, shape, kOp, "inputs need a leading sample dim, got shape ",
+              inputs.shape());
   FORGE_CHECK(options_.batch_size > 0, invalid_argument, kOp, "batch_size must be positive, got ",
               options_.batch_size);
   FORGE_CHECK(&inputs.runtime() == &ctx.runtime(), device, kOp, "inputs belong to another context");
   samples_ = inputs.size(0);
   if (targets.defined()) {
-    FORGE_CHECK(&targets.runtime() == &ctx.runtime(), device, kOp, "targets belong to another context");
+    FORGE_CHECK(&targets.runtime() == &ctx.runtime(), device, kOp,
+                "targets belong to another context");
     FORGE_CHECK(targets.dim() >= 1 && targets.size(0) == samples_, shape, kOp, "targets of shape ",
                 targets.shape(), " do not match ", samples_, " inputs of shape ", inputs.shape());
   }
   inputs_ = inputs.contiguous();
   targets_ = targets.defined() ? targets.contiguous() : Tensor();
-  batches_ = samples_ / options_.batch_size + (!options_.drop_last && samples_ % options_.batch_size != 0);
+  batches_ =
+      samples_ / options_.batch_size + (!options_.drop_last && samples_ % options_.batch_size != 0);
   input_base_ = base_of(inputs_);
   target_base_ = base_of(targets_);
   input_row_bytes_ = row_bytes(inputs_);
@@ -117,8 +120,8 @@ void DataLoader::gather(std::int64_t batch, Staging& into) const noexcept {
     std::memcpy(into.input.data() + row * input_row_bytes_, input_base_ + sample * input_row_bytes_,
                 input_row_bytes_);
     if (target_base_)
-      std::memcpy(into.target.data() + row * target_row_bytes_, target_base_ + sample * target_row_bytes_,
-                  target_row_bytes_);
+      std::memcpy(into.target.data() + row * target_row_bytes_,
+                  target_base_ + sample * target_row_bytes_, target_row_bytes_);
   }
 }
 
@@ -184,11 +187,13 @@ std::optional<Batch> DataLoader::next() {
 }
 
 Batch DataLoader::wrap(const Staging& staged, std::int64_t batch) {
-  auto rows_of = [&](const Tensor& dataset, const std::vector<std::byte>& bytes, std::size_t row_bytes) {
+  auto rows_of = [&](const Tensor& dataset, const std::vector<std::byte>& bytes,
+                     std::size_t row_bytes) {
     Shape shape = dataset.shape();
     shape[0] = staged.rows;
     Tensor t = ctx_.empty(shape, dataset.dtype());
-    if (t.numel() > 0) std::memcpy(t.raw_data(kOp), bytes.data(), static_cast<std::size_t>(staged.rows) * row_bytes);
+    if (t.numel() > 0)
+      std::memcpy(t.raw_data(kOp), bytes.data(), static_cast<std::size_t>(staged.rows) * row_bytes);
     return t;
   };
   Batch out;

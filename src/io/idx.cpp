@@ -5,18 +5,18 @@
 
 #include "forge/io/idx.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdio>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <new>
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
 #include <vector>
 
 #include "forge/exec_context.h"
@@ -64,7 +64,7 @@ class Source {
     file_ = regular ? gzdopen(fd, "rb") : nullptr;  // owns fd from here on
     if (!file_) ::close(fd);
     FORGE_CHECK(regular, io, kOp, path, ": not a regular file");
-    FORGE_CHECK(file_ != nullptr, io, kOp, path, ": cannot open: out of memory");
+    FORGE_CHECK(file_ != nullptr, io, kOp, path, ": zlib cannot open it");
     file_bytes_ = static_cast<std::uint64_t>(st.st_size);
     gzbuffer(file_, kGzBufferBytes);
   }
@@ -88,8 +88,8 @@ class Source {
   void expect_end() {
     unsigned char extra[64];
     const std::uint64_t trailing = read_raw(extra, sizeof extra);
-    FORGE_CHECK(trailing == 0, io, kOp, path_, ": ", trailing == sizeof extra ? "at least " : "", trailing,
-                " bytes after the data its dims cover (trailing bytes are refused)");
+    FORGE_CHECK(trailing == 0, io, kOp, path_, ": ", trailing == sizeof extra ? "at least " : "",
+                trailing, " bytes after the data its dims cover (trailing bytes are refused)");
   }
 
  private:
@@ -107,7 +107,8 @@ class Source {
     // gzread reports a stream cut short only through gzerror (Z_BUF_ERROR).
     int code = Z_OK;
     gzerror(file_, &code);
-    FORGE_CHECK(code == Z_OK || code == Z_STREAM_END, io, kOp, path_, ": read failed", stream_error());
+    FORGE_CHECK(code == Z_OK || code == Z_STREAM_END, io, kOp, path_, ": read failed",
+                stream_error());
     return done;
   }
 
@@ -116,6 +117,7 @@ class Source {
     const char* message = gzerror(file_, &code);
     if (code == Z_OK || code == Z_STREAM_END) return {};
     if (code == Z_ERRNO) return std::string(": ") + std::strerror(errno);
+    if (code == Z_BUF_ERROR) return ": the gzip stream is truncated";
     return std::string(gzip_ ? ": gzip: " : ": ") + (message ? message : "unknown error");
   }
 
@@ -126,7 +128,8 @@ class Source {
 };
 
 std::uint32_t big_endian_u32(const unsigned char* p) {
-  return (std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) | (std::uint32_t{p[2]} << 8) | p[3];
+  return (std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) | (std::uint32_t{p[2]} << 8) |
+         p[3];
 }
 
 // Reverses the byte order of each `width`-byte element in place.
@@ -139,8 +142,9 @@ void swap_bytes(std::byte* p, std::uint64_t count, std::size_t width) {
 // The tensor's own bytes: 64-byte aligned host memory, freed with the last view.
 struct HostBytes {
   explicit HostBytes(std::uint64_t n)
-      : data(static_cast<std::byte*>(::operator new(std::max<std::uint64_t>(n, 1), std::align_val_t{64}))) {}
-  ~HostBytes() { ::operator delete(data, std::align_val_t{64}); }
+      : data(static_cast<std::byte*>(
+            ::operator new (std::max<std::uint64_t>(n, 1), std::align_val_t{64}))) {}
+  ~HostBytes() { ::operator delete (data, std::align_val_t{64}); }
   HostBytes(const HostBytes&) = delete;
   HostBytes& operator=(const HostBytes&) = delete;
   std::byte* data;
@@ -155,7 +159,8 @@ std::shared_ptr<HostBytes> allocate(const Source& src, std::uint64_t nbytes) {
 }
 
 // Reads the elements into memory of the dtype they map to.
-std::shared_ptr<HostBytes> read_elements(Source& src, const ElementType& type, std::uint64_t count) {
+std::shared_ptr<HostBytes> read_elements(Source& src, const ElementType& type,
+                                         std::uint64_t count) {
   const std::uint64_t file_bytes = count * type.file_bytes;
   auto bytes = allocate(src, count * dtype_size(type.dtype));
   if (type.file_bytes == dtype_size(type.dtype)) {  // u8, i32, f32, f64: in place
@@ -180,13 +185,14 @@ Tensor load_idx(ExecContext& ctx, const std::string& path) {
 
   unsigned char head[4];
   src.read_exact(head, 4, "header");
-  FORGE_CHECK(head[0] == 0 && head[1] == 0, io, kOp, path, ": not an IDX file (magic starts 0x", std::hex,
-              int{head[0]}, " 0x", int{head[1]}, ", expected 0x0 0x0)");
+  FORGE_CHECK(head[0] == 0 && head[1] == 0, io, kOp, path, ": not an IDX file (magic starts 0x",
+              std::hex, int{head[0]}, " 0x", int{head[1]}, ", expected 0x0 0x0)");
   const ElementType* type = find_type(head[2]);
   FORGE_CHECK(type != nullptr, io, kOp, path, ": unknown element type 0x", std::hex, int{head[2]},
               " (known: 0x8 u8, 0x9 i8, 0xb i16, 0xc i32, 0xd f32, 0xe f64)");
   const int ndims = head[3];
-  FORGE_CHECK(ndims >= 1 && ndims <= kMaxRank, io, kOp, path, ": ", ndims, " dims; forge reads 1 to ", kMaxRank);
+  FORGE_CHECK(ndims >= 1 && ndims <= kMaxRank, io, kOp, path, ": ", ndims,
+              " dims; forge reads 1 to ", kMaxRank);
 
   unsigned char raw_dims[4 * kMaxRank];
   src.read_exact(raw_dims, 4 * static_cast<std::uint64_t>(ndims), "header dims");
@@ -204,13 +210,14 @@ Tensor load_idx(ExecContext& ctx, const std::string& path) {
   const std::uint64_t header_bytes = 4 + 4 * static_cast<std::uint64_t>(ndims);
   const std::uint64_t data_bytes = count * type->file_bytes;
   if (src.gzip()) {
-    FORGE_CHECK(data_bytes / kMaxDeflateRatio <= src.file_bytes(), io, kOp, path, ": dims ", shape, " of ",
-                type->name, " need ", data_bytes, " bytes, more than a gzip file of ", src.file_bytes(),
-                " bytes can hold");
+    FORGE_CHECK(data_bytes / kMaxDeflateRatio <= src.file_bytes(), io, kOp, path, ": dims ", shape,
+                " of ", type->name, " need ", data_bytes, " bytes, more than a gzip file of ",
+                src.file_bytes(), " bytes can hold");
   } else {
     const std::uint64_t available = src.file_bytes() - std::min(src.file_bytes(), header_bytes);
-    FORGE_CHECK(data_bytes <= available, io, kOp, path, ": truncated data: dims ", shape, " of ", type->name,
-                " need ", data_bytes, " bytes, the file has ", available, " after the header");
+    FORGE_CHECK(data_bytes <= available, io, kOp, path, ": truncated data: dims ", shape, " of ",
+                type->name, " need ", data_bytes, " bytes, the file has ", available,
+                " after the header");
     FORGE_CHECK(data_bytes == available, io, kOp, path, ": ", available - data_bytes,
                 " bytes after the data its dims ", shape, " cover (trailing bytes are refused)");
   }

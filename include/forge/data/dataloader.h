@@ -34,18 +34,19 @@ class ExecContext;
 namespace forge::data {
 
 struct Batch {
-  Tensor input;         // [B, ...] rows of the inputs, after the transform
-  Tensor target;        // [B, ...] rows of the targets (undefined when the loader has none)
+  Tensor input;            // [B, ...] rows of the inputs, after the transform
+  Tensor target;           // [B, ...] rows of the targets (undefined when the loader has none)
   std::int64_t index = 0;  // the batch's number in its epoch, from 0
 };
 
 struct DataLoaderOptions {
   std::int64_t batch_size = 64;
   bool shuffle = true;
-  bool drop_last = false;     // drop a last batch smaller than batch_size
-  std::uint64_t seed = 0;     // epoch e shuffles with seed + e
-  bool prefetch = true;       // gather the next batch on a background thread
-  std::function<Tensor(const Tensor&)> transform;  // applied to each input batch (e.g. u8 -> f32 / 255)
+  bool drop_last = false;  // drop a last batch smaller than batch_size
+  std::uint64_t seed = 0;  // epoch e shuffles with seed + e
+  bool prefetch = true;    // gather the next batch on a background thread
+  std::function<Tensor(const Tensor&)>
+      transform;  // applied to each input batch (e.g. u8 -> f32 / 255)
 };
 
 class DataLoader {
@@ -97,7 +98,7 @@ class DataLoader {
   DataLoaderOptions options_;
   std::int64_t samples_ = 0;
   std::int64_t batches_ = 0;
-  const std::byte* input_base_ = nullptr;   // read by the worker
+  const std::byte* input_base_ = nullptr;  // read by the worker
   const std::byte* target_base_ = nullptr;
   std::size_t input_row_bytes_ = 0;
   std::size_t target_row_bytes_ = 0;
@@ -105,14 +106,14 @@ class DataLoader {
   std::vector<std::int64_t> order_;  // the current epoch's sample order
   std::int64_t cursor_ = 0;          // the next batch next() returns
   bool started_ = false;
-  Staging current_;                  // the batch being wrapped (caller's thread)
+  Staging current_;  // the batch being wrapped (caller's thread)
 
   // Handover with the worker (Note [DataLoader prefetch] in src/data/dataloader.cpp).
   std::mutex mutex_;
   std::condition_variable cv_;
-  Staging ahead_;                    // filled by the worker
-  std::int64_t requested_ = -1;      // batch the worker should gather, -1: none
-  std::int64_t ready_ = -1;          // batch ahead_ holds, -1: none
+  Staging ahead_;                // filled by the worker
+  std::int64_t requested_ = -1;  // batch the worker should gather, -1: none
+  std::int64_t ready_ = -1;      // batch ahead_ holds, -1: none
   bool busy_ = false;
   bool stop_ = false;
   std::thread worker_;
@@ -158,6 +159,8 @@ class DataLoader::EpochRange {
   std::int64_t epoch_;
 };
 
-inline DataLoader::EpochRange DataLoader::epoch(std::int64_t epoch) { return EpochRange(*this, epoch); }
+inline DataLoader::EpochRange DataLoader::epoch(std::int64_t epoch) {
+  return EpochRange(*this, epoch);
+}
 
 }  // namespace forge::data
