@@ -27,9 +27,12 @@ inline constexpr const char* kClassNames[10] = {"T-shirt/top", "Trouser",   "Pul
                                                 "Coat",        "Sandal",    "Shirt",    "Sneaker",
                                                 "Bag",         "Ankle boot"};
 
-// u8 pixels [B, 28, 28] -> f32 [B, 1, 28, 28] in [0, 1]: the DataLoader's transform.
+// u8 pixels [B, 28, 28] -> f32 [B, 1, 28, 28], standardized with the
+// training set's pixel mean and standard deviation: the DataLoader's transform.
+inline constexpr double kPixelMean = 0.2860, kPixelStd = 0.3530;
 inline forge::Tensor to_input(const forge::Tensor& pixels) {
-  return (pixels.to(forge::DType::f32) * (1.0 / 255.0)).unsqueeze(1);
+  return (pixels.to(forge::DType::f32) * (1.0 / (255.0 * kPixelStd)) - kPixelMean / kPixelStd)
+      .unsqueeze(1);
 }
 
 struct Split {
