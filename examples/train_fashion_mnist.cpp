@@ -1,0 +1,314 @@
+// Trains a small CNN on Fashion-MNIST with forge: IDX files read by
+// io::load_idx, batches from data::DataLoader (shuffled per epoch, the next
+// batch gathered in the background), autograd, Adam with a cosine learning
+// rate, one exec scope per step.
+// Prints a progress bar per epoch and the test accuracy after it, saves a
+// checkpoint, reloads it into a fresh model for a final evaluation, writes the
+// loss and accuracy curves as an SVG, and ends with the pool's stats.
+//
+//   build/release/examples/train_fashion_mnist [--epochs 3] [--batch-size 64]
+//       [--lr 1e-3] [--threads 0] [--data DIR] [--out DIR] [--limit N] [--seed S]
+
+#include <forge/data/dataloader.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "fashion_mnist_model.h"
+
+namespace {
+
+struct Flags {
+  std::int64_t epochs = 3;
+  std::int64_t batch_size = 64;
+  double lr = 1e-3;
+  int threads = 0;
+  std::string data = fashion_mnist::kDefaultDataDir;
+  std::string out = ".";
+  std::int64_t limit = 0;
+  std::uint64_t seed = 1;
+};
+
+[[noreturn]] void usage(const char* message) {
+  std::fprintf(
+      stderr,
+      "%s\nusage: train_fashion_mnist [--epochs N] [--batch-size N] [--lr X] [--threads N]\n"
+      "                           [--data DIR] [--out DIR] [--limit N] [--seed N]\n",
+      message);
+  std::exit(2);
+}
+
+Flags parse(int argc, char** argv) {
+  Flags f;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (flag == "--help" || flag == "-h") usage("Trains a CNN on Fashion-MNIST.");
+    if (i + 1 >= argc) usage(("missing value after " + flag).c_str());
+    const std::string value = argv[++i];
+    if (flag == "--epochs")
+      f.epochs = std::stoll(value);
+    else if (flag == "--batch-size")
+      f.batch_size = std::stoll(value);
+    else if (flag == "--lr")
+      f.lr = std::stod(value);
+    else if (flag == "--threads")
+      f.threads = std::stoi(value);
+    else if (flag == "--data")
+      f.data = value;
+    else if (flag == "--out")
+      f.out = value;
+    else if (flag == "--limit")
+      f.limit = std::stoll(value);
+    else if (flag == "--seed")
+      f.seed = std::stoull(value);
+    else
+      usage(("unknown flag " + flag).c_str());
+  }
+  if (f.epochs < 1 || f.batch_size < 1 || !(f.lr > 0) || f.threads < 0 || f.limit < 0)
+    usage("epochs, batch size and lr must be positive; threads and limit non-negative");
+  return f;
+}
+
+std::string clock_time(double seconds) {
+  const auto s = static_cast<long>(std::max(0.0, seconds) + 0.5);
+  char text[32];
+  std::snprintf(text, sizeof text, "%ld:%02ld", s / 60, s % 60);
+  return text;
+}
+
+// One line, redrawn in place: epoch, bar, step/total, loss, samples/s, ETA.
+void draw_progress(std::int64_t epoch, std::int64_t epochs, std::int64_t step, std::int64_t steps,
+                   double loss, double samples_per_s, double eta_s) {
+  constexpr int kWidth = 30;
+  const int filled = static_cast<int>(kWidth * step / std::max<std::int64_t>(steps, 1));
+  std::string bar(static_cast<std::size_t>(filled), '=');
+  if (filled < kWidth) bar += '>' + std::string(static_cast<std::size_t>(kWidth - filled - 1), ' ');
+  std::printf("\repoch %lld/%lld [%s] %lld/%lld  loss %.4f  %.0f samples/s  ETA %s   ",
+              static_cast<long long>(epoch), static_cast<long long>(epochs), bar.c_str(),
+              static_cast<long long>(step), static_cast<long long>(steps), loss, samples_per_s,
+              clock_time(eta_s).c_str());
+  std::fflush(stdout);
+}
+
+// ---- the curves as a hand-written SVG: two panels, polylines on axes ----
+
+struct Panel {
+  double x0, y0, width, height;  // plot area in pixels
+  double xmin, xmax, ymin, ymax;
+  double px(double x) const { return x0 + (x - xmin) / (xmax - xmin) * width; }
+  double py(double y) const { return y0 + height - (y - ymin) / (ymax - ymin) * height; }
+};
+
+void axes(std::ostream& svg, const Panel& p, const std::string& title, const std::string& xlabel,
+          int xticks, int yticks, const char* yformat) {
+  svg << "<rect x='" << p.x0 << "' y='" << p.y0 << "' width='" << p.width << "' height='"
+      << p.height << "' fill='white' stroke='#444'/>\n";
+  svg << "<text x='" << p.x0 + p.width / 2 << "' y='" << p.y0 - 10
+      << "' text-anchor='middle' font-size='15'>" << title << "</text>\n";
+  svg << "<text x='" << p.x0 + p.width / 2 << "' y='" << p.y0 + p.height + 38
+      << "' text-anchor='middle' font-size='12'>" << xlabel << "</text>\n";
+  char label[32];
+  for (int i = 0; i <= xticks; ++i) {
+    const double x = p.xmin + (p.xmax - p.xmin) * i / xticks, X = p.px(x);
+    std::snprintf(label, sizeof label, "%.0f", x);
+    svg << "<line x1='" << X << "' y1='" << p.y0 + p.height << "' x2='" << X << "' y2='"
+        << p.y0 + p.height + 5 << "' stroke='#444'/><text x='" << X << "' y='"
+        << p.y0 + p.height + 18 << "' text-anchor='middle' font-size='11'>" << label << "</text>\n";
+  }
+  for (int i = 0; i <= yticks; ++i) {
+    const double y = p.ymin + (p.ymax - p.ymin) * i / yticks, Y = p.py(y);
+    std::snprintf(label, sizeof label, yformat, y);
+    svg << "<line x1='" << p.x0 << "' y1='" << Y << "' x2='" << p.x0 + p.width << "' y2='" << Y
+        << "' stroke='#eee'/><text x='" << p.x0 - 6 << "' y='" << Y + 4
+        << "' text-anchor='end' font-size='11'>" << label << "</text>\n";
+  }
+}
+
+void polyline(std::ostream& svg, const Panel& p, const std::vector<double>& xs,
+              const std::vector<double>& ys, const char* color, double width) {
+  svg << "<polyline fill='none' stroke='" << color << "' stroke-width='" << width << "' points='";
+  for (std::size_t i = 0; i < xs.size(); ++i)
+    svg << p.px(xs[i]) << ',' << p.py(std::clamp(ys[i], p.ymin, p.ymax)) << ' ';
+  svg << "'/>\n";
+}
+
+void write_curves(const std::string& path, const std::vector<double>& step_loss,
+                  const std::vector<double>& epoch_accuracy) {
+  std::ofstream svg(path);
+  svg << "<svg xmlns='http://www.w3.org/2000/svg' width='960' height='400' "
+         "font-family='sans-serif'>\n"
+      << "<rect width='960' height='400' fill='#fafafa'/>\n";
+
+  // Loss per step (light) and its moving average over 50 steps (dark).
+  const double steps = static_cast<double>(step_loss.size());
+  std::vector<double> xs, smooth;
+  double window_sum = 0;
+  for (std::size_t i = 0; i < step_loss.size(); ++i) {
+    xs.push_back(static_cast<double>(i + 1));
+    window_sum += step_loss[i] - (i >= 50 ? step_loss[i - 50] : 0.0);
+    smooth.push_back(window_sum / static_cast<double>(std::min<std::size_t>(i + 1, 50)));
+  }
+  const double top =
+      std::ceil(std::max(1.0, *std::max_element(smooth.begin(), smooth.end())) * 2) / 2;
+  const Panel loss{70, 40, 380, 300, 0, std::max(steps, 1.0), 0, top};
+  axes(svg, loss, "training loss", "step", 5, 5, "%.2f");
+  polyline(svg, loss, xs, step_loss, "#9ecae1", 0.7);
+  polyline(svg, loss, xs, smooth, "#08519c", 2);
+
+  svg << "<text x='" << loss.px(0) + 8 << "' y='" << loss.py(top) + 16
+      << "' font-size='11' fill='#08519c'>mean of the last 50 steps</text>\n";
+
+  // Test accuracy (percent) after each epoch, on a range of whole multiples of 5.
+  std::vector<double> epochs, percent;
+  for (std::size_t e = 0; e < epoch_accuracy.size(); ++e) {
+    epochs.push_back(static_cast<double>(e + 1));
+    percent.push_back(100 * epoch_accuracy[e]);
+  }
+  const auto [lo, hi] = std::minmax_element(percent.begin(), percent.end());
+  const double count = static_cast<double>(percent.size());
+  const Panel acc{560,
+                  40,
+                  380,
+                  300,
+                  0,
+                  count,
+                  std::floor((*lo - 1) / 5) * 5,
+                  std::min(100.0, std::ceil((*hi + 1) / 5) * 5)};
+  axes(svg, acc, "test accuracy (%)", "epoch", static_cast<int>(std::min(count, 10.0)), 5, "%.0f");
+  polyline(svg, acc, epochs, percent, "#a50f15", 2);
+  for (std::size_t e = 0; e < epochs.size(); ++e)
+    svg << "<circle cx='" << acc.px(epochs[e]) << "' cy='" << acc.py(percent[e])
+        << "' r='3.5' fill='#a50f15'/>\n";
+  svg << "</svg>\n";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using Clock = std::chrono::steady_clock;
+  const Flags flags = parse(argc, argv);
+  forge::ExecContext ctx({.threads = flags.threads, .seed = flags.seed});
+  namespace fm = fashion_mnist;
+
+  fm::Split train, test;
+  try {
+    train = fm::load_split(ctx, flags.data, "train", flags.limit);
+    test = fm::load_split(ctx, flags.data, "t10k");
+  } catch (const forge::Error& e) {
+    std::fprintf(stderr, "%s\n(scripts/setup installs the dataset into %s)\n", e.what(),
+                 fm::kDefaultDataDir);
+    return 1;
+  }
+  std::printf(
+      "Fashion-MNIST: %lld training and %lld test images; %d threads, batch %lld, Adam lr %g "
+      "(cosine)\n",
+      static_cast<long long>(train.images.size(0)), static_cast<long long>(test.images.size(0)),
+      ctx.threads(), static_cast<long long>(flags.batch_size), flags.lr);
+
+  fm::Cnn model(ctx);
+  forge::optim::Adam adam(model.parameters(), {.lr = flags.lr});
+  // drop_last keeps every step's shapes the same, so the pool serves each step from its cache.
+  forge::data::DataLoader loader(ctx, train.images, train.labels,
+                                 {.batch_size = flags.batch_size,
+                                  .drop_last = true,
+                                  .seed = flags.seed,
+                                  .transform = fm::to_input});
+  // The learning rate follows a cosine from --lr down to 0 over the whole run.
+  const double total_steps = static_cast<double>(loader.size() * flags.epochs);
+  auto lr_at = [&](std::int64_t step) {
+    return flags.lr * 0.5 * (1 + std::cos(M_PI * static_cast<double>(step) / total_steps));
+  };
+
+  std::vector<double> step_loss, accuracy;
+  std::uint64_t allocations_after_step1 = 0;
+  std::vector<std::int64_t>
+      allocating_steps;  // steps after the first that took memory from the system
+  std::int64_t global_step = 0;
+  for (std::int64_t epoch = 1; epoch <= flags.epochs; ++epoch) {
+    const auto start = Clock::now();
+    double loss_sum = 0;
+    std::int64_t samples = 0;
+    auto last_draw = start;
+    // System allocations are counted from the end of one step to the end of
+    // the next (gathering the batch included, the evaluation between epochs not).
+    std::uint64_t allocations_mark = ctx.stats().system_allocations;
+    for (const forge::data::Batch& batch : loader.epoch(epoch - 1)) {
+      adam.set_lr(lr_at(global_step));
+      {
+        auto scope = ctx.open_exec_scope();  // the step's activations and tape, released together
+        forge::Tensor loss = forge::cross_entropy(model.forward(batch.input), batch.target);
+        loss.backward();
+        adam.step();
+        adam.zero_grad();
+        step_loss.push_back(loss.item<float>());
+      }
+      const std::uint64_t allocations = ctx.stats().system_allocations;
+      if (++global_step > 1 && allocations != allocations_mark) {
+        allocations_after_step1 += allocations - allocations_mark;
+        allocating_steps.push_back(global_step);
+      }
+      allocations_mark = allocations;
+      loss_sum += step_loss.back();
+      samples += batch.input.size(0);
+
+      const auto now = Clock::now();
+      const std::int64_t step = batch.index + 1;
+      if (now - last_draw > std::chrono::milliseconds(100) || step == loader.size()) {
+        const double seconds = std::chrono::duration<double>(now - start).count();
+        draw_progress(
+            epoch, flags.epochs, step, loader.size(), loss_sum / static_cast<double>(step),
+            static_cast<double>(samples) / seconds,
+            seconds / static_cast<double>(step) * static_cast<double>(loader.size() - step));
+        last_draw = now;
+      }
+    }
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    accuracy.push_back(fm::evaluate(model, test));
+    std::printf("\nepoch %lld: %.1f s, %.0f samples/s, mean loss %.4f, test accuracy %.2f%%\n",
+                static_cast<long long>(epoch), seconds, static_cast<double>(samples) / seconds,
+                loss_sum / static_cast<double>(std::max<std::int64_t>(loader.size(), 1)),
+                100 * accuracy.back());
+  }
+
+  std::filesystem::create_directories(flags.out);
+  // CHECKPOINT: save, reload into a fresh model, evaluate. fm::save_checkpoint
+  // and fm::load_checkpoint become io::save_safetensors / io::load_safetensors
+  // (and the file fashion_mnist.safetensors) when forge::io lands.
+  const std::string checkpoint = flags.out + "/fashion_mnist.ckpt";
+  fm::save_checkpoint(checkpoint, model.state_dict());
+  fm::Cnn reloaded(ctx);
+  reloaded.load_state_dict(fm::load_checkpoint(ctx, checkpoint));
+  const double reloaded_accuracy = fm::evaluate(reloaded, test);
+  std::printf("checkpoint %s reloaded: test accuracy %.2f%% (%s)\n", checkpoint.c_str(),
+              100 * reloaded_accuracy,
+              reloaded_accuracy == accuracy.back() ? "identical" : "DIFFERS");
+
+  const std::string curves = flags.out + "/fashion_mnist_curves.svg";
+  write_curves(curves, step_loss, accuracy);
+  std::printf("curves: %s\n", curves.c_str());
+
+  const forge::PoolStats s = ctx.stats();
+  std::printf(
+      "pool: %llu acquires, %.2f%% hits, %llu system allocations in all, %llu in the %lld steps "
+      "after "
+      "step 1; peak live %.1f MiB, cached %.1f MiB\n",
+      static_cast<unsigned long long>(s.acquires),
+      s.acquires ? 100.0 * static_cast<double>(s.hits) / static_cast<double>(s.acquires) : 0.0,
+      static_cast<unsigned long long>(s.system_allocations),
+      static_cast<unsigned long long>(allocations_after_step1),
+      static_cast<long long>(global_step - 1), static_cast<double>(s.peak_live_bytes) / (1 << 20),
+      static_cast<double>(s.cached_bytes) / (1 << 20));
+  if (!allocating_steps.empty()) {
+    std::printf("steps that allocated:");
+    for (std::int64_t step : allocating_steps) std::printf(" %lld", static_cast<long long>(step));
+    std::printf("\n");
+  }
+  return reloaded_accuracy == accuracy.back() ? 0 : 1;
+}
