@@ -132,53 +132,15 @@ class Cnn {
   }
 };
 
-// ---- checkpoints ----
-// CHECKPOINT: until forge::io lands, a minimal stand-in format (per tensor:
-// name length, name, rank, extents, f32 data; host byte order). With io, the
-// bodies become:
-//   save_checkpoint: forge::io::save_safetensors(path, dict);
-//   load_checkpoint: return forge::io::load_safetensors(ctx, path);
+// ---- checkpoints: safetensors (forge/io/safetensors.h) ----
 inline void save_checkpoint(const std::string& path, const forge::StateDict& dict) {
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "wb"), &std::fclose);
-  FORGE_CHECK(f != nullptr, io, "save_checkpoint", path, ": cannot open for writing");
-  auto put = [&](const void* p, std::size_t n) {
-    FORGE_CHECK(std::fwrite(p, 1, n, f.get()) == n, io, "save_checkpoint", path, ": write failed");
-  };
-  for (const auto& [name, t] : dict) {
-    const std::uint64_t name_bytes = name.size(), rank = static_cast<std::uint64_t>(t.dim());
-    put(&name_bytes, 8);
-    put(name.data(), name.size());
-    put(&rank, 8);
-    for (std::int64_t d : t.shape()) put(&d, 8);
-    const std::vector<float> values = t.to_vector<float>();
-    put(values.data(), values.size() * sizeof(float));
-  }
+  forge::io::save_safetensors(path, dict, {{"model", "fashion_mnist_cnn"}});
 }
 
+// The tensors view the file's mapping (no copy); load_state_dict copies them
+// into the model's own weights.
 inline forge::StateDict load_checkpoint(forge::ExecContext& ctx, const std::string& path) {
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
-  FORGE_CHECK(f != nullptr, io, "load_checkpoint", path, ": cannot open");
-  auto get = [&](void* p, std::size_t n) {
-    FORGE_CHECK(std::fread(p, 1, n, f.get()) == n, io, "load_checkpoint", path, ": truncated");
-  };
-  forge::StateDict dict;
-  for (std::uint64_t name_bytes; std::fread(&name_bytes, 8, 1, f.get()) == 1;) {
-    FORGE_CHECK(name_bytes < 256, io, "load_checkpoint", path, ": bad name length ", name_bytes);
-    std::string name(name_bytes, '\0');
-    get(name.data(), name.size());
-    std::uint64_t rank = 0;
-    get(&rank, 8);
-    FORGE_CHECK(rank <= forge::kMaxRank, io, "load_checkpoint", path, ": bad rank ", rank);
-    std::vector<std::int64_t> dims(rank);
-    get(dims.data(), rank * 8);
-    forge::Shape shape(dims);
-    for (std::int64_t d : dims)
-      FORGE_CHECK(d >= 0 && d <= (1 << 24), io, "load_checkpoint", path, ": bad dims");
-    std::vector<float> values(static_cast<std::size_t>(shape.numel()));
-    get(values.data(), values.size() * sizeof(float));
-    dict.emplace(std::move(name), ctx.from_vector(values, shape));
-  }
-  return dict;
+  return forge::io::load_safetensors(ctx, path);
 }
 
 // Accuracy of `model` on a split, in batches, recording nothing (and with no

@@ -16,7 +16,7 @@ namespace {
 
 struct Flags {
   std::string checkpoint =
-      "fashion_mnist.ckpt";  // CHECKPOINT: fashion_mnist.safetensors once io lands
+      "fashion_mnist.safetensors";
   std::string data = fashion_mnist::kDefaultDataDir;
   std::int64_t batch_size = 500;
   int threads = 0;

@@ -278,10 +278,8 @@ int main(int argc, char** argv) {
   }
 
   std::filesystem::create_directories(flags.out);
-  // CHECKPOINT: save, reload into a fresh model, evaluate. fm::save_checkpoint
-  // and fm::load_checkpoint become io::save_safetensors / io::load_safetensors
-  // (and the file fashion_mnist.safetensors) when forge::io lands.
-  const std::string checkpoint = flags.out + "/fashion_mnist.ckpt";
+  // The checkpoint: saved as safetensors, reloaded into a fresh model, evaluated.
+  const std::string checkpoint = flags.out + "/fashion_mnist.safetensors";
   fm::save_checkpoint(checkpoint, model.state_dict());
   fm::Cnn reloaded(ctx);
   reloaded.load_state_dict(fm::load_checkpoint(ctx, checkpoint));
