@@ -364,6 +364,19 @@ void max_pool_typed(Runtime& rt, const Pool2dProblem& p) {
   });
 }
 
+// One avg_pool2d window along one axis: the input range [lo, hi) it reads
+// and its extent `span` counting padding (the count_include_pad divisor).
+// The forward and the gradient share it, so they divide by the same count.
+struct AvgWindow {
+  std::int64_t lo, hi, span;
+};
+inline AvgWindow avg_window(std::int64_t o, std::int64_t stride, std::int64_t pad, std::int64_t kernel,
+                            std::int64_t size) {
+  const std::int64_t start = o * stride - pad;
+  const std::int64_t end = std::min(start + kernel, size + pad);
+  return {std::max<std::int64_t>(start, 0), std::min(end, size), end - start};
+}
+
 template <typename T>
 void avg_pool_typed(Runtime& rt, const Pool2dProblem& p) {
   const Window2d& w = p.win;
@@ -374,17 +387,9 @@ void avg_pool_typed(Runtime& rt, const Pool2dProblem& p) {
     const T* plane = x + n * xs[0] + c * xs[1];
     T* dst = out + n * os[0] + c * os[1];
     for (std::int64_t oh = 0; oh < w.out_h; ++oh) {
-      std::int64_t h0 = oh * w.stride_h - w.pad_h;
-      std::int64_t h1 = std::min(h0 + w.kernel_h, w.h + w.pad_h);
-      const std::int64_t span_h = h1 - h0;
-      h0 = std::max<std::int64_t>(h0, 0);
-      h1 = std::min(h1, w.h);
+      const auto [h0, h1, span_h] = avg_window(oh, w.stride_h, w.pad_h, w.kernel_h, w.h);
       for (std::int64_t ow = 0; ow < w.out_w; ++ow) {
-        std::int64_t w0 = ow * w.stride_w - w.pad_w;
-        std::int64_t w1 = std::min(w0 + w.kernel_w, w.w + w.pad_w);
-        const std::int64_t span_w = w1 - w0;
-        w0 = std::max<std::int64_t>(w0, 0);
-        w1 = std::min(w1, w.w);
+        const auto [w0, w1, span_w] = avg_window(ow, w.stride_w, w.pad_w, w.kernel_w, w.w);
         T& o = dst[oh * os[2] + ow * os[3]];
         if (h0 >= h1 || w0 >= w1) {
           o = convert<T>(0.0f);
@@ -532,17 +537,9 @@ void avg_pool_backward_typed(Runtime& rt, const Pool2dBackwardProblem& p) {
     T* dst = gx + (n * w.c + c) * w.h * w.w;
     std::fill_n(dst, w.h * w.w, T(0));
     for (std::int64_t oh = 0; oh < w.out_h; ++oh) {
-      std::int64_t h0 = oh * w.stride_h - w.pad_h;
-      std::int64_t h1 = std::min(h0 + w.kernel_h, w.h + w.pad_h);
-      const std::int64_t span_h = h1 - h0;
-      h0 = std::max<std::int64_t>(h0, 0);
-      h1 = std::min(h1, w.h);
+      const auto [h0, h1, span_h] = avg_window(oh, w.stride_h, w.pad_h, w.kernel_h, w.h);
       for (std::int64_t ow = 0; ow < w.out_w; ++ow) {
-        std::int64_t w0 = ow * w.stride_w - w.pad_w;
-        std::int64_t w1 = std::min(w0 + w.kernel_w, w.w + w.pad_w);
-        const std::int64_t span_w = w1 - w0;
-        w0 = std::max<std::int64_t>(w0, 0);
-        w1 = std::min(w1, w.w);
+        const auto [w0, w1, span_w] = avg_window(ow, w.stride_w, w.pad_w, w.kernel_w, w.w);
         if (h0 >= h1 || w0 >= w1) continue;
         const std::int64_t count = p.count_include_pad ? span_h * span_w : (h1 - h0) * (w1 - w0);
         const T share = g[oh * gs[2] + ow * gs[3]] / static_cast<T>(count);
