@@ -209,9 +209,12 @@ void conv2d_typed(Runtime& rt, const Conv2dProblem& p) {
     for (std::int64_t i = 0; i < items; ++i) run_item(i, 0);
     return;
   }
+  const WorkerScratch gemm_scratch(rt, slots, gemm_scratch_bytes(dtype_of<T>::value, Og, std::min(tile, P), K));
   rt.parallel_for(slots, 1, [&](std::int64_t s0, std::int64_t s1) {
-    for (std::int64_t s = s0; s < s1; ++s)
+    for (std::int64_t s = s0; s < s1; ++s) {
+      const WorkerScratch::Lend lend = gemm_scratch.lend(s);
       for (std::int64_t i = items * s / slots; i < items * (s + 1) / slots; ++i) run_item(i, s);
+    }
   });
 }
 
@@ -295,9 +298,16 @@ void conv2d_backward_typed(Runtime& rt, const Conv2dBackwardProblem& p) {
     for (std::int64_t i = 0; i < items; ++i) run_item(i, 0);
     return;
   }
+  const std::int64_t np = std::min(tile, P);
+  const DType dtype = dtype_of<T>::value;
+  const WorkerScratch gemm_scratch(rt, slots,
+                                   std::max({gw ? gemm_scratch_bytes(dtype, Og, K, np) : 0,
+                                             gx ? gemm_scratch_bytes(dtype, unit ? Cg : K, np, Og) : 0}));
   rt.parallel_for(slots, 1, [&](std::int64_t s0, std::int64_t s1) {
-    for (std::int64_t s = s0; s < s1; ++s)
+    for (std::int64_t s = s0; s < s1; ++s) {
+      const WorkerScratch::Lend lend = gemm_scratch.lend(s);
       for (std::int64_t i = items * s / slots; i < items * (s + 1) / slots; ++i) run_item(i, s);
+    }
   });
   if (!gw) return;
   rt.parallel_for(OK, kGrainElements / std::max<std::int64_t>(1, slots), [&](std::int64_t i0, std::int64_t i1) {

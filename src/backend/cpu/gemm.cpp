@@ -87,22 +87,47 @@ void pack_rows(std::int64_t rows, std::int64_t cols, const T* src, std::int64_t 
     for (std::int64_t j = 0; j < cols; ++j) dst[i * cols + j] = src[i * rs + j * cs];
 }
 
-// Eigen's packing buffers for one product, leased from the pool: Eigen's own
-// GEMM would malloc them per call, and at conv2d's many mid-sized products
-// that costs more in page faults than the arithmetic.
+// Packing scratch lent to this thread by a WorkerScratch (see gemm.h).
+thread_local std::byte* tls_scratch = nullptr;
+thread_local std::size_t tls_scratch_bytes = 0;
+
+// Eigen's blocking for C [m, n] row-major, which Eigen computes as
+// C^T = B^T A^T: its mc, nc and kc, and the elements A's and B's packing
+// buffers take (A's rounded so that B's starts 64-byte aligned).
+struct BlockSizes {
+  Eigen::Index mc, nc, kc;
+  std::size_t a_elements, total_elements;
+};
+template <typename T>
+BlockSizes block_sizes(Eigen::Index m, Eigen::Index n, Eigen::Index k) {
+  BlockSizes s{n, m, k, 0, 0};
+  Eigen::internal::computeProductBlockingSizes<T, T, 1>(s.kc, s.mc, s.nc, Eigen::Index{1});
+  s.a_elements = static_cast<std::size_t>(s.mc * s.kc + 16) / 16 * 16;
+  s.total_elements = s.a_elements + static_cast<std::size_t>(s.kc * s.nc);
+  return s;
+}
+
+// Eigen's packing buffers for one product: the thread's lent scratch when it
+// is large enough, else leased from the pool. Eigen's own GEMM would malloc
+// them per call, and at conv2d's many mid-sized products that costs more in
+// page faults than the arithmetic.
 template <typename T>
 class PooledBlocking : public Eigen::internal::level3_blocking<T, T> {
  public:
-  // For C [m, n] row-major, which Eigen computes as C^T = B^T A^T.
   PooledBlocking(Runtime& rt, Eigen::Index m, Eigen::Index n, Eigen::Index k) {
-    this->m_mc = n;
-    this->m_nc = m;
-    this->m_kc = k;
-    Eigen::internal::computeProductBlockingSizes<T, T, 1>(this->m_kc, this->m_mc, this->m_nc, Eigen::Index{1});
-    const auto size_a = static_cast<std::size_t>(this->m_mc * this->m_kc + 16) / 16 * 16;  // keep B 64-byte aligned
-    lease_ = rt.pool().scratch<T>(size_a + static_cast<std::size_t>(this->m_kc * this->m_nc));
-    this->m_blockA = lease_.data();
-    this->m_blockB = lease_.data() + size_a;
+    const BlockSizes s = block_sizes<T>(m, n, k);
+    this->m_mc = s.mc;
+    this->m_nc = s.nc;
+    this->m_kc = s.kc;
+    T* base;
+    if (s.total_elements * sizeof(T) <= tls_scratch_bytes) {
+      base = reinterpret_cast<T*>(tls_scratch);
+    } else {
+      lease_ = rt.pool().scratch<T>(s.total_elements);
+      base = lease_.data();
+    }
+    this->m_blockA = base;
+    this->m_blockB = base + s.a_elements;
   }
 
  private:
@@ -196,10 +221,15 @@ void gemm_impl(Runtime& rt, bool parallel, std::int64_t m, std::int64_t n, std::
     if (i == blocks) return extent;
     return std::min(extent, (extent * i / blocks + 8) / 16 * 16);
   };
+  std::int64_t widest = 0;
+  for (std::int64_t blk = 0; blk < blocks; ++blk) widest = std::max(widest, edge(blk + 1) - edge(blk));
+  const WorkerScratch scratch(rt, blocks,
+                              gemm_scratch_bytes(dtype_of<T>::value, split_cols ? m : widest, split_cols ? widest : n, k));
   rt.parallel_for(blocks, 1, [&](std::int64_t first, std::int64_t last) {
     for (std::int64_t blk = first; blk < last; ++blk) {
       const std::int64_t lo = edge(blk), hi = edge(blk + 1);
       if (hi <= lo) continue;
+      const WorkerScratch::Lend lend = scratch.lend(blk);
       if (split_cols)
         gemm_serial<T>(rt, m, hi - lo, k, alpha, a, a_rs, a_cs, b + lo * b_cs, b_rs, b_cs, beta, c + lo * c_cs, c_rs,
                        c_cs);
@@ -373,6 +403,36 @@ void one_half_product(Runtime& rt, const MatmulProblem& p, std::int64_t index, b
 
 }  // namespace
 
+std::size_t gemm_scratch_bytes(DType dtype, std::int64_t m, std::int64_t n, std::int64_t k) {
+  if (m <= 0 || n <= 0 || k <= 0 || m == 1 || n == 1 || m + n + k < 20) return 0;
+  const auto bytes = [&]<typename T>(T) {
+    return std::max(block_sizes<T>(m, n, k).total_elements, block_sizes<T>(n, m, k).total_elements) * sizeof(T);
+  };
+  return dtype == DType::f64 ? bytes(double{}) : bytes(float{});
+}
+
+WorkerScratch::WorkerScratch(Runtime& rt, std::int64_t slots, std::size_t bytes) {
+  if (slots <= 0 || bytes == 0) return;
+  stride_ = (bytes + 63) / 64 * 64;
+  lease_ = rt.pool().scratch<std::byte>(static_cast<std::size_t>(slots) * stride_);
+}
+
+WorkerScratch::Lend WorkerScratch::lend(std::int64_t slot) const noexcept {
+  if (stride_ == 0) return Lend(nullptr, 0);
+  return Lend(lease_.data() + static_cast<std::size_t>(slot) * stride_, stride_);
+}
+
+WorkerScratch::Lend::Lend(std::byte* data, std::size_t bytes) noexcept
+    : saved_data_(tls_scratch), saved_bytes_(tls_scratch_bytes) {
+  tls_scratch = data;
+  tls_scratch_bytes = bytes;
+}
+
+WorkerScratch::Lend::~Lend() {
+  tls_scratch = saved_data_;
+  tls_scratch_bytes = saved_bytes_;
+}
+
 void gemm(Runtime& rt, bool parallel, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a,
           std::int64_t a_rs, std::int64_t a_cs, const float* b, std::int64_t b_rs, std::int64_t b_cs, float beta,
           float* c, std::int64_t c_rs, std::int64_t c_cs) {
@@ -417,8 +477,12 @@ void matmul(Runtime& rt, const MatmulProblem& problem) {
     run_range(0, total, 0);
     return;
   }
+  const WorkerScratch scratch(rt, slots, gemm_scratch_bytes(p.dtype, p.m, p.n, p.k));
   rt.parallel_for(slots, 1, [&](std::int64_t s0, std::int64_t s1) {
-    for (std::int64_t s = s0; s < s1; ++s) run_range(total * s / slots, total * (s + 1) / slots, s);
+    for (std::int64_t s = s0; s < s1; ++s) {
+      const WorkerScratch::Lend lend = scratch.lend(s);
+      run_range(total * s / slots, total * (s + 1) / slots, s);
+    }
   });
 }
 

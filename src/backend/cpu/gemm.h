@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "forge/buffer_pool.h"
 #include "forge/dtype.h"
 #include "forge/runtime.h"
 #include "forge/shape.h"
@@ -25,6 +26,51 @@ void gemm(Runtime& rt, bool parallel, std::int64_t m, std::int64_t n, std::int64
 void gemm(Runtime& rt, bool parallel, std::int64_t m, std::int64_t n, std::int64_t k, double alpha, const double* a,
           std::int64_t a_rs, std::int64_t a_cs, const double* b, std::int64_t b_rs, std::int64_t b_cs, double beta,
           double* c, std::int64_t c_rs, std::int64_t c_cs);
+
+// Note [Worker scratch]
+// The pool's best fit is deterministic only when the order of its acquires
+// is. A GEMM run on a worker thread used to lease its packing buffers there,
+// so how many were out at once, and which cached block each took, followed
+// the scheduler: a warm training step could still take memory from the
+// system when two workers happened to overlap for the first time. Kernels
+// that run single-threaded GEMMs on the workers now lease every slot's
+// packing scratch up front, on the calling thread, and each task lends its
+// slot to the GEMMs it runs: the step's acquires are the same every time.
+
+// Bytes of packing scratch one single-threaded gemm of A [m, k] by B [k, n]
+// takes (whichever way round the layouts make it run); 0 for the products
+// that pack nothing. f16 and bf16 products pack in f32.
+std::size_t gemm_scratch_bytes(DType dtype, std::int64_t m, std::int64_t n, std::int64_t k);
+
+// `slots` regions of `bytes` each, 64-byte aligned, leased from rt's pool on
+// the calling thread. A Lend makes the single-threaded gemms of the thread
+// that holds it pack into one region (when it is large enough) instead of
+// leasing their own.
+class WorkerScratch {
+ public:
+  WorkerScratch() = default;
+  WorkerScratch(Runtime& rt, std::int64_t slots, std::size_t bytes);
+
+  class Lend {
+   public:
+    Lend(const Lend&) = delete;
+    Lend& operator=(const Lend&) = delete;
+    ~Lend();
+
+   private:
+    friend class WorkerScratch;
+    Lend(std::byte* data, std::size_t bytes) noexcept;
+    std::byte* saved_data_;
+    std::size_t saved_bytes_;
+  };
+  // Lends region `slot` to this thread's gemms until the Lend is destroyed;
+  // an empty WorkerScratch lends nothing.
+  Lend lend(std::int64_t slot) const noexcept;
+
+ private:
+  ScratchLease<std::byte> lease_;
+  std::size_t stride_ = 0;
+};
 
 // Below this many multiply-adds a product runs on one thread.
 inline constexpr std::int64_t kParallelGemmFlops = std::int64_t{1} << 21;
