@@ -21,6 +21,7 @@
 #include <cstring>
 #include <dlfcn.h>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -36,50 +37,38 @@ struct Options {
   int threads = 2;
 };
 
-// ---- forge: parameters are leaves, the forward is the functional ops ----
+// ---- forge: nn modules, layer for layer the libtorch model below ----
 
-struct ForgeModel {
-  std::vector<forge::Tensor> params;
-  bool cnn;
-
-  forge::Tensor param(forge::ExecContext& ctx, const forge::Shape& shape, std::int64_t fan_in) {
-    const double bound = 1.0 / std::sqrt(static_cast<double>(fan_in));
-    params.push_back(((ctx.rand(shape) * 2.0 - 1.0) * bound).detach().requires_grad_());
-    return params.back();
+std::shared_ptr<forge::nn::Sequential> forge_model(forge::ExecContext& ctx, const std::string& model) {
+  namespace nn = forge::nn;
+  auto net = std::make_shared<nn::Sequential>();
+  const auto add = [&](std::shared_ptr<nn::Module> m) { net->push_back(std::move(m)); };
+  if (model == "cnn") {
+    add(std::make_shared<nn::Conv2d>(ctx, 1, 32, 3, nn::Conv2dOptions{.padding = 1}));
+    add(std::make_shared<nn::ReLU>());
+    add(std::make_shared<nn::MaxPool2d>(2));
+    add(std::make_shared<nn::Conv2d>(ctx, 32, 64, 3, nn::Conv2dOptions{.padding = 1}));
+    add(std::make_shared<nn::ReLU>());
+    add(std::make_shared<nn::MaxPool2d>(2));
+    add(std::make_shared<nn::Flatten>());
+    add(std::make_shared<nn::Linear>(ctx, 3136, 128));
+    add(std::make_shared<nn::ReLU>());
+    add(std::make_shared<nn::Linear>(ctx, 128, 10));
+  } else {
+    add(std::make_shared<nn::Flatten>());
+    add(std::make_shared<nn::Linear>(ctx, 784, 512));
+    add(std::make_shared<nn::ReLU>());
+    add(std::make_shared<nn::Linear>(ctx, 512, 512));
+    add(std::make_shared<nn::ReLU>());
+    add(std::make_shared<nn::Linear>(ctx, 512, 10));
   }
-  ForgeModel(forge::ExecContext& ctx, bool is_cnn) : cnn(is_cnn) {
-    if (cnn) {
-      param(ctx, {32, 1, 3, 3}, 9), param(ctx, {32}, 9);
-      param(ctx, {64, 32, 3, 3}, 288), param(ctx, {64}, 288);
-      param(ctx, {128, 3136}, 3136), param(ctx, {128}, 3136);
-      param(ctx, {10, 128}, 128), param(ctx, {10}, 128);
-    } else {
-      param(ctx, {512, 784}, 784), param(ctx, {512}, 784);
-      param(ctx, {512, 512}, 512), param(ctx, {512}, 512);
-      param(ctx, {10, 512}, 512), param(ctx, {10}, 512);
-    }
-  }
-  forge::Tensor forward(const forge::Tensor& x) const {
-    if (!cnn) {
-      forge::Tensor h = forge::relu(forge::linear(x.flatten(1), params[0], params[1]));
-      h = forge::relu(forge::linear(h, params[2], params[3]));
-      return forge::linear(h, params[4], params[5]);
-    }
-    forge::Conv2dOptions pad1;
-    pad1.padding = {1, 1};
-    forge::Pool2dOptions pool;
-    pool.kernel = {2, 2};
-    forge::Tensor h = forge::max_pool2d(forge::relu(forge::conv2d(x, params[0], params[1], pad1)), pool);
-    h = forge::max_pool2d(forge::relu(forge::conv2d(h, params[2], params[3], pad1)), pool);
-    h = forge::relu(forge::linear(h.flatten(1), params[4], params[5]));
-    return forge::linear(h, params[6], params[7]);
-  }
-};
+  return net;
+}
 
 std::vector<double> run_forge(const Options& o, int steps) {
   forge::ExecContext ctx({.threads = o.threads, .seed = 0});
-  ForgeModel model(ctx, o.model == "cnn");
-  forge::optim::AdamW opt(model.params, {.lr = 1e-3, .weight_decay = 0.01});
+  const auto model = forge_model(ctx, o.model);
+  forge::optim::AdamW opt(model->parameters(), {.lr = 1e-3, .weight_decay = 0.01});
   const forge::Tensor x = ctx.randn({o.batch, 1, 28, 28});
   std::vector<std::int64_t> labels(static_cast<std::size_t>(o.batch));
   for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::int64_t>(i % 10);
@@ -89,7 +78,7 @@ std::vector<double> run_forge(const Options& o, int steps) {
     const auto t0 = std::chrono::steady_clock::now();
     {
       auto scope = ctx.open_exec_scope();
-      forge::cross_entropy(model.forward(x), y).backward();
+      forge::cross_entropy(model->forward(x), y).backward();
       opt.step();
       opt.zero_grad();
     }
