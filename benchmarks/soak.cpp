@@ -8,7 +8,8 @@
 // safetensors and loaded back into a second model and optimizer (the loads
 // map the files), so that files, mappings and state dicts churn too.
 //
-// After --warmup steps, the samples are fitted by least squares: the slopes
+// After --warmup steps (which should include the first checkpoint: its first
+// save and load size their buffers), the samples are fitted by least squares: the slopes
 // of RSS and of the pool's cached bytes, in KiB per 1,000 steps, are the
 // figures; the run also reports the range of each and the pool's system
 // allocations after the warm-up.
@@ -68,6 +69,9 @@ Flags parse(int argc, char** argv) {
     std::fprintf(stderr, "soak: need steps > warmup >= 0, batch > 0, sample-every > 0, model mlp|cnn\n");
     std::exit(2);
   }
+  if (f.checkpoint_every > 0 && f.warmup < f.checkpoint_every)
+    std::fprintf(stderr, "soak: the warm-up ends before the first checkpoint, whose first save and load "
+                         "allocate; expect them in the figures\n");
   return f;
 }
 
