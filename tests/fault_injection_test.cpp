@@ -319,7 +319,8 @@ Tally backward(int threads) {
   TEST_CASE("fault injection: every allocation failure of " area " is released and reported") { \
     for (int threads : {1, 2}) {                                            \
       const Tally t = fn(threads);                                          \
-      INFO(t.family << " with " << threads << " thread(s)");                \
+      INFO(t.family << " with " << threads << " thread(s): " << t.calls << " calls, " << t.failures \
+                    << " injected failures, " << t.allocations << " allocations");     \
       CHECK(t.failures > 0);                                                \
       CHECK(static_cast<std::uint64_t>(t.failures) == t.allocations);       \
     }                                                                       \
@@ -394,6 +395,18 @@ Tally optimizer(int threads, bool packed_grads) {
     tally.failures += walked.failures;
     tally.allocations += walked.clean_allocations;
   }
+  // Clipping first (its own call: it scales the gradients in place).
+  auto clip = [](ExecContext&, Step& s) {
+    forge::optim::clip_grad_norm_(s.params, 0.5);
+    Results grads;
+    for (const Tensor& p : s.params) grads.push_back(p.grad());
+    return grads;
+  };
+  const auto walked = walk(tally.family + " / clip_grad_norm_", threads, Fault::pool,
+                           step_setup(packed_grads, optimizers[0].second), clip);
+  ++tally.calls;
+  tally.failures += walked.failures;
+  tally.allocations += walked.clean_allocations;
   return tally;
 }
 
