@@ -103,7 +103,11 @@ Tally elementwise(int threads) {
        {"maximum", [](ExecContext&, Inputs& in) { return Results{forge::maximum(in[0], in[1])}; }},
        {"comparisons", [](ExecContext&, Inputs& in) {
           return Results{forge::lt(in[0], in[1]), forge::logical_and(forge::gt(in[0], 0.0), forge::le(in[2], 0.5))};
-        }}});
+        }},
+       // In place: a failure must come before the first write.
+       {"add_ of an i32 row", [](ExecContext&, Inputs& in) { return Results{in.t[0].add_(in[3])}; }},
+       {"copy_ of its own flip", [](ExecContext&, Inputs& in) { return Results{in.t[4].copy_(in[4].flip({1}))}; }},
+       {"mul_ by an f64 column", [](ExecContext&, Inputs& in) { return Results{in.t[0].mul_(in[2])}; }}});
 }
 
 Tally unary(int threads) {
