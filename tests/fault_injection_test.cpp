@@ -221,7 +221,7 @@ Tally linalg(int threads) {
 
 Tally nn_ops(int threads) {
   auto setup = [](ExecContext& ctx) {
-    return Inputs{{ctx.randn({64, 256}), ctx.randn({256}), ctx.randn({2, 4, 32, 16}), ctx.randn({4, 3, 24, 24}),
+    return Inputs{{ctx.randn({64, 256}), ctx.randn({256}), ctx.randn({2, 4, 32, 16}), ctx.randn({8, 3, 32, 32}),
                    ctx.randn({16, 3, 3, 3}), ctx.randn({16})}};
   };
   return walk_calls(
@@ -298,12 +298,12 @@ Model mlp(ExecContext& ctx) {
 
 Model cnn(ExecContext& ctx) {
   auto net = std::make_shared<nn::Sequential>(ctx);
-  net->push_back(std::make_shared<nn::Conv2d>(ctx, 3, 8, 3, nn::Conv2dOptions{.padding = 1}));
+  net->push_back(std::make_shared<nn::Conv2d>(ctx, 3, 16, 3, nn::Conv2dOptions{.padding = 1}));
   net->push_back(std::make_shared<nn::ReLU>());
   net->push_back(std::make_shared<nn::MaxPool2d>(2));
   net->push_back(std::make_shared<nn::Flatten>());
-  net->push_back(std::make_shared<nn::Linear>(ctx, 8 * 8 * 8, 10));
-  return {net, ctx.randn({8, 3, 16, 16}), (ctx.rand({8}) * 10).to(DType::i64)};
+  net->push_back(std::make_shared<nn::Linear>(ctx, 16 * 12 * 12, 10));
+  return {net, ctx.randn({16, 3, 24, 24}), (ctx.rand({16}) * 10).to(DType::i64)};
 }
 
 Tally backward(int threads) {
