@@ -215,7 +215,14 @@ Tally linalg(int threads) {
           return Results{forge::matmul(in[0].to(DType::f16), in[1].to(DType::f16)),
                          forge::matmul(in[2].to(DType::bf16), in[3].to(DType::bf16))};
         }},
-       {"linear", [](ExecContext&, Inputs& in) { return Results{forge::linear(in[0], in[1].t(), in[4])}; }},
+       {"matmul broadcast batch", [](ExecContext&, Inputs& in) {
+          return Results{forge::matmul(in[2].unsqueeze(0), in[3].narrow(0, 0, 1))};
+        }},
+       {"linear", [](ExecContext&, Inputs& in) {
+          const Tensor w = in[3].select(0, 0).t();  // [64, 48]
+          return Results{forge::linear(in[0], in[1].t(), in[4]), forge::linear(in[2], w),
+                         forge::linear(in[2].to(DType::bf16), w.to(DType::bf16))};
+        }},
        {"bmm, addmm, outer", [](ExecContext&, Inputs& in) {
           return Results{forge::bmm(in[2], in[3]), forge::addmm(in[4], in[0], in[1]), forge::outer(in[5], in[4])};
         }}});
