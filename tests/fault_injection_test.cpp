@@ -44,6 +44,11 @@ struct Tally {
   int calls = 0;                 // calls walked
   int failures = 0;              // injected failures, each released cleanly
   std::uint64_t allocations = 0; // system allocations of the never-failed runs
+  void add(const forge_test::Walked& w) {
+    ++calls;
+    failures += w.failures;
+    allocations += w.clean_allocations;
+  }
 };
 
 struct NamedCall {
@@ -55,12 +60,8 @@ struct NamedCall {
 Tally walk_calls(const std::string& family, int threads, const std::function<Inputs(ExecContext&)>& setup,
                  const std::vector<NamedCall>& calls) {
   Tally tally{family, threads};
-  for (const NamedCall& c : calls) {
-    const auto walked = walk(family + " / " + c.name, threads, Fault::pool, setup, c.call);
-    ++tally.calls;
-    tally.failures += walked.failures;
-    tally.allocations += walked.clean_allocations;
-  }
+  for (const NamedCall& c : calls)
+    tally.add(walk(family + " / " + c.name, threads, Fault::pool, setup, c.call));
   return tally;
 }
 
@@ -150,7 +151,9 @@ Tally reductions(int threads) {
 }
 
 Tally shape_ops(int threads) {
-  auto setup = [](ExecContext& ctx) { return Inputs{{ctx.randn({64, 96}), ctx.randn({64, 96}), ctx.randn({2, 3, 40, 40})}}; };
+  auto setup = [](ExecContext& ctx) {
+    return Inputs{{ctx.randn({64, 96}), ctx.randn({64, 96}), ctx.randn({2, 3, 40, 40})}};
+  };
   return walk_calls(
       "shape ops", threads, setup,
       {{"cat", [](ExecContext&, Inputs& in) { return Results{forge::cat({in[0], in[1].t().t()}, 1)}; }},
@@ -241,7 +244,8 @@ Tally nn_ops(int threads) {
        {"layer_norm, rms_norm", [](ExecContext&, Inputs& in) {
           return Results{forge::layer_norm(in[0], {256}, in[1], in[1]), forge::rms_norm(in[0].t().t(), {256}, in[1])};
         }},
-       {"gelu, dropout", [](ExecContext&, Inputs& in) { return Results{forge::gelu(in[0]), forge::dropout(in[0], 0.3)}; }},
+       {"gelu, dropout",
+        [](ExecContext&, Inputs& in) { return Results{forge::gelu(in[0]), forge::dropout(in[0], 0.3)}; }},
        {"attention", [](ExecContext&, Inputs& in) {
           return Results{forge::scaled_dot_product_attention(in[2], in[2], in[2]),
                          forge::scaled_dot_product_attention(in[2], in[2], in[2], Tensor(), true)};
@@ -264,7 +268,8 @@ Tally losses(int threads) {
       "losses", threads, setup,
       {{"cross_entropy", [](ExecContext&, Inputs& in) {
           return Results{forge::cross_entropy(in[0], in[1]),
-                         forge::cross_entropy(in[0], in[1], {.reduction = forge::Reduction::none, .label_smoothing = 0.1})};
+                         forge::cross_entropy(in[0], in[1],
+                                              {.reduction = forge::Reduction::none, .label_smoothing = 0.1})};
         }},
        {"nll_loss", [](ExecContext&, Inputs& in) {
           return Results{forge::nll_loss(forge::log_softmax(in[0], 1), in[1], forge::Reduction::sum)};
@@ -317,39 +322,54 @@ Model cnn(ExecContext& ctx) {
 
 Tally backward(int threads) {
   Tally tally{"backward", threads};
-  for (auto [name, setup] : {std::pair{"MLP", &mlp}, std::pair{"CNN", &cnn}}) {
-    const auto walked = walk(std::string("backward / ") + name, threads, Fault::pool, setup, train_step);
-    ++tally.calls;
-    tally.failures += walked.failures;
-    tally.allocations += walked.clean_allocations;
-  }
+  for (auto [name, setup] : {std::pair{"MLP", &mlp}, std::pair{"CNN", &cnn}})
+    tally.add(walk(std::string("backward / ") + name, threads, Fault::pool, setup, train_step));
   return tally;
 }
 
 }  // namespace
 
-#define FAMILY_TEST(fn, area)                                               \
-  TEST_CASE("fault injection: every allocation failure of " area " is released and reported") { \
-    for (int threads : {1, 2}) {                                            \
-      const Tally t = fn(threads);                                          \
-      INFO(t.family << " with " << threads << " thread(s): " << t.calls << " calls, " << t.failures \
-                    << " injected failures, " << t.allocations << " allocations");     \
-      CHECK(t.failures > 0);                                                \
-      CHECK(static_cast<std::uint64_t>(t.failures) == t.allocations);       \
-    }                                                                       \
-  }
+namespace {
 
-FAMILY_TEST(creation, "tensor creation")
-FAMILY_TEST(elementwise, "elementwise binary ops")
-FAMILY_TEST(unary, "unary ops")
-FAMILY_TEST(reductions, "reductions")
-FAMILY_TEST(shape_ops, "shape ops")
-FAMILY_TEST(views, "views and contiguous")
-FAMILY_TEST(indexing, "indexing")
-FAMILY_TEST(linalg, "linalg")
-FAMILY_TEST(nn_ops, "nn ops")
-FAMILY_TEST(losses, "losses")
-FAMILY_TEST(backward, "a backward pass")
+// Each family, with 1 and 2 threads, walked at least one failure and as many
+// as a clean run's system allocations.
+void require_walked(Tally (*family)(int)) {
+  for (int threads : {1, 2}) {
+    const Tally t = family(threads);
+    INFO(t.family << " with " << threads << " thread(s): " << t.calls << " calls, " << t.failures
+                  << " injected failures, " << t.allocations << " allocations");
+    CHECK(t.failures > 0);
+    CHECK(static_cast<std::uint64_t>(t.failures) == t.allocations);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("fault injection: every allocation failure of tensor creation is released and reported") {
+  require_walked(creation);
+}
+TEST_CASE("fault injection: every allocation failure of elementwise ops is released and reported") {
+  require_walked(elementwise);
+}
+TEST_CASE("fault injection: every allocation failure of unary ops is released and reported") { require_walked(unary); }
+TEST_CASE("fault injection: every allocation failure of reductions is released and reported") {
+  require_walked(reductions);
+}
+TEST_CASE("fault injection: every allocation failure of shape ops is released and reported") {
+  require_walked(shape_ops);
+}
+TEST_CASE("fault injection: every allocation failure of views and contiguous is released and reported") {
+  require_walked(views);
+}
+TEST_CASE("fault injection: every allocation failure of indexing is released and reported") {
+  require_walked(indexing);
+}
+TEST_CASE("fault injection: every allocation failure of linalg is released and reported") { require_walked(linalg); }
+TEST_CASE("fault injection: every allocation failure of nn ops is released and reported") { require_walked(nn_ops); }
+TEST_CASE("fault injection: every allocation failure of losses is released and reported") { require_walked(losses); }
+TEST_CASE("fault injection: every allocation failure of a backward pass is released and reported") {
+  require_walked(backward);
+}
 
 namespace {
 
@@ -397,17 +417,13 @@ Results optimizer_step(ExecContext&, Step& s) {
 Tally optimizer(int threads, bool packed_grads) {
   using Params = std::vector<Tensor>;
   const std::vector<std::pair<const char*, std::function<std::shared_ptr<optim::Optimizer>(Params)>>> optimizers = {
-      {"SGD momentum", [](Params p) { return std::make_shared<optim::SGD>(p, optim::SGDOptions{.lr = 0.1, .momentum = 0.9}); }},
+      {"SGD momentum",
+       [](Params p) { return std::make_shared<optim::SGD>(p, optim::SGDOptions{.lr = 0.1, .momentum = 0.9}); }},
       {"Adam", [](Params p) { return std::make_shared<optim::Adam>(p); }},
       {"AdamW", [](Params p) { return std::make_shared<optim::AdamW>(p); }}};
   Tally tally{packed_grads ? "optimizer step, packed grads" : "optimizer step, strided grads", threads};
-  for (const auto& [name, make] : optimizers) {
-    const auto walked = walk(tally.family + " / " + name, threads, Fault::pool, step_setup(packed_grads, make),
-                             optimizer_step);
-    ++tally.calls;
-    tally.failures += walked.failures;
-    tally.allocations += walked.clean_allocations;
-  }
+  for (const auto& [name, make] : optimizers)
+    tally.add(walk(tally.family + " / " + name, threads, Fault::pool, step_setup(packed_grads, make), optimizer_step));
   // Clipping first (its own call: it scales the gradients in place).
   auto clip = [](ExecContext&, Step& s) {
     forge::optim::clip_grad_norm_(s.params, 0.5);
@@ -415,11 +431,8 @@ Tally optimizer(int threads, bool packed_grads) {
     for (const Tensor& p : s.params) grads.push_back(p.grad());
     return grads;
   };
-  const auto walked = walk(tally.family + " / clip_grad_norm_", threads, Fault::pool,
-                           step_setup(packed_grads, optimizers[0].second), clip);
-  ++tally.calls;
-  tally.failures += walked.failures;
-  tally.allocations += walked.clean_allocations;
+  tally.add(walk(tally.family + " / clip_grad_norm_", threads, Fault::pool,
+                 step_setup(packed_grads, optimizers[0].second), clip));
   return tally;
 }
 
@@ -460,8 +473,9 @@ Tally safetensors_load(int threads) {
     return f;
   };
   auto load = [](ExecContext& ctx, File& f) { return values_of(forge::io::load_safetensors(ctx, f.file->path)); };
-  const auto walked = walk("safetensors load", threads, Fault::pool, setup, load);
-  return {"safetensors load", threads, 1, walked.failures, walked.clean_allocations};
+  Tally tally{"safetensors load", threads};
+  tally.add(walk("safetensors load", threads, Fault::pool, setup, load));
+  return tally;
 }
 
 // Rewrites `from` as `to` (of the same length) in the header of a file forge wrote.
@@ -491,11 +505,8 @@ Tally npy_load(int threads) {
       return f;
     };
     auto load = [](ExecContext& ctx, File& f) { return Results{forge::io::load_npy(ctx, f.file->path)}; };
-    const auto walked = walk("npy load / " + std::string(variant == 3 ? "fortran >f4" : forge::dtype_name(dtype)),
-                             threads, Fault::pool, setup, load);
-    ++tally.calls;
-    tally.failures += walked.failures;
-    tally.allocations += walked.clean_allocations;
+    tally.add(walk("npy load / " + std::string(variant == 3 ? "fortran >f4" : forge::dtype_name(dtype)), threads,
+                   Fault::pool, setup, load));
   }
   return tally;
 }
@@ -522,7 +533,8 @@ ArenaInputs arena_setup(ExecContext& ctx) {
 Tally arena_calls(int threads, Fault fault) {
   using Call = std::function<Results(ExecContext&, ArenaInputs&)>;
   const std::vector<std::pair<const char*, Call>> calls = {
-      {"masked_select", [](ExecContext&, ArenaInputs& s) { return Results{forge::masked_select(s.in[0], s.in[4], s.arena())}; }},
+      {"masked_select",
+       [](ExecContext&, ArenaInputs& s) { return Results{forge::masked_select(s.in[0], s.in[4], s.arena())}; }},
       {"nonzero", [](ExecContext&, ArenaInputs& s) { return Results{forge::nonzero(s.in[2], s.arena())}; }},
       {"rows_where", [](ExecContext&, ArenaInputs& s) {
          return Results{forge::rows_where(s.in[2], s.in[3], s.arena()).tensor()};
@@ -536,18 +548,16 @@ Tally arena_calls(int threads, Fault fault) {
          return Results{v.rows(), v.offsets()};
        }}};
   Tally tally{fault == Fault::pool ? "arena calls, pool" : "arena calls, arena growth", threads};
-  for (const auto& [name, call] : calls) {
-    const auto walked = walk(tally.family + " / " + name, threads, fault, arena_setup, call);
-    ++tally.calls;
-    tally.failures += walked.failures;
-    tally.allocations += walked.clean_allocations;
-  }
+  for (const auto& [name, call] : calls)
+    tally.add(walk(tally.family + " / " + name, threads, fault, arena_setup, call));
   return tally;
 }
 
 }  // namespace
 
-FAMILY_TEST(npy_load, "an npy load")
+TEST_CASE("fault injection: every allocation failure of an npy load is released and reported") {
+  require_walked(npy_load);
+}
 
 TEST_CASE("fault injection: an optimizer step with packed gradients takes no pool memory") {
   // Optimizer state lives outside the pool (allocated when the optimizer is
