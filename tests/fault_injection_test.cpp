@@ -553,7 +553,43 @@ Tally arena_calls(int threads, Fault fault) {
   return tally;
 }
 
+// ---- a data loader ----
+
+// A loader that has handed out batch 0; the walked call takes batch 1, which
+// a failed call must not skip.
+struct Loader {
+  Inputs data;
+  std::shared_ptr<forge::data::DataLoader> loader;
+  std::vector<Tensor> inputs() const { return data.t; }
+};
+
+Tally data_loader(int threads) {
+  Tally tally{"data loader", threads};
+  for (bool prefetch : {false, true}) {
+    auto setup = [prefetch](ExecContext& ctx) {
+      Loader s{{{(ctx.rand({64, 1, 8, 8}) * 255).to(DType::u8), (ctx.rand({64}) * 10).to(DType::i64)}}};
+      s.loader = std::make_shared<forge::data::DataLoader>(
+          ctx, s.data[0], s.data[1],
+          forge::data::DataLoaderOptions{.batch_size = 16, .seed = 3, .prefetch = prefetch,
+                                         .transform = [](const Tensor& x) { return x.to(DType::f32) / 255.0; }});
+      s.loader->begin_epoch(0);
+      s.loader->next();
+      return s;
+    };
+    auto next = [](ExecContext&, Loader& s) {
+      const forge::data::Batch b = s.loader->next().value();  // a skipped batch has other rows
+      return Results{b.input, b.target};
+    };
+    tally.add(walk(prefetch ? "data loader / prefetch" : "data loader", threads, Fault::pool, setup, next));
+  }
+  return tally;
+}
+
 }  // namespace
+
+TEST_CASE("fault injection: a DataLoader batch that fails to reach the caller is handed out by the next call") {
+  require_walked(data_loader);
+}
 
 TEST_CASE("fault injection: every allocation failure of an npy load is released and reported") {
   require_walked(npy_load);
@@ -601,7 +637,7 @@ TEST_CASE("fault injection: report of the failures walked per family", "[.report
   std::vector<std::function<Tally(int)>> families = {
       creation, elementwise, unary, reductions, shape_ops, views, indexing, linalg, nn_ops, losses, backward,
       [](int threads) { return optimizer(threads, true); }, [](int threads) { return optimizer(threads, false); },
-      safetensors_load, npy_load, [](int threads) { return arena_calls(threads, Fault::pool); },
+      safetensors_load, npy_load, data_loader, [](int threads) { return arena_calls(threads, Fault::pool); },
       [](int threads) { return arena_calls(threads, Fault::arena); }};
   std::printf("| family | threads | calls | injected failures | outcome |\n|---|---|---|---|---|\n");
   for (const auto& family : families) {
