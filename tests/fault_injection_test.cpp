@@ -65,8 +65,6 @@ Tally walk_calls(const std::string& family, int threads, const std::function<Inp
   return tally;
 }
 
-Inputs no_inputs(ExecContext&) { return {}; }
-
 Tally creation(int threads) {
   auto setup = [](ExecContext& ctx) { return Inputs{{ctx.randn({64, 48})}}; };
   return walk_calls(
