@@ -1,10 +1,11 @@
-// Fault injection (issue: reliability harness): every system allocation of
+// Fault injection (the reliability harness): every system allocation of
 // tensor creation, each op family, a backward pass, an optimizer step, file
-// loads and the arena calls is made to fail in turn (walk() in
-// fault_support.h), with 1 and 2 threads (2 runs the workers' scratch paths
-// of GEMM, conv2d and the reductions). Each failure must surface as
+// loads, a data loader and the arena calls is made to fail in turn (walk() in
+// fault_support.h), with 1 and 2 threads (2 runs the workers' scratch paths of
+// GEMM, conv2d and the reductions). Each failure must surface as
 // out_of_memory and leave the pool, the inputs and the next call as if it
-// never happened. "fault injection: report" (hidden) prints the figures.
+// never happened. The hidden [.report] case prints the figures per family:
+//   ./build/release/tests/forge_tests "[.report]"
 
 #include <catch2/catch.hpp>
 
