@@ -53,6 +53,9 @@ class Arena {
   ArenaDescription describe() const;
   ArenaStats stats() const;
 
+  // Test hook: the nth growth from now fails with out_of_memory (1 = the next); 0 turns it off.
+  void fail_growth_after(std::uint64_t n) noexcept;
+
  private:
   friend class ArenaCall;
   detail::ArenaCore* core_;

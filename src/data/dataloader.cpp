@@ -17,7 +17,9 @@
 // notifies; the worker takes it (busy_), gathers without the lock, then sets
 // ready_ and notifies. Only the worker touches ahead_ while a request is
 // pending or busy_; only the caller touches order_, which begin_epoch changes
-// after waiting for the worker to go idle.
+// after waiting for the worker to go idle. A batch whose copy or transform
+// throws goes back to ahead_ (after the worker is idle) with ready_ naming it,
+// so the next call hands it out again.
 
 #include "forge/data/dataloader.h"
 
@@ -183,7 +185,20 @@ std::optional<Batch> DataLoader::next() {
   } else {
     gather(batch, current_);
   }
-  return wrap(current_, batch);
+  try {
+    return wrap(current_, batch);
+  } catch (...) {
+    // The copy or the transform threw (out of memory, say): put the batch back
+    // so that the next call returns it again instead of skipping it.
+    cursor_ = batch;
+    if (worker_.joinable()) {
+      std::unique_lock<std::mutex> lock(mutex_);
+      wait_idle(lock);  // the request for batch + 1 is cancelled or done: ahead_ is ours
+      std::swap(current_, ahead_);
+      ready_ = batch;
+    }
+    throw;
+  }
 }
 
 Batch DataLoader::wrap(const Staging& staged, std::int64_t batch) {

@@ -121,6 +121,8 @@ class ArenaCore final : public RefCounted<ArenaCore>, public BufferOwner {
     system_frees_.fetch_add(1, std::memory_order_relaxed);
   }
 
+  void fail_after(std::uint64_t n) noexcept { fail_countdown_.store(n, std::memory_order_relaxed); }
+
   ArenaStats stats() const noexcept {
     ArenaStats s;
     s.capacity_bytes = current_ ? current_->bytes() : 0;
@@ -136,7 +138,7 @@ class ArenaCore final : public RefCounted<ArenaCore>, public BufferOwner {
   void grow(const char* op, std::size_t need) {
     std::size_t bytes = std::max(need, high_water_);
     if (call_bytes_ > 0 && current_) bytes = std::max(need, current_->bytes() * 2);  // mid-call: keep the old chunk
-    void* block = allocate_host_block(bytes);
+    void* block = should_fail() ? nullptr : allocate_host_block(bytes);
     FORGE_CHECK(block != nullptr, out_of_memory, op, "the arena cannot grow to ", bytes, " bytes");
     system_allocations_.fetch_add(1, std::memory_order_relaxed);
     Ref<ArenaChunk> chunk;
@@ -151,6 +153,14 @@ class ArenaCore final : public RefCounted<ArenaCore>, public BufferOwner {
     used_ = 0;
   }
 
+  bool should_fail() noexcept {  // the countdown of fail_growth_after, as the pool's
+    std::uint64_t n = fail_countdown_.load(std::memory_order_relaxed);
+    while (n > 0) {
+      if (fail_countdown_.compare_exchange_weak(n, n - 1, std::memory_order_relaxed)) return n == 1;
+    }
+    return false;
+  }
+
   Ref<Runtime> runtime_;
   std::atomic<std::uint64_t> generation_{0};
   std::atomic<bool> busy_{false};
@@ -162,6 +172,7 @@ class ArenaCore final : public RefCounted<ArenaCore>, public BufferOwner {
   std::uint64_t calls_ = 0;
   std::atomic<std::uint64_t> system_allocations_{0};
   std::atomic<std::uint64_t> system_frees_{0};
+  std::atomic<std::uint64_t> fail_countdown_{0};
 };
 
 void ArenaChunk::on_last_release() noexcept {
@@ -191,6 +202,10 @@ Arena& Arena::operator=(Arena&& other) noexcept {
 
 ArenaDescription Arena::describe() const { return {core_ ? core_->device() : Device::cpu()}; }
 ArenaStats Arena::stats() const { return core_ ? core_->stats() : ArenaStats{}; }
+
+void Arena::fail_growth_after(std::uint64_t n) noexcept {
+  if (core_) core_->fail_after(n);
+}
 
 ArenaCall::ArenaCall(const char* op, Arena* arena, std::initializer_list<std::reference_wrapper<const Tensor>> inputs)
     : op_(op), core_(nullptr) {

@@ -5,6 +5,7 @@
 #include "backend/cpu/optim_kernels.h"
 #include "forge/autograd.h"
 #include "forge/error.h"
+#include "optim/optimizer_internal.h"
 
 namespace forge::optim {
 
@@ -43,12 +44,12 @@ void Adam::set_lr(double lr) {
 
 void Adam::step() {
   autograd::NoGradGuard no_grad;
+  const std::vector<Tensor> grads = packed_grads(params());
   count_step();
   for (std::size_t i = 0; i < params().size(); ++i) {
     const Tensor& p = params()[i];
-    Tensor g = p.grad();
+    const Tensor& g = grads[i];
     if (!g.defined()) continue;
-    if (!g.is_contiguous() || g.dtype() != p.dtype()) g = g.contiguous().to(p.dtype());
     // Bias corrections use this parameter's own update count (as libtorch).
     const double t = static_cast<double>(count_update(i));
     const cpu::AdamStep s{options_.lr,

@@ -9,6 +9,7 @@
 #include "core/internal.h"
 #include "core/tensor_internal.h"
 #include "forge/autograd.h"
+#include "optim/optimizer_internal.h"
 
 namespace forge::optim {
 
@@ -75,6 +76,17 @@ void Optimizer::init_state(std::vector<std::string> slots) {
   for (std::size_t i = 0; i < params_.size(); ++i)
     for (std::size_t j = 0; j < slots_.size(); ++j)
       state_[i].push_back(owned_zeros(params_[i].runtime(), params_[i].shape(), params_[i].dtype(), name_.c_str()));
+}
+
+std::vector<Tensor> packed_grads(const std::vector<Tensor>& params) {
+  std::vector<Tensor> grads;
+  grads.reserve(params.size());
+  for (const Tensor& p : params) {
+    Tensor g = p.grad();
+    if (g.defined() && (!g.is_contiguous() || g.dtype() != p.dtype())) g = g.contiguous().to(p.dtype());
+    grads.push_back(std::move(g));
+  }
+  return grads;
 }
 
 std::size_t Optimizer::checked(std::size_t param) const {

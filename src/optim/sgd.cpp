@@ -3,6 +3,7 @@
 #include "backend/cpu/optim_kernels.h"
 #include "forge/autograd.h"
 #include "forge/error.h"
+#include "optim/optimizer_internal.h"
 
 namespace forge::optim {
 
@@ -38,13 +39,13 @@ const Tensor& SGD::momentum_buffer(std::size_t i) const {
 
 void SGD::step() {
   autograd::NoGradGuard no_grad;
+  const std::vector<Tensor> grads = packed_grads(params());
   count_step();
   const bool momentum = options_.momentum != 0;
   for (std::size_t i = 0; i < params().size(); ++i) {
     const Tensor& p = params()[i];
-    Tensor g = p.grad();
+    const Tensor& g = grads[i];
     if (!g.defined()) continue;
-    if (!g.is_contiguous() || g.dtype() != p.dtype()) g = g.contiguous().to(p.dtype());
     // The momentum buffer starts as the parameter's first (decayed) gradient.
     const bool first = count_update(i) == 1;
     const cpu::SgdStep s{options_.lr, options_.momentum, options_.dampening, options_.weight_decay,
