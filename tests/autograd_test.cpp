@@ -2,6 +2,7 @@
 // reduction, retain_graph, autograd::grad, NoGradGuard, detach, version
 // counters, in-place writes, teardown of long chains, and bad input.
 
+#include <cmath>
 #include <catch2/catch.hpp>
 
 #include <vector>
@@ -99,6 +100,44 @@ TEST_CASE("autograd: a saved tensor modified in place makes backward name the op
   }
   const std::string msg = FORGE_REQUIRE_ERROR(backward, "mul", y.backward());
   CHECK(msg.find("modified in place") != std::string::npos);
+}
+
+// Note [All-or-nothing .grad]: w1's gradient is computed before the pass
+// reaches the node that fails, and is dropped with the pass.
+TEST_CASE("autograd: a backward that fails part-way makes no new .grad and keeps accumulated ones") {
+  TestContext ctx;
+  Tensor w1 = ctx.from_vector<double>({1, 2}, {2}).requires_grad_();
+  Tensor w2 = ctx.from_vector<double>({3, 4}, {2}).requires_grad_();
+  const Tensor x = ctx.from_vector<double>({5, 6}, {2});
+  const std::int64_t baseline = ctx.pool().outstanding();
+  auto failing_loss = [&] {
+    Tensor h = w2.exp();                   // older: runs last in backward, and fails
+    Tensor loss = h.sum() + (w1 * x).sum();  // newer: reaches w1 first
+    autograd::NoGradGuard no_grad;
+    h.mul_(2.0);                           // exp saved its output
+    return loss;
+  };
+  SECTION("no .grad before: none after") {
+    FORGE_REQUIRE_ERROR(backward, "exp", failing_loss().backward());
+    CHECK_FALSE(w1.grad().defined());
+    CHECK_FALSE(w2.grad().defined());
+    CHECK(ctx.pool().outstanding() == baseline);
+  }
+  SECTION("an existing .grad keeps what reached it, as libtorch") {
+    (w1 * x).sum().backward();
+    CHECK(w1.grad().to_vector<double>() == std::vector<double>{5, 6});
+    FORGE_REQUIRE_ERROR(backward, "exp", failing_loss().backward());
+    CHECK(w1.grad().to_vector<double>() == std::vector<double>{10, 12});
+    CHECK_FALSE(w2.grad().defined());
+    w1.zero_grad();
+    CHECK(ctx.pool().outstanding() == baseline);
+  }
+  SECTION("the same graph shape succeeds and commits every gradient") {
+    Tensor loss = w2.exp().sum() + (w1 * x).sum();
+    loss.backward();
+    CHECK(w1.grad().to_vector<double>() == std::vector<double>{5, 6});
+    CHECK(w2.grad().to_vector<double>() == std::vector<double>{std::exp(3.0), std::exp(4.0)});
+  }
 }
 
 TEST_CASE("autograd: grad() returns gradients without touching .grad") {

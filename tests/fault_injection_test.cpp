@@ -287,8 +287,8 @@ struct Model {
     all.push_back(y);
     return all;
   }
-  // A failed backward leaves the contributions that reached leaves so far in
-  // their .grad (as libtorch); a step starts with zero_grad, which drops them.
+  // The .grad a successful backward made. A failed one makes none (Note
+  // [All-or-nothing .grad]): the walk checks the pool right after a failure.
   void reset() { net->zero_grad(); }
 };
 

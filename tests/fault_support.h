@@ -63,8 +63,8 @@ inline constexpr std::uint64_t kCallSeed = 20261130;
 inline constexpr int kMaxAttempts = 400;
 
 // setup(ctx) -> S, where S has `std::vector<Tensor> inputs()` (must not change
-// when a call fails) and may have `void reset()` (drops what a failed call
-// leaves behind by contract, such as the .grad a failed backward reached) and
+// when a call fails) and may have `void reset()` (drops what a successful
+// call leaves behind by contract, such as the .grad a backward made) and
 // `forge::Arena* arena()`. call(ctx, s) -> std::vector<Tensor>, the results.
 template <typename Setup, typename Call>
 Walked walk(const std::string& name, int threads, Fault fault, Setup&& setup, Call&& call) {
@@ -128,7 +128,7 @@ Walked walk(const std::string& name, int threads, Fault fault, Setup&& setup, Ca
     }
     ++walked.failures;
     if (fault == Fault::pool) REQUIRE(ctx.stats().failed_allocations == refused + 1);
-    reset(s);
+    // Nothing to reset: a failed call leaves nothing behind.
     REQUIRE(ctx.pool().outstanding() == outstanding);
     REQUIRE(ctx.pool().live_bytes() == live);
     REQUIRE(snapshots(s.inputs()) == inputs);

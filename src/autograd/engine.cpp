@@ -13,6 +13,18 @@
 //   .grad, and runs only the nodes that lead to one of them.
 // - The engine's scratch lives in the nodes (their pending gradient and
 //   count), reset on every exit path, so a failing VJP holds no buffer.
+//
+// Note [All-or-nothing .grad]
+// A leaf whose .grad is undefined when its first gradient arrives does not
+// get it yet: the engine keeps it (summing later contributions into it) and
+// hands every such gradient over only when the whole pass has succeeded, in
+// a commit that cannot fail (any copy is made before the first hand-over).
+// So a backward that throws, an allocation failure included, leaves no new
+// .grad behind and the pool where it was. This costs nothing: the kept
+// gradient is the buffer that becomes the .grad. A leaf that already has a
+// .grad is accumulated into in place as its gradients arrive (keeping them
+// until the end would cost a gradient-sized buffer per parameter); a pass
+// that fails part-way leaves the sums that reached them, as libtorch does.
 
 #include <algorithm>
 #include <atomic>
@@ -51,15 +63,11 @@ void accumulate_into(Tensor& into, Tensor g) {
   }
 }
 
-void accumulate(TensorImpl& leaf, Tensor g) {
-  detail::AutogradMeta& meta = detail::AutogradAccess::ensure_meta(leaf);
-  if (!meta.grad.defined()) {
-    meta.grad = sole_owner(g) ? std::move(g) : g.clone();
-  } else {
-    FORGE_CHECK(meta.grad.shape() == g.shape(), shape, "backward", "the leaf's .grad has shape ", meta.grad.shape(),
-                " but the new gradient has shape ", g.shape());
-    add_into(meta.grad, meta.grad, g);
-  }
+// Adds g into a leaf's existing .grad, in place.
+void accumulate(detail::AutogradMeta& meta, const Tensor& g) {
+  FORGE_CHECK(meta.grad.shape() == g.shape(), shape, "backward", "the leaf's .grad has shape ", meta.grad.shape(),
+              " but the new gradient has shape ", g.shape());
+  add_into(meta.grad, meta.grad, g);
 }
 
 // The inputs autograd::grad() asks about: a leaf's impl or a non-leaf's node.
@@ -84,6 +92,8 @@ class Engine {
       n->grad_ = Tensor();
       n->pending_ = 0;
     }
+    // Left only when the pass failed: the kept gradients are dropped.
+    for (auto& [leaf, g] : fresh_) detail::AutogradAccess::meta(*leaf)->fresh_epoch = 0;
   }
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -98,12 +108,8 @@ class Engine {
     std::push_heap(ready_.begin(), ready_.end(), newer_last);
   }
   static bool newer_last(const Node* a, const Node* b) noexcept { return a->sequence_nr_ < b->sequence_nr_; }
-  void to_leaf(TensorImpl* leaf, Tensor g) {
-    if (capture_)
-      capture_->add(leaf, g);
-    else
-      accumulate(*leaf, std::move(g));
-  }
+  void to_leaf(TensorImpl* leaf, Tensor g);
+  void commit_fresh_grads();
 
   bool retain_graph_;
   Capture* capture_;
@@ -111,7 +117,40 @@ class Engine {
   std::vector<Node*> visited_;
   std::vector<Node*> ready_;
   std::vector<Tensor> grads_;
+  // First gradients of leaves without a .grad, handed over at the end.
+  std::vector<std::pair<Ref<TensorImpl>, Tensor>> fresh_;
 };
+
+void Engine::to_leaf(TensorImpl* leaf, Tensor g) {
+  if (capture_) {
+    capture_->add(leaf, g);
+    return;
+  }
+  detail::AutogradMeta& meta = detail::AutogradAccess::ensure_meta(*leaf);
+  if (meta.grad.defined()) {
+    accumulate(meta, g);
+  } else if (meta.fresh_epoch == epoch_) {
+    accumulate_into(fresh_[meta.fresh_slot].second, std::move(g));
+  } else {
+    fresh_.reserve(fresh_.size() + 1);  // may throw: before the leaf is marked
+    meta.fresh_epoch = epoch_;
+    meta.fresh_slot = fresh_.size();
+    fresh_.emplace_back(Ref<TensorImpl>::share(leaf), std::move(g));
+  }
+}
+
+// Note [All-or-nothing .grad]: first every copy (the only step that can
+// fail), then the hand-over, which cannot.
+void Engine::commit_fresh_grads() {
+  for (auto& [leaf, g] : fresh_)
+    if (!sole_owner(g)) g = g.clone();
+  for (auto& [leaf, g] : fresh_) {
+    detail::AutogradMeta& meta = *detail::AutogradAccess::meta(*leaf);
+    meta.grad = std::move(g);
+    meta.fresh_epoch = 0;
+  }
+  fresh_.clear();
+}
 
 // Counts, for every node reachable from root, the edges that feed it, and
 // (for grad()) whether it leads to a captured input. Iterative post-order.
@@ -192,6 +231,7 @@ void Engine::run(const std::vector<Tensor>& outputs, const std::vector<Tensor>& 
     ready_.pop_back();
     run_node(n);
   }
+  commit_fresh_grads();
 }
 
 // Note [Saved tensor versions]

@@ -1,4 +1,7 @@
 #pragma once
+
+#include <cstddef>
+#include <cstdint>
 // What a TensorImpl keeps for autograd: its requires_grad flag and the node
 // that recorded it (a reference held in the impl itself: recording an op
 // allocates no metadata), and, made on first use, the gradient backward
@@ -13,6 +16,10 @@ namespace forge::detail {
 
 struct AutogradMeta {
   Tensor grad;
+  // The backward pass (engine epoch) holding a not yet committed first
+  // gradient for this leaf, and its slot there (Note [All-or-nothing .grad]).
+  std::uint64_t fresh_epoch = 0;
+  std::size_t fresh_slot = 0;
 };
 
 struct AutogradAccess {
