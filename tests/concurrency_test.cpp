@@ -107,7 +107,7 @@ std::vector<std::uint32_t> bits_of(const std::vector<float>& values) {
 
 enum class Model { mlp, cnn };
 constexpr std::uint64_t kTrainSeed = 20261130;
-constexpr int kTrainSteps = 12;
+constexpr int kTrainSteps = 10;
 
 struct TrainRun {
   std::vector<float> losses;
@@ -120,16 +120,18 @@ struct TrainRun {
 std::shared_ptr<nn::Module> build(ExecContext& ctx, Model model) {
   if (model == Model::mlp)
     return std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
-        std::make_shared<nn::Linear>(ctx, 16, 32), std::make_shared<nn::ReLU>(),
-        std::make_shared<nn::LayerNorm>(ctx, 32), std::make_shared<nn::Linear>(ctx, 32, 4)});
+        std::make_shared<nn::Linear>(ctx, 64, 512), std::make_shared<nn::ReLU>(),
+        std::make_shared<nn::LayerNorm>(ctx, 512), std::make_shared<nn::Linear>(ctx, 512, 4)});
   return std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
-      std::make_shared<nn::Conv2d>(ctx, 1, 4, 3, nn::Conv2dOptions{.padding = 1}), std::make_shared<nn::ReLU>(),
+      std::make_shared<nn::Conv2d>(ctx, 1, 8, 3, nn::Conv2dOptions{.padding = 1}), std::make_shared<nn::ReLU>(),
       std::make_shared<nn::MaxPool2d>(2), std::make_shared<nn::Flatten>(),
-      std::make_shared<nn::Linear>(ctx, 4 * 6 * 6, 10)});
+      std::make_shared<nn::Linear>(ctx, 8 * 8 * 8, 10)});
 }
 
 // Builds a context with `threads` threads and trains `model` for
-// kTrainSteps Adam steps, one exec scope per step; everything comes from the
+// kTrainSteps Adam steps, one exec scope per step (the layers are large
+// enough that a 2-thread context runs its GEMMs and elementwise kernels on
+// both threads); everything comes from the
 // context's seeded generator, so two runs of one configuration may compare bits.
 TrainRun train(Model model, int threads) {
   TrainRun run;
@@ -138,10 +140,10 @@ TrainRun train(Model model, int threads) {
     auto net = build(ctx, model);
     optim::Adam adam(net->parameters(), {.lr = 1e-2});
     // Free creation functions find this thread's context, whatever the others do.
-    const Tensor x = model == Model::mlp ? forge::randn({24, 16}) : forge::randn({8, 1, 12, 12});
-    std::vector<std::int64_t> labels(8);
+    const Tensor x = model == Model::mlp ? forge::randn({128, 64}) : forge::randn({32, 1, 16, 16});
+    std::vector<std::int64_t> labels(32);
     for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::int64_t>(i * 3 % 10);
-    const Tensor y = model == Model::mlp ? ctx.randn({24, 4}) : ctx.from_vector(labels);
+    const Tensor y = model == Model::mlp ? ctx.randn({128, 4}) : ctx.from_vector(labels);
     const std::int64_t baseline = ctx.pool().outstanding();
     for (int step = 0; step < kTrainSteps; ++step) {
       {
@@ -242,7 +244,7 @@ TEST_CASE("concurrency: tensors, views, saved values and grads released on anoth
           "[concurrent]") {
   TestContext ctx;
   const PoolStats before = ctx.stats();
-  constexpr int kParcels = 400;
+  constexpr int kParcels = 1000;
   Handoff<Parcel> queue;
   std::atomic<int> wrong{0}, received{0};
   std::thread consumer([&] {
@@ -274,17 +276,23 @@ TEST_CASE("concurrency: tensors, views, saved values and grads released on anoth
 
 TEST_CASE("concurrency: a context destroyed while another thread holds its tensors and buffers", "[concurrent]") {
   // Each round: a thread builds a context, hands tensors and bare buffers
-  // away, and destroys the context; the receiver checks and releases them
-  // later, the last release deleting the runtime and the orphaned pool core.
+  // away, and destroys the context, before or while the receiver checks
+  // them; the receiver releases them later, the last release deleting the
+  // runtime and the orphaned pool core.
   constexpr int kRounds = 200;
   Handoff<Parcel> queue;
   std::atomic<int> wrong{0}, outstanding_mismatch{0};
   std::thread producer([&] {
     for (int i = 0; i < kRounds; ++i) {
-      ExecContext ctx({.threads = 1 + i % 2, .max_cached_bytes = i % 3 == 0 ? 0 : std::size_t{1} << 20});
-      Parcel p = make_parcel(ctx, i);
-      { auto dropped_here = ctx.ones({4096}); }  // something cached when the context dies
-      queue.push(std::move(p));
+      std::optional<Parcel> after_death;
+      {
+        ExecContext ctx({.threads = 1 + i % 2, .max_cached_bytes = i % 3 == 0 ? 0 : std::size_t{1} << 20});
+        Parcel p = make_parcel(ctx, i);
+        { auto dropped_here = ctx.ones({4096}); }  // something cached when the context dies
+        if (i % 2 == 0) queue.push(std::move(p));  // the context dies while the receiver may hold them
+        else after_death = std::move(p);
+      }
+      if (after_death) queue.push(std::move(*after_death));
     }
     queue.close();
   });
