@@ -211,9 +211,9 @@ std::optional<Shape> infer(const Shape& requested, i64 numel) {
       infer_at = d;
     } else if (shape[d] < 0) {
       return std::nullopt;
-    } else {
+    } else if (!known_overflow) {
       known *= shape[d];
-      if (known > std::numeric_limits<i64>::max()) known_overflow = true;  // forge refuses at the overflow
+      known_overflow = known > std::numeric_limits<i64>::max();  // forge refuses at the overflow
     }
   }
   if (known_overflow) return std::nullopt;
