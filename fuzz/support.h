@@ -20,7 +20,7 @@ namespace forge_fuzz {
 // made on first use and kept: libFuzzer calls a body millions of times.
 inline forge::ExecContext& context() {
   if (forge::ExecContext* current = forge::ExecContext::current()) return *current;
-  static forge::ExecContext fallback(forge::ExecContextOptions{.threads = 1});
+  static forge::ExecContext fallback(forge::ExecContextOptions{.threads = 1, .max_cached_bytes = std::size_t{64} << 20});
   return fallback;
 }
 
