@@ -197,13 +197,19 @@ Tensor load_idx(ExecContext& ctx, const std::string& path) {
   unsigned char raw_dims[4 * kMaxRank];
   src.read_exact(raw_dims, 4 * static_cast<std::uint64_t>(ndims), "header dims");
   Shape shape;
-  std::uint64_t count = 1;
+  // span counts a zero extent as one: a shape with a zero still needs the
+  // product of its other extents to fit (as every forge shape does).
+  std::uint64_t count = 1, span = 1;
   bool overflow = false;
   for (int d = 0; d < ndims; ++d) {
     const std::uint32_t extent = big_endian_u32(raw_dims + 4 * d);
     shape.push_back(extent);
-    overflow = overflow || (extent != 0 && count > kMaxBytes / 8 / extent);
-    if (!overflow) count *= extent;
+    const std::uint64_t factor = std::max<std::uint32_t>(extent, 1);
+    overflow = overflow || span > kMaxBytes / 8 / factor;
+    if (!overflow) {
+      span *= factor;
+      count *= extent;
+    }
   }
   FORGE_CHECK(!overflow, io, kOp, path, ": dims ", shape, " hold more elements than any file can");
 

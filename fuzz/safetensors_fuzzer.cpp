@@ -1,0 +1,7 @@
+// libFuzzer entry for fuzz_safetensors (fuzz/safetensors_target.cpp).
+
+#include "targets.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  return forge_fuzz::fuzz_safetensors(data, size);
+}
