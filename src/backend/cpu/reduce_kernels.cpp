@@ -97,8 +97,8 @@ struct ExtremeR {
   static constexpr bool kVec = is_float_v<V>;
   template <typename X> static X vmap(X v) { return v; }
   template <typename X> static X vcombine(X a, X b) {
-    if constexpr (kMax) return (a > b) | (a != a) ? a : b;
-    else return (a < b) | (a != a) ? a : b;
+    if constexpr (kMax) return ((a > b) | (a != a)) ? a : b;
+    else return ((a < b) | (a != a)) ? a : b;
   }
   Acc identity() const {
     if constexpr (is_float_v<V>) return kMax ? -std::numeric_limits<V>::infinity() : std::numeric_limits<V>::infinity();
