@@ -30,6 +30,7 @@
 #include "support.h"
 
 using namespace forge;
+using forge_test::numbered_dataset;
 using forge_test::TestContext;
 
 namespace {
@@ -554,17 +555,6 @@ TEST_CASE("concurrency: arena calls from two threads without pacing never share 
 
 namespace {
 
-// Inputs [n, width] whose row i holds i, and targets i.
-std::pair<Tensor, Tensor> numbered(ExecContext& ctx, std::int64_t n, std::int64_t width) {
-  std::vector<float> rows;
-  std::vector<std::int64_t> ids;
-  for (std::int64_t i = 0; i < n; ++i) {
-    for (std::int64_t j = 0; j < width; ++j) rows.push_back(static_cast<float>(i));
-    ids.push_back(i);
-  }
-  return {ctx.from_vector(rows, {n, width}), ctx.from_vector(ids, {n})};
-}
-
 // Whether a batch's rows are the samples its targets name, after the transform (x2).
 bool batch_consistent(const data::Batch& b, std::int64_t width) {
   const auto ids = b.target.to_vector<std::int64_t>();
@@ -588,7 +578,7 @@ TEST_CASE("concurrency: DataLoader prefetch over many epochs and loaders destroy
   run_threads(kThreads, [&](int me) {
     ExecContext ctx({.threads = 1 + me % 2});
     {
-      const auto [inputs, targets] = numbered(ctx, kSamples, kWidth);
+      const auto [inputs, targets] = numbered_dataset(ctx, kSamples, kWidth);
       const auto twice = [](const Tensor& x) { return x * 2.0; };
       data::DataLoader loader(ctx, inputs, targets,
                               {.batch_size = kBatch, .seed = static_cast<std::uint64_t>(me), .transform = twice});

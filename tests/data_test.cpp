@@ -26,6 +26,8 @@ using forge::Tensor;
 using forge::data::Batch;
 using forge::data::DataLoader;
 using forge::data::DataLoaderOptions;
+using forge_test::NumberedDataset;
+using forge_test::numbered_dataset;
 using forge_test::TestContext;
 using Bytes = std::vector<std::uint8_t>;
 
@@ -96,20 +98,6 @@ void write_gzip(const std::string& path, const Bytes& bytes) {
 Bytes read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return Bytes(std::istreambuf_iterator<char>(in), {});
-}
-
-// A dataset whose row i is filled with i (so a batch names its samples) and targets i.
-struct Numbered {
-  Tensor inputs, targets;
-};
-Numbered numbered(TestContext& ctx, std::int64_t n, std::int64_t width = 3) {
-  std::vector<float> rows;
-  std::vector<std::int64_t> ids;
-  for (std::int64_t i = 0; i < n; ++i) {
-    for (std::int64_t j = 0; j < width; ++j) rows.push_back(static_cast<float>(i));
-    ids.push_back(i);
-  }
-  return {ctx.from_vector(rows, {n, width}), ctx.from_vector(ids, {n})};
 }
 
 // The target ids of every batch of one epoch, batch by batch.
@@ -285,7 +273,7 @@ TEST_CASE("data: damaged gzip IDX files are refused with an io error", "[data]")
 
 TEST_CASE("data: DataLoader batch shapes, size and drop_last", "[data]") {
   TestContext ctx;
-  const Numbered d = numbered(ctx, 10, 3);
+  const NumberedDataset d = numbered_dataset(ctx, 10, 3);
   for (bool drop_last : {false, true}) {
     INFO("drop_last " << drop_last);
     DataLoader loader(ctx, d.inputs.reshape({10, 1, 3}), d.targets,
@@ -315,7 +303,7 @@ TEST_CASE("data: DataLoader batch shapes, size and drop_last", "[data]") {
 
 TEST_CASE("data: DataLoader visits every sample exactly once per epoch", "[data]") {
   TestContext ctx;
-  const Numbered d = numbered(ctx, 103, 2);
+  const NumberedDataset d = numbered_dataset(ctx, 103, 2);
   DataLoader loader(ctx, d.inputs, d.targets, {.batch_size = 8, .seed = 5});
   for (std::int64_t epoch = 0; epoch < 3; ++epoch) {
     std::multiset<std::int64_t> seen;
@@ -336,7 +324,7 @@ TEST_CASE("data: DataLoader visits every sample exactly once per epoch", "[data]
 
 TEST_CASE("data: DataLoader shuffles reproducibly by seed and differently per epoch", "[data]") {
   TestContext ctx;
-  const Numbered d = numbered(ctx, 64, 1);
+  const NumberedDataset d = numbered_dataset(ctx, 64, 1);
   DataLoader a(ctx, d.inputs, d.targets, {.batch_size = 16, .seed = 42});
   DataLoader b(ctx, d.inputs, d.targets, {.batch_size = 16, .seed = 42});
   DataLoader other_seed(ctx, d.inputs, d.targets, {.batch_size = 16, .seed = 43});
@@ -360,7 +348,7 @@ TEST_CASE("data: DataLoader shuffles reproducibly by seed and differently per ep
 
 TEST_CASE("data: DataLoader prefetch on and off give identical batches", "[data]") {
   TestContext ctx;
-  const Numbered d = numbered(ctx, 77, 5);
+  const NumberedDataset d = numbered_dataset(ctx, 77, 5);
   auto all_batches = [&](bool prefetch) {
     DataLoader loader(
         ctx, d.inputs, d.targets,
@@ -384,7 +372,7 @@ TEST_CASE("data: DataLoader prefetch on and off give identical batches", "[data]
 
 TEST_CASE("data: DataLoader epochs can be abandoned, restarted and run without targets", "[data]") {
   TestContext ctx;
-  const Numbered d = numbered(ctx, 30, 2);
+  const NumberedDataset d = numbered_dataset(ctx, 30, 2);
   {
     DataLoader loader(ctx, d.inputs, d.targets, {.batch_size = 4, .seed = 9});
     FORGE_REQUIRE_ERROR(invalid_argument, "DataLoader", (void)loader.next());
@@ -415,7 +403,7 @@ TEST_CASE("data: DataLoader epochs can be abandoned, restarted and run without t
 
 TEST_CASE("data: DataLoader refuses bad datasets and options", "[data]") {
   TestContext ctx;
-  const Numbered d = numbered(ctx, 10, 2);
+  const NumberedDataset d = numbered_dataset(ctx, 10, 2);
   FORGE_REQUIRE_ERROR(invalid_argument, "DataLoader",
                       DataLoader(ctx, d.inputs, d.targets, {.batch_size = 0}));
   FORGE_REQUIRE_ERROR(invalid_argument, "DataLoader", DataLoader(ctx, Tensor(), d.targets));

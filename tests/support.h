@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "forge/forge.h"
 
@@ -56,6 +57,21 @@ class EnvGuard {
   const char* name_;
   std::optional<std::string> old_;
 };
+
+// A dataset whose row i (of `width` values) is filled with i and whose
+// target i is i, so that a batch names the samples it holds.
+struct NumberedDataset {
+  forge::Tensor inputs, targets;
+};
+inline NumberedDataset numbered_dataset(forge::ExecContext& ctx, std::int64_t n, std::int64_t width) {
+  std::vector<float> rows;
+  std::vector<std::int64_t> ids;
+  for (std::int64_t i = 0; i < n; ++i) {
+    for (std::int64_t j = 0; j < width; ++j) rows.push_back(static_cast<float>(i));
+    ids.push_back(i);
+  }
+  return {ctx.from_vector(rows, {n, width}), ctx.from_vector(ids, {n})};
+}
 
 // Runs fn, requires it to throw forge::Error with `code` and a message that
 // starts with "[op]"; returns the message.

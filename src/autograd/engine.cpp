@@ -132,7 +132,8 @@ void Engine::to_leaf(TensorImpl* leaf, Tensor g) {
   } else if (meta.fresh_epoch == epoch_) {
     accumulate_into(fresh_[meta.fresh_slot].second, std::move(g));
   } else {
-    fresh_.reserve(fresh_.size() + 1);  // may throw: before the leaf is marked
+    // Room first (may throw: before the leaf is marked), growing geometrically.
+    if (fresh_.size() == fresh_.capacity()) fresh_.reserve(2 * fresh_.size() + 8);
     meta.fresh_epoch = epoch_;
     meta.fresh_slot = fresh_.size();
     fresh_.emplace_back(Ref<TensorImpl>::share(leaf), std::move(g));
