@@ -1,5 +1,6 @@
 // Dispatch cost: a chain of 1,000 adds on 64-element f32 tensors, in ns per op
-// (validation, pool allocation, the kernel, releasing the previous value).
+// (validation, pool allocation, the kernel, releasing the previous value),
+// with and without an exec scope; and 1,000 small randn calls.
 //
 //   build/release/benchmarks/dispatch_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 
@@ -56,6 +57,17 @@ void BM_AddInto64(benchmark::State& state) {
   report_ns_per_op(state);
 }
 BENCHMARK(BM_AddInto64);
+
+// randn of 64 elements, 1,000 times: what leasing the RNG per call costs
+// beside the draw itself (Note [One driving thread]).
+void BM_Randn64(benchmark::State& state) {
+  forge::ExecContext ctx({.threads = 2});
+  for (auto _ : state) {
+    for (int i = 0; i < kChain; ++i) benchmark::DoNotOptimize(ctx.randn({64}).buffer()->data());
+  }
+  report_ns_per_op(state);
+}
+BENCHMARK(BM_Randn64);
 
 }  // namespace
 

@@ -36,7 +36,7 @@ namespace optim = forge::optim;
 
 namespace {
 
-using Results = std::vector<Tensor>;
+using forge_test::Results;
 
 // What walking one family found.
 struct Tally {
@@ -44,12 +44,16 @@ struct Tally {
   int threads = 0;
   int calls = 0;                 // calls walked
   int failures = 0;              // injected failures, each released cleanly
+  int absorbed = 0;              // injected nothrow failures the call did without
   std::uint64_t allocations = 0; // system allocations of the never-failed runs
   void add(const forge_test::Walked& w) {
     ++calls;
     failures += w.failures;
+    absorbed += w.absorbed;
     allocations += w.clean_allocations;
   }
+  // Every allocation of a clean run was walked.
+  bool complete() const { return static_cast<std::uint64_t>(failures + absorbed) == allocations; }
 };
 
 struct NamedCall {
@@ -58,18 +62,17 @@ struct NamedCall {
 };
 
 // Walks each call over inputs made by `setup`, summing into one tally.
-Tally walk_calls(const std::string& family, int threads, const std::function<Inputs(ExecContext&)>& setup,
+Tally walk_calls(const std::string& family, int threads, Fault fault, const std::function<Inputs(ExecContext&)>& setup,
                  const std::vector<NamedCall>& calls) {
   Tally tally{family, threads};
-  for (const NamedCall& c : calls)
-    tally.add(walk(family + " / " + c.name, threads, Fault::pool, setup, c.call));
+  for (const NamedCall& c : calls) tally.add(walk(family + " / " + c.name, threads, fault, setup, c.call));
   return tally;
 }
 
-Tally creation(int threads) {
+Tally creation(int threads, Fault fault) {
   auto setup = [](ExecContext& ctx) { return Inputs{{ctx.randn({64, 48})}}; };
   return walk_calls(
-      "creation", threads, setup,
+      "creation", threads, fault, setup,
       {{"empty + fill_", [](ExecContext& ctx, Inputs&) { return Results{ctx.empty({64, 48}).fill_(3)}; }},
        {"zeros", [](ExecContext& ctx, Inputs&) { return Results{ctx.zeros({64, 48}, DType::f64)}; }},
        {"ones", [](ExecContext& ctx, Inputs&) { return Results{ctx.ones({300}, DType::bf16)}; }},
@@ -90,13 +93,13 @@ Tally creation(int threads) {
         }}});
 }
 
-Tally elementwise(int threads) {
+Tally elementwise(int threads, Fault fault) {
   auto setup = [](ExecContext& ctx) {
     return Inputs{{ctx.randn({256, 256}), ctx.randn({256}), ctx.randn({256, 1}, DType::f64),
                    ctx.arange(0, 256, 1, DType::i32), ctx.rand({256, 256}) + 0.5}};
   };
   return walk_calls(
-      "elementwise binary", threads, setup,
+      "elementwise binary", threads, fault, setup,
       {{"add, broadcast row", [](ExecContext&, Inputs& in) { return Results{forge::add(in[0], in[1])}; }},
        {"mul, f32 x f64 column", [](ExecContext&, Inputs& in) { return Results{forge::mul(in[0], in[2])}; }},
        {"sub, f32 x i32", [](ExecContext&, Inputs& in) { return Results{forge::sub(in[0], in[3])}; }},
@@ -112,12 +115,12 @@ Tally elementwise(int threads) {
        {"mul_ by an f64 column", [](ExecContext&, Inputs& in) { return Results{in.t[0].mul_(in[2])}; }}});
 }
 
-Tally unary(int threads) {
+Tally unary(int threads, Fault fault) {
   auto setup = [](ExecContext& ctx) {
     return Inputs{{ctx.randn({256, 256}), ctx.arange(-500, 500, 1, DType::i32), ctx.randn({256, 256}, DType::bf16)}};
   };
   return walk_calls(
-      "unary", threads, setup,
+      "unary", threads, fault, setup,
       {{"exp, tanh, sigmoid",
         [](ExecContext&, Inputs& in) {
           return Results{forge::exp(in[0]), forge::tanh(in[0]), forge::sigmoid(in[0].t())};
@@ -132,10 +135,10 @@ Tally unary(int threads) {
         }}});
 }
 
-Tally reductions(int threads) {
+Tally reductions(int threads, Fault fault) {
   auto setup = [](ExecContext& ctx) { return Inputs{{ctx.randn({256, 256}), ctx.randn({4096, 16})}}; };
   return walk_calls(
-      "reductions", threads, setup,
+      "reductions", threads, fault, setup,
       {{"sum", [](ExecContext&, Inputs& in) { return Results{forge::sum(in[0]), forge::sum(in[1], {0})}; }},
        {"mean", [](ExecContext&, Inputs& in) { return Results{forge::mean(in[0], {1}), forge::mean(in[0].t(), {1})}; }},
        {"amax, amin", [](ExecContext&, Inputs& in) { return Results{forge::amax(in[1], {0}), forge::amin(in[0])}; }},
@@ -149,12 +152,12 @@ Tally reductions(int threads) {
         }}});
 }
 
-Tally shape_ops(int threads) {
+Tally shape_ops(int threads, Fault fault) {
   auto setup = [](ExecContext& ctx) {
     return Inputs{{ctx.randn({64, 96}), ctx.randn({64, 96}), ctx.randn({2, 3, 40, 40})}};
   };
   return walk_calls(
-      "shape ops", threads, setup,
+      "shape ops", threads, fault, setup,
       {{"cat", [](ExecContext&, Inputs& in) { return Results{forge::cat({in[0], in[1].t().t()}, 1)}; }},
        {"stack", [](ExecContext&, Inputs& in) { return Results{forge::stack({in[0], in[1], in[0]}, 1)}; }},
        {"split (views)", [](ExecContext&, Inputs& in) { return forge::split(in[0], 10, 1); }},
@@ -165,10 +168,10 @@ Tally shape_ops(int threads) {
         }}});
 }
 
-Tally views(int threads) {
+Tally views(int threads, Fault fault) {
   auto setup = [](ExecContext& ctx) { return Inputs{{ctx.randn({64, 96}), ctx.randn({4, 8, 16, 6})}}; };
   return walk_calls(
-      "views + contiguous", threads, setup,
+      "views + contiguous", threads, fault, setup,
       {{"views (no copy)",
         [](ExecContext&, Inputs& in) {
           return Results{in[0].t(), in[0].view({96, 64}), in[1].permute({3, 1, 0, 2}), in[0].narrow(1, 3, 40),
@@ -181,13 +184,13 @@ Tally views(int threads) {
         }}});
 }
 
-Tally indexing(int threads) {
+Tally indexing(int threads, Fault fault) {
   auto setup = [](ExecContext& ctx) {
     return Inputs{{ctx.randn({128, 64}), (ctx.rand({128, 64}) * 64).to(DType::i64),
                    (ctx.rand({200}) * 128).to(DType::i64), ctx.randn({128, 64}), forge::gt(ctx.randn({128, 64}), 0.0)}};
   };
   return walk_calls(
-      "indexing", threads, setup,
+      "indexing", threads, fault, setup,
       {{"index_select", [](ExecContext&, Inputs& in) { return Results{forge::index_select(in[0], 0, in[2])}; }},
        {"gather", [](ExecContext&, Inputs& in) { return Results{forge::gather(in[0], 1, in[1])}; }},
        {"scatter_add", [](ExecContext&, Inputs& in) { return Results{forge::scatter_add(in[0], 1, in[1], in[3])}; }},
@@ -198,13 +201,13 @@ Tally indexing(int threads) {
         }}});
 }
 
-Tally linalg(int threads) {
+Tally linalg(int threads, Fault fault) {
   auto setup = [](ExecContext& ctx) {
     return Inputs{{ctx.randn({128, 128}), ctx.randn({128, 96}), ctx.randn({4, 64, 48}), ctx.randn({4, 48, 64}),
                    ctx.randn({96}), ctx.randn({128})}};
   };
   return walk_calls(
-      "linalg", threads, setup,
+      "linalg", threads, fault, setup,
       {{"matmul 2-D", [](ExecContext&, Inputs& in) { return Results{forge::matmul(in[0], in[1])}; }},
        {"matmul transposed", [](ExecContext&, Inputs& in) { return Results{forge::matmul(in[1].t(), in[0].t())}; }},
        {"matmul vector", [](ExecContext&, Inputs& in) {
@@ -230,13 +233,13 @@ Tally linalg(int threads) {
         }}});
 }
 
-Tally nn_ops(int threads) {
+Tally nn_ops(int threads, Fault fault) {
   auto setup = [](ExecContext& ctx) {
     return Inputs{{ctx.randn({64, 256}), ctx.randn({256}), ctx.randn({2, 4, 32, 16}), ctx.randn({8, 3, 32, 32}),
                    ctx.randn({16, 3, 3, 3}), ctx.randn({16})}};
   };
   return walk_calls(
-      "nn ops", threads, setup,
+      "nn ops", threads, fault, setup,
       {{"softmax, log_softmax", [](ExecContext&, Inputs& in) {
           return Results{forge::softmax(in[0], 1), forge::log_softmax(in[0].t(), 0)};
         }},
@@ -259,12 +262,12 @@ Tally nn_ops(int threads) {
         }}});
 }
 
-Tally losses(int threads) {
+Tally losses(int threads, Fault fault) {
   auto setup = [](ExecContext& ctx) {
     return Inputs{{ctx.randn({256, 10}), (ctx.rand({256}) * 10).to(DType::i64), ctx.randn({256, 10})}};
   };
   return walk_calls(
-      "losses", threads, setup,
+      "losses", threads, fault, setup,
       {{"cross_entropy", [](ExecContext&, Inputs& in) {
           return Results{forge::cross_entropy(in[0], in[1]),
                          forge::cross_entropy(in[0], in[1],
@@ -319,10 +322,10 @@ Model cnn(ExecContext& ctx) {
   return {net, ctx.randn({16, 3, 24, 24}), (ctx.rand({16}) * 10).to(DType::i64)};
 }
 
-Tally backward(int threads) {
+Tally backward(int threads, Fault fault) {
   Tally tally{"backward", threads};
   for (auto [name, setup] : {std::pair{"MLP", &mlp}, std::pair{"CNN", &cnn}})
-    tally.add(walk(std::string("backward / ") + name, threads, Fault::pool, setup, train_step));
+    tally.add(walk(std::string("backward / ") + name, threads, fault, setup, train_step));
   return tally;
 }
 
@@ -332,13 +335,13 @@ namespace {
 
 // Each family, with 1 and 2 threads, walked at least one failure and as many
 // as a clean run's system allocations.
-void require_walked(Tally (*family)(int)) {
+void require_walked(Tally (*family)(int, Fault), Fault fault = Fault::pool) {
   for (int threads : {1, 2}) {
-    const Tally t = family(threads);
+    const Tally t = family(threads, fault);
     INFO(t.family << " with " << threads << " thread(s): " << t.calls << " calls, " << t.failures
                   << " injected failures, " << t.allocations << " allocations");
     CHECK(t.failures > 0);
-    CHECK(static_cast<std::uint64_t>(t.failures) == t.allocations);
+    CHECK(t.complete());
   }
 }
 
@@ -413,7 +416,7 @@ Results optimizer_step(ExecContext&, Step& s) {
   return s.params;
 }
 
-Tally optimizer(int threads, bool packed_grads) {
+Tally optimizer(int threads, bool packed_grads, Fault fault = Fault::pool) {
   using Params = std::vector<Tensor>;
   const std::vector<std::pair<const char*, std::function<std::shared_ptr<optim::Optimizer>(Params)>>> optimizers = {
       {"SGD momentum",
@@ -422,7 +425,7 @@ Tally optimizer(int threads, bool packed_grads) {
       {"AdamW", [](Params p) { return std::make_shared<optim::AdamW>(p); }}};
   Tally tally{packed_grads ? "optimizer step, packed grads" : "optimizer step, strided grads", threads};
   for (const auto& [name, make] : optimizers)
-    tally.add(walk(tally.family + " / " + name, threads, Fault::pool, step_setup(packed_grads, make), optimizer_step));
+    tally.add(walk(tally.family + " / " + name, threads, fault, step_setup(packed_grads, make), optimizer_step));
   // Clipping first (its own call: it scales the gradients in place).
   auto clip = [](ExecContext&, Step& s) {
     forge::optim::clip_grad_norm_(s.params, 0.5);
@@ -430,7 +433,7 @@ Tally optimizer(int threads, bool packed_grads) {
     for (const Tensor& p : s.params) grads.push_back(p.grad());
     return grads;
   };
-  tally.add(walk(tally.family + " / clip_grad_norm_", threads, Fault::pool,
+  tally.add(walk(tally.family + " / clip_grad_norm_", threads, fault,
                  step_setup(packed_grads, optimizers[0].second), clip));
   return tally;
 }
@@ -462,7 +465,7 @@ Results values_of(const forge::StateDict& dict) {
   return out;
 }
 
-Tally safetensors_load(int threads) {
+Tally safetensors_load(int threads, Fault fault) {
   auto setup = [](ExecContext& ctx) {
     File f{std::make_shared<TempFile>("model.safetensors")};
     forge::io::save_safetensors(f.file->path, {{"w", ctx.randn({64, 48})},
@@ -473,7 +476,7 @@ Tally safetensors_load(int threads) {
   };
   auto load = [](ExecContext& ctx, File& f) { return values_of(forge::io::load_safetensors(ctx, f.file->path)); };
   Tally tally{"safetensors load", threads};
-  tally.add(walk("safetensors load", threads, Fault::pool, setup, load));
+  tally.add(walk("safetensors load", threads, fault, setup, load));
   return tally;
 }
 
@@ -489,7 +492,7 @@ void patch_header(const fs::path& path, const std::string& from, const std::stri
   file.write(to.data(), static_cast<std::streamsize>(to.size()));
 }
 
-Tally npy_load(int threads) {
+Tally npy_load(int threads, Fault fault) {
   Tally tally{"npy load", threads};
   // The last: a big-endian array in Fortran order, swapped and transposed on load.
   for (int variant = 0; variant < 4; ++variant) {
@@ -505,7 +508,58 @@ Tally npy_load(int threads) {
     };
     auto load = [](ExecContext& ctx, File& f) { return Results{forge::io::load_npy(ctx, f.file->path)}; };
     tally.add(walk("npy load / " + std::string(variant == 3 ? "fortran >f4" : forge::dtype_name(dtype)), threads,
-                   Fault::pool, setup, load));
+                   fault, setup, load));
+  }
+  return tally;
+}
+
+// ---- file saves ----
+
+// A checkpoint file that already holds `old` values, and the tensors a save
+// will write over it. inputs() reads the file back, so a walk also checks
+// that a failed save leaves the old file whole.
+struct Save {
+  ExecContext* ctx = nullptr;
+  Inputs in;
+  std::shared_ptr<TempFile> file;
+  bool npy = false;
+  forge::StateDict dict() const { return {{"w", in[0]}, {"b", in[1]}, {"steps", in[2]}}; }
+  std::vector<Tensor> inputs() const {
+    std::vector<Tensor> all = in.t;
+    if (npy) {
+      all.push_back(forge::io::load_npy(*ctx, file->path));
+    } else {
+      for (const auto& [name, t] : forge::io::load_safetensors(*ctx, file->path)) all.push_back(t);
+    }
+    return all;
+  }
+};
+
+Tally file_saves(int threads, Fault fault) {
+  Tally tally{"file saves", threads};
+  for (bool npy : {false, true}) {
+    auto setup = [npy](ExecContext& ctx) {
+      Save s{&ctx,
+             {{ctx.randn({64, 48}), ctx.randn({48}, DType::f16).t(), ctx.arange(0, 100, 1, DType::i64)}},
+             std::make_shared<TempFile>(npy ? "array.npy" : "model.safetensors"),
+             npy};
+      if (npy) forge::io::save_npy(s.file->path, ctx.zeros({3}));
+      else forge::io::save_safetensors(s.file->path, {{"old", ctx.zeros({3})}});
+      return s;
+    };
+    auto save = [](ExecContext&, Save& s) {
+      if (s.npy) {
+        forge::io::save_npy(s.file->path, s.in[0].t());
+      } else {
+        const forge::StateDict dict = [&] {
+          const forge_test::heap::Pause test_code;  // the caller's map, not the save's allocations
+          return s.dict();
+        }();
+        forge::io::save_safetensors(s.file->path, dict);
+      }
+      return Results{};
+    };
+    tally.add(walk(npy ? "save_npy" : "save_safetensors", threads, fault, setup, save));
   }
   return tally;
 }
@@ -546,7 +600,10 @@ Tally arena_calls(int threads, Fault fault) {
          const forge::RowsTapeView v = forge::rows_where_per_item(s.in[0], s.in[1], s.arena());
          return Results{v.rows(), v.offsets()};
        }}};
-  Tally tally{fault == Fault::pool ? "arena calls, pool" : "arena calls, arena growth", threads};
+  Tally tally{fault == Fault::pool    ? "arena calls, pool"
+              : fault == Fault::arena ? "arena calls, arena growth"
+                                      : "arena calls, heap",
+              threads};
   for (const auto& [name, call] : calls)
     tally.add(walk(tally.family + " / " + name, threads, fault, arena_setup, call));
   return tally;
@@ -562,7 +619,7 @@ struct Loader {
   std::vector<Tensor> inputs() const { return data.t; }
 };
 
-Tally data_loader(int threads) {
+Tally data_loader(int threads, Fault fault) {
   Tally tally{"data loader", threads};
   for (bool prefetch : {false, true}) {
     auto setup = [prefetch](ExecContext& ctx) {
@@ -579,7 +636,7 @@ Tally data_loader(int threads) {
       const forge::data::Batch b = s.loader->next().value();  // a skipped batch has other rows
       return Results{b.input, b.target};
     };
-    tally.add(walk(prefetch ? "data loader / prefetch" : "data loader", threads, Fault::pool, setup, next));
+    tally.add(walk(prefetch ? "data loader / prefetch" : "data loader", threads, fault, setup, next));
   }
   return tally;
 }
@@ -609,13 +666,13 @@ TEST_CASE("fault injection: an optimizer step that packs strided gradients fails
     const Tally t = optimizer(threads, false);
     INFO(threads << " thread(s)");
     CHECK(t.failures > 0);
-    CHECK(static_cast<std::uint64_t>(t.failures) == t.allocations);
+    CHECK(t.complete());
   }
 }
 
 TEST_CASE("fault injection: a safetensors load maps the file and takes no pool memory") {
   for (int threads : {1, 2}) {
-    const Tally t = safetensors_load(threads);
+    const Tally t = safetensors_load(threads, Fault::pool);
     CHECK(t.allocations == 0);
     CHECK(t.failures == 0);
   }
@@ -627,25 +684,95 @@ TEST_CASE("fault injection: every pool and arena allocation failure of an arena 
       const Tally t = arena_calls(threads, fault);
       INFO(t.family << " with " << threads << " thread(s)");
       CHECK(t.failures >= t.calls);  // every call takes pool scratch and grows the arena once
-      CHECK(static_cast<std::uint64_t>(t.failures) == t.allocations);
+      CHECK(t.complete());
     }
   }
 }
 
-TEST_CASE("fault injection: report of the failures walked per family", "[.report]") {
-  std::vector<std::function<Tally(int)>> families = {
-      creation, elementwise, unary, reductions, shape_ops, views, indexing, linalg, nn_ops, losses, backward,
-      [](int threads) { return optimizer(threads, true); }, [](int threads) { return optimizer(threads, false); },
-      safetensors_load, npy_load, data_loader, [](int threads) { return arena_calls(threads, Fault::pool); },
-      [](int threads) { return arena_calls(threads, Fault::arena); }};
-  std::printf("| family | threads | calls | injected failures | outcome |\n|---|---|---|---|---|\n");
-  for (const auto& family : families) {
-    for (int threads : {1, 2}) {
-      const Tally t = family(threads);
-      const bool clean = static_cast<std::uint64_t>(t.failures) == t.allocations;
-      std::printf("| %s | %d | %d | %d | %s |\n", t.family.c_str(), threads, t.calls, t.failures,
-                  !clean ? "MISMATCH" : t.failures == 0 ? "no pool memory taken" : "all out_of_memory, released");
-      CHECK(clean);
+// ---- heap allocations ----
+// The same walks, failing the calling thread's heap allocations (operator
+// new: tensor and autograd bookkeeping, containers, strings, files) one at a
+// time instead of the pool's. Each must surface as out_of_memory from the
+// public call, never as a raw std::bad_alloc or std::terminate.
+
+TEST_CASE("fault injection: every heap allocation failure of creation and elementwise ops is out_of_memory") {
+  require_walked(creation, Fault::heap);
+  require_walked(elementwise, Fault::heap);
+  require_walked(unary, Fault::heap);
+}
+TEST_CASE("fault injection: every heap allocation failure of reductions, shape ops and views is out_of_memory") {
+  require_walked(reductions, Fault::heap);
+  require_walked(shape_ops, Fault::heap);
+  require_walked(views, Fault::heap);
+}
+TEST_CASE("fault injection: every heap allocation failure of indexing, linalg, nn ops and losses is out_of_memory") {
+  require_walked(indexing, Fault::heap);
+  require_walked(linalg, Fault::heap);
+  require_walked(nn_ops, Fault::heap);
+  require_walked(losses, Fault::heap);
+}
+TEST_CASE("fault injection: every heap allocation failure of a backward pass is out_of_memory") {
+  require_walked(backward, Fault::heap);
+}
+TEST_CASE("fault injection: every heap allocation failure of an optimizer step is out_of_memory") {
+  for (int threads : {1, 2}) {
+    for (bool packed : {true, false}) {
+      const Tally t = optimizer(threads, packed, Fault::heap);
+      INFO(t.family << " with " << threads << " thread(s)");
+      CHECK(t.complete());
     }
   }
+}
+TEST_CASE("fault injection: every heap allocation failure of a file load or save is out_of_memory") {
+  require_walked(safetensors_load, Fault::heap);
+  require_walked(npy_load, Fault::heap);
+  require_walked(file_saves, Fault::heap);
+}
+TEST_CASE("fault injection: every heap allocation failure of a DataLoader batch or an arena call is out_of_memory") {
+  require_walked(data_loader, Fault::heap);
+  for (int threads : {1, 2}) {
+    const Tally t = arena_calls(threads, Fault::heap);
+    INFO(t.family << " with " << threads << " thread(s)");
+    CHECK(t.failures >= t.calls);
+    CHECK(t.complete());
+  }
+}
+
+TEST_CASE("fault injection: report of the failures walked per family", "[.report]") {
+  using Family = std::function<Tally(int, Fault)>;
+  const std::vector<Family> families = {
+      creation,
+      elementwise,
+      unary,
+      reductions,
+      shape_ops,
+      views,
+      indexing,
+      linalg,
+      nn_ops,
+      losses,
+      backward,
+      [](int threads, Fault fault) { return optimizer(threads, true, fault); },
+      [](int threads, Fault fault) { return optimizer(threads, false, fault); },
+      safetensors_load,
+      npy_load,
+      file_saves,
+      data_loader,
+      arena_calls};
+  std::printf(
+      "| family | fault | threads | calls | injected failures | absorbed (nothrow) | outcome |\n"
+      "|---|---|---|---|---|---|---|\n");
+  auto report = [](const Tally& t, const char* fault) {
+    std::printf("| %s | %s | %d | %d | %d | %d | %s |\n", t.family.c_str(), fault, t.threads, t.calls, t.failures,
+                t.absorbed,
+                !t.complete()      ? "MISMATCH"
+                : t.failures == 0 ? "no allocation taken"
+                                  : "all out_of_memory, released");
+    CHECK(t.complete());
+  };
+  for (const Family& family : families)
+    for (int threads : {1, 2})
+      for (auto [fault, name] : {std::pair{Fault::pool, "pool"}, std::pair{Fault::heap, "heap"}})
+        report(family(threads, fault), name);
+  for (int threads : {1, 2}) report(arena_calls(threads, Fault::arena), "arena growth");
 }

@@ -5,7 +5,12 @@
 // throws forge::Error whose message is "[op] " followed by args streamed
 // together. FORGE_ASSERT(cond, args...) marks one of forge's own invariants;
 // it also throws (ErrorCode::internal) rather than aborting the host process.
+// FORGE_CATCH_OOM(op) closes the function-try-block of a public call, so that
+// an allocation failure anywhere inside it reaches the caller as
+// ErrorCode::out_of_memory naming the call (Note [Allocation failure at the
+// API] in src/core/error.cpp).
 
+#include <new>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -56,6 +61,9 @@ template <typename... Args>
 [[noreturn]] void assert_failed(const char* condition, const char* file, int line,
                                 const std::string& detail);
 
+// Throws ErrorCode::out_of_memory: "[op] out of memory ...".
+[[noreturn]] void fail_out_of_memory(const char* op);
+
 }  // namespace detail
 }  // namespace forge
 
@@ -66,6 +74,10 @@ template <typename... Args>
   } while (0)
 
 #define FORGE_FAIL(code, op, ...) ::forge::detail::fail(::forge::ErrorCode::code, op, __VA_ARGS__)
+
+//   Tensor matmul(const Tensor& a, const Tensor& b) try { ... } FORGE_CATCH_OOM("matmul")
+#define FORGE_CATCH_OOM(op) \
+  catch (const std::bad_alloc&) { ::forge::detail::fail_out_of_memory(op); }
 
 #define FORGE_ASSERT(cond, ...)                                                              \
   do {                                                                                       \

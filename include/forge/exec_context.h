@@ -54,7 +54,7 @@ class ExecContext {
   PoolStats stats() const { return runtime_->pool().stats(); }
   Device device() const noexcept { return runtime_->device(); }
   int threads() const noexcept { return runtime_->threads(); }
-  void manual_seed(std::uint64_t seed) noexcept { runtime_->manual_seed(seed); }
+  void manual_seed(std::uint64_t seed) { runtime_->manual_seed(seed); }
 
   ExecScope open_exec_scope() { return ExecScope(*runtime_); }
 

@@ -3,12 +3,21 @@
 // BufferPool, the oneTBB task arena with the context's thread count, the
 // seeded RNG and the exec-scope stack. Every tensor holds a reference to its
 // runtime, so the runtime outlives the last tensor that uses it.
+//
+// One thread drives a context at a time. The two pieces of per-context state
+// that a second thread could corrupt check it (Note [One driving thread] in
+// runtime.cpp): the exec-scope stack belongs to the thread that opened its
+// outermost scope, and the RNG is leased to one thread per draw. Either one
+// used from another thread meanwhile is ErrorCode::contended, naming the
+// context and both threads.
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "forge/buffer.h"
@@ -51,15 +60,35 @@ class Runtime : public RefCounted<Runtime> {
     parallel_for_impl(n, grain, std::function<void(std::int64_t, std::int64_t)>(std::ref(fn)));
   }
 
-  // Seeded RNG (FORGE_SEED, ExecContext::manual_seed).
-  std::mt19937_64& generator() noexcept { return rng_; }
-  void manual_seed(std::uint64_t seed) noexcept { rng_.seed(seed); }
+  // The seeded RNG (FORGE_SEED, ExecContext::manual_seed), held by one thread
+  // while the lease lives; `op` names the caller in a contended error. A
+  // thread may lease it again while it holds it.
+  class GeneratorLease {
+   public:
+    std::mt19937_64& operator*() const noexcept { return runtime_->rng_; }
+    ~GeneratorLease();
+    GeneratorLease(const GeneratorLease&) = delete;
+    GeneratorLease& operator=(const GeneratorLease&) = delete;
+
+   private:
+    friend class Runtime;
+    GeneratorLease(Runtime* runtime, bool outermost) noexcept : runtime_(runtime), outermost_(outermost) {}
+    Runtime* runtime_;
+    bool outermost_;
+  };
+  GeneratorLease lease_generator(const char* op);
+  void manual_seed(std::uint64_t seed) { *lease_generator("manual_seed") = std::mt19937_64(seed); }
 
   // ---- exec scopes (see exec_scope.h) ----
-  // Makes room so that the next scope_adopt cannot fail; call before computing.
-  void scope_reserve() {
-    if (!scope_frames_.empty() && scope_held_.size() == scope_held_.capacity())
-      scope_held_.reserve(scope_held_.size() * 2 + 16);
+  // Makes room so that the next scope_adopt cannot fail; call before
+  // computing. While a scope is open, an op of another thread than the
+  // scopes' is refused here (contended).
+  void scope_reserve(const char* op) {
+    const std::thread::id owner = scope_owner_.load(std::memory_order_acquire);
+    if (owner == std::thread::id()) return;
+    if (owner != std::this_thread::get_id()) [[unlikely]]
+      refuse_other_thread(op, "its exec scopes are open on", owner);
+    if (scope_held_.size() == scope_held_.capacity()) scope_held_.reserve(scope_held_.size() * 2 + 16);
   }
   void scope_adopt(const Ref<Buffer>& buffer) noexcept;
 
@@ -72,12 +101,19 @@ class Runtime : public RefCounted<Runtime> {
   };
   void parallel_for_impl(std::int64_t n, std::int64_t grain,
                          std::function<void(std::int64_t, std::int64_t)> fn);
+  // Makes the calling thread the scopes' owner (opening the outermost scope)
+  // or checks that it is; releases ownership when the last scope closes.
+  void scope_claim(const char* op);
+  void scope_release_if_none_open() noexcept;
+  [[noreturn]] void refuse_other_thread(const char* op, const char* what, std::thread::id holder) const;
 
   Device device_;
   int threads_;
   BufferPool pool_;
   std::unique_ptr<detail::Threading> threading_;
   std::mt19937_64 rng_;
+  std::atomic<std::thread::id> rng_holder_{};    // the thread leasing rng_; id() when none
+  std::atomic<std::thread::id> scope_owner_{};   // the thread whose scopes are open; id() when none
   std::vector<Ref<Buffer>> scope_held_;
   std::vector<ScopeFrame> scope_frames_;
   std::uint64_t next_scope_id_ = 1;

@@ -266,13 +266,13 @@ void Engine::run_node(Node* n) {
   if (!retain_graph_) n->release();
 }
 
-void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs, bool retain_graph) {
+void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs, bool retain_graph) try {
   FORGE_CHECK(!outputs.empty(), invalid_argument, "backward", "no outputs");
   Engine(retain_graph, nullptr).run(outputs, grad_outputs);
-}
+} FORGE_CATCH_OOM("backward")
 
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
-                         const GradOptions& options) {
+                         const GradOptions& options) try {
   FORGE_CHECK(!outputs.empty(), invalid_argument, "grad", "no outputs");
   Capture capture;
   for (std::size_t i = 0; i < inputs.size(); ++i) {
@@ -289,6 +289,6 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
                 " of shape ", inputs[i].shape(), " is not used by the outputs; pass allow_unused to get an undefined "
                 "gradient for it");
   return std::move(capture.results);
-}
+} FORGE_CATCH_OOM("grad")
 
 }  // namespace forge::autograd

@@ -43,7 +43,7 @@ void each_element(const Tensor& t, Visit&& visit) {
 }  // namespace
 
 GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& fn,
-                          const std::vector<Tensor>& inputs, const GradcheckOptions& options) {
+                          const std::vector<Tensor>& inputs, const GradcheckOptions& options) try {
   std::vector<Tensor> wrt;
   std::vector<std::size_t> positions;
   for (std::size_t i = 0; i < inputs.size(); ++i) {
@@ -102,6 +102,6 @@ GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)
     });
   }
   return result;
-}
+} FORGE_CATCH_OOM("gradcheck")
 
 }  // namespace forge::autograd

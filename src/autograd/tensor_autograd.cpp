@@ -20,7 +20,7 @@ namespace forge {
 
 using detail::AutogradAccess;
 
-Tensor& Tensor::requires_grad_(bool on) {
+Tensor& Tensor::requires_grad_(bool on) try {
   detail::check_input("requires_grad_", *this, "tensor");
   if (on) {
     FORGE_CHECK(is_floating(dtype()), dtype, "requires_grad_", "only floating tensors can require grad, not ",
@@ -31,7 +31,7 @@ Tensor& Tensor::requires_grad_(bool on) {
   }
   AutogradAccess::set_requires_grad(*impl(), on);
   return *this;
-}
+} FORGE_CATCH_OOM("requires_grad_")
 
 bool Tensor::is_leaf() const { return AutogradAccess::grad_fn(body()) == nullptr; }
 
@@ -40,7 +40,7 @@ Tensor Tensor::grad() const {
   return meta ? meta->grad : Tensor();
 }
 
-void Tensor::set_grad(const Tensor& grad) {
+void Tensor::set_grad(const Tensor& grad) try {
   detail::check_input("set_grad", *this, "tensor");
   if (grad.defined()) {
     detail::check_input("set_grad", grad, "grad");
@@ -51,9 +51,9 @@ void Tensor::set_grad(const Tensor& grad) {
                 " for a tensor of dtype ", dtype_name(dtype()));
   }
   AutogradAccess::ensure_meta(*impl()).grad = grad;
-}
+} FORGE_CATCH_OOM("set_grad")
 
-void Tensor::zero_grad(bool set_to_none) {
+void Tensor::zero_grad(bool set_to_none) try {
   detail::AutogradMeta* meta = AutogradAccess::meta(body());
   if (!meta || !meta->grad.defined()) return;
   if (set_to_none) {
@@ -62,21 +62,21 @@ void Tensor::zero_grad(bool set_to_none) {
     autograd::NoGradGuard no_grad;
     meta->grad.zero_();
   }
-}
+} FORGE_CATCH_OOM("zero_grad")
 
 const char* Tensor::grad_fn_name() const {
   const autograd::Node* fn = AutogradAccess::grad_fn(body());
   return fn ? fn->name() : nullptr;
 }
 
-void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
+void Tensor::backward(const Tensor& gradient, bool retain_graph) const try {
   autograd::backward({*this}, {gradient}, retain_graph);
-}
+} FORGE_CATCH_OOM("backward")
 
-Tensor Tensor::detach() const {
+Tensor Tensor::detach() const try {
   detail::check_input("detach", *this, "tensor");
   return detail::make_view(*this, shape(), strides(), offset());
-}
+} FORGE_CATCH_OOM("detach")
 
 namespace {
 
@@ -127,11 +127,11 @@ FORGE_IN_PLACE_BINARY(mul)
 FORGE_IN_PLACE_BINARY(div)
 #undef FORGE_IN_PLACE_BINARY
 
-Tensor& Tensor::clamp_(std::optional<Scalar> min, std::optional<Scalar> max) {
+Tensor& Tensor::clamp_(std::optional<Scalar> min, std::optional<Scalar> max) try {
   return in_place(
       *this, "clamp_", false, [&](const Tensor& s) { return forge::clamp(s, min, max); },
       [&] { clamp_into(*this, *this, min, max); });
-}
+} FORGE_CATCH_OOM("clamp_")
 
 namespace autograd {
 

@@ -88,7 +88,8 @@ Tensor ExecContext::rand(const Shape& shape, DType dtype) {
   // f32, 53 for f64), so rounding into the dtype can never reach 1.
   const int bits = dtype == DType::f16 ? 11 : dtype == DType::bf16 ? 8 : dtype == DType::f32 ? 24 : 53;
   const double unit = std::ldexp(1.0, -bits);
-  auto& gen = runtime().generator();
+  const Runtime::GeneratorLease lease = runtime().lease_generator("rand");
+  std::mt19937_64& gen = *lease;
   generate(t, [&](std::int64_t) { return static_cast<double>(gen() >> (64 - bits)) * unit; });
   detail::adopt_output(t);
   return t;
@@ -97,7 +98,8 @@ Tensor ExecContext::rand(const Shape& shape, DType dtype) {
 Tensor ExecContext::randn(const Shape& shape, DType dtype) {
   FORGE_CHECK(is_floating(dtype), dtype, "randn", "needs a floating dtype, got ", dtype_name(dtype));
   Tensor t = fresh(*this, "randn", shape, dtype);
-  auto& gen = runtime().generator();
+  const Runtime::GeneratorLease lease = runtime().lease_generator("randn");
+  std::mt19937_64& gen = *lease;
   double spare = 0;
   bool has_spare = false;
   generate(t, [&](std::int64_t) {  // Box-Muller, two normals per pair of uniforms

@@ -63,42 +63,42 @@ void Tensor::check_dtype(DType expected, const char* op) const {
               dtype_name(expected));
 }
 
-Tensor Tensor::clone() const {
+Tensor Tensor::clone() const try {
   detail::check_input("clone", *this, "tensor");
   Tensor out = detail::allocate(runtime(), shape(), dtype(), "clone");
   cpu::copy_cast(runtime(), shape(), detail::operand(out), detail::operand(*this));
   detail::adopt_output(out);
   FORGE_RECORD(clone, out, *this);
   return out;
-}
+} FORGE_CATCH_OOM("clone")
 
-Tensor Tensor::contiguous() const {
+Tensor Tensor::contiguous() const try {
   detail::check_input("contiguous", *this, "tensor");
   return is_contiguous() ? *this : clone();
-}
+} FORGE_CATCH_OOM("contiguous")
 
-Tensor Tensor::to(DType target) const {
+Tensor Tensor::to(DType target) const try {
   detail::check_input("to", *this, "tensor");
   if (target == dtype()) return *this;
   Tensor out = detail::cast_temporary(*this, target, "to");
   detail::adopt_output(out);
   FORGE_RECORD(to, out, *this);
   return out;
-}
+} FORGE_CATCH_OOM("to")
 
-Tensor& Tensor::fill_(double value) { return fill_as(value, "fill_"); }
+Tensor& Tensor::fill_(double value) try { return fill_as(value, "fill_"); } FORGE_CATCH_OOM("fill_")
 
-Tensor& Tensor::fill_as(double value, const char* op) {
+Tensor& Tensor::fill_as(double value, const char* op) try {
   detail::check_writable(op, *this, "tensor");
   autograd::before_fill(*this, op);
   cpu::fill(runtime(), shape(), detail::operand(*this), value);
   buffer()->bump_version();
   return *this;
-}
+} FORGE_CATCH_OOM("fill_as")
 
-Tensor& Tensor::zero_() { return fill_as(0.0, "zero_"); }
+Tensor& Tensor::zero_() try { return fill_as(0.0, "zero_"); } FORGE_CATCH_OOM("zero_")
 
-Tensor& Tensor::copy_(const Tensor& src) {
+Tensor& Tensor::copy_(const Tensor& src) try {
   detail::check_writable("copy_", *this, "self");
   detail::check_input("copy_", src, "src");
   detail::check_same_runtime("copy_", *this, src);
@@ -115,7 +115,7 @@ Tensor& Tensor::copy_(const Tensor& src) {
   buffer()->bump_version();
   autograd::after_copy(*this, src);
   return *this;
-}
+} FORGE_CATCH_OOM("copy_")
 
 namespace detail {
 
@@ -132,7 +132,7 @@ std::int64_t checked_numel(const char* op, const Shape& shape, DType dtype) {
 
 Tensor allocate(Runtime& rt, const Shape& shape, DType dtype, const char* op) {
   const std::int64_t n = checked_numel(op, shape, dtype);
-  rt.scope_reserve();
+  rt.scope_reserve(op);
   Ref<Buffer> buffer = rt.pool().acquire(static_cast<std::size_t>(n) * dtype_size(dtype), op);
   return Tensor(Ref<TensorImpl>::adopt(
       new TensorImpl(internal, Ref<Runtime>::share(&rt), std::move(buffer), shape, contiguous_strides(shape), 0, dtype)));

@@ -77,14 +77,14 @@ std::optional<Strides> view_strides(const Shape& old_shape_in, const Strides& ol
 
 }  // namespace
 
-Tensor Tensor::clone_view() const {
+Tensor Tensor::clone_view() const try {
   detail::check_input("clone_view", *this, "tensor");
   Tensor out = detail::make_view(*this, shape(), strides(), offset());
   FORGE_RECORD(clone_view, out, *this);
   return out;
-}
+} FORGE_CATCH_OOM("clone_view")
 
-Tensor Tensor::view_with_strides(const Shape& shape, const Strides& strides, std::int64_t offset) const {
+Tensor Tensor::view_with_strides(const Shape& shape, const Strides& strides, std::int64_t offset) const try {
   const char* op = "view_with_strides";
   detail::check_input(op, *this, "tensor");
   FORGE_CHECK(shape.rank() == strides.rank(), invalid_argument, op, "shape ", shape, " and strides ", strides,
@@ -106,9 +106,9 @@ Tensor Tensor::view_with_strides(const Shape& shape, const Strides& strides, std
   Tensor out = detail::make_view(*this, shape, strides, offset);
   FORGE_RECORD(as_strided, out, *this);
   return out;
-}
+} FORGE_CATCH_OOM("view_with_strides")
 
-Tensor Tensor::view(const Shape& requested) const {
+Tensor Tensor::view(const Shape& requested) const try {
   detail::check_input("view", *this, "tensor");
   const Shape shape = infer_shape("view", requested, numel());
   auto strides = view_strides(this->shape(), this->strides(), shape);
@@ -117,9 +117,9 @@ Tensor Tensor::view(const Shape& requested) const {
   Tensor out = detail::make_view(*this, shape, *strides, offset());
   FORGE_RECORD(view, out, *this);
   return out;
-}
+} FORGE_CATCH_OOM("view")
 
-Tensor Tensor::reshape(const Shape& requested) const {
+Tensor Tensor::reshape(const Shape& requested) const try {
   detail::check_input("reshape", *this, "tensor");
   const Shape shape = infer_shape("reshape", requested, numel());
   if (auto strides = view_strides(this->shape(), this->strides(), shape)) {
@@ -128,11 +128,11 @@ Tensor Tensor::reshape(const Shape& requested) const {
     return out;
   }
   return clone().view(shape);  // both record themselves
-}
+} FORGE_CATCH_OOM("reshape")
 
-Tensor Tensor::broadcast_to(const Shape& target) const { return broadcast_as(target, "broadcast_to"); }
+Tensor Tensor::broadcast_to(const Shape& target) const try { return broadcast_as(target, "broadcast_to"); } FORGE_CATCH_OOM("broadcast_to")
 
-Tensor Tensor::broadcast_as(const Shape& target, const char* op) const {
+Tensor Tensor::broadcast_as(const Shape& target, const char* op) const try {
   detail::check_input(op, *this, "tensor");
   FORGE_CHECK(target.rank() >= dim(), shape, op, "cannot broadcast shape ", shape(), " to fewer dimensions ", target);
   Strides strides = Strides::filled(target.rank(), 0);
@@ -149,9 +149,9 @@ Tensor Tensor::broadcast_as(const Shape& target, const char* op) const {
   Tensor out = detail::make_view(*this, target, strides, offset());
   FORGE_RECORD(expand, out, *this, op);
   return out;
-}
+} FORGE_CATCH_OOM("broadcast_as")
 
-Tensor Tensor::expand(const Shape& sizes) const {
+Tensor Tensor::expand(const Shape& sizes) const try {
   detail::check_input("expand", *this, "tensor");
   FORGE_CHECK(sizes.rank() >= dim(), shape, "expand", "cannot expand shape ", shape(), " to fewer dimensions ", sizes);
   Shape target = sizes;
@@ -163,9 +163,9 @@ Tensor Tensor::expand(const Shape& sizes) const {
     target[d] = shape()[d - lead];
   }
   return broadcast_as(target, "expand");
-}
+} FORGE_CATCH_OOM("expand")
 
-Tensor Tensor::narrow(std::int64_t dim_arg, std::int64_t start, std::int64_t length) const {
+Tensor Tensor::narrow(std::int64_t dim_arg, std::int64_t start, std::int64_t length) const try {
   detail::check_input("narrow", *this, "tensor");
   FORGE_CHECK(dim() > 0, invalid_argument, "narrow", "cannot narrow a 0-dimensional tensor");
   const int d = wrap_dim(dim_arg, dim(), "narrow");
@@ -181,9 +181,9 @@ Tensor Tensor::narrow(std::int64_t dim_arg, std::int64_t start, std::int64_t len
   Tensor out = detail::make_view(*this, s, strides(), offset() + (length > 0 ? start * strides()[d] : 0));
   FORGE_RECORD(narrow, out, *this, d, start, length);
   return out;
-}
+} FORGE_CATCH_OOM("narrow")
 
-Tensor Tensor::slice(std::int64_t dim_arg, std::int64_t start, std::int64_t end, std::int64_t step) const {
+Tensor Tensor::slice(std::int64_t dim_arg, std::int64_t start, std::int64_t end, std::int64_t step) const try {
   detail::check_input("slice", *this, "tensor");
   FORGE_CHECK(dim() > 0, invalid_argument, "slice", "cannot slice a 0-dimensional tensor");
   const int d = wrap_dim(dim_arg, dim(), "slice");
@@ -205,9 +205,9 @@ Tensor Tensor::slice(std::int64_t dim_arg, std::int64_t start, std::int64_t end,
   Tensor out = detail::make_view(*this, s, st, offset() + (s[d] > 0 ? start * strides()[d] : 0));
   FORGE_RECORD(slice, out, *this, d, start, step);
   return out;
-}
+} FORGE_CATCH_OOM("slice")
 
-Tensor Tensor::select(std::int64_t dim_arg, std::int64_t index) const {
+Tensor Tensor::select(std::int64_t dim_arg, std::int64_t index) const try {
   detail::check_input("select", *this, "tensor");
   FORGE_CHECK(dim() > 0, invalid_argument, "select", "cannot select from a 0-dimensional tensor");
   const int d = wrap_dim(dim_arg, dim(), "select");
@@ -222,9 +222,9 @@ Tensor Tensor::select(std::int64_t dim_arg, std::int64_t index) const {
   Tensor out = detail::make_view(*this, s, st, offset() + index * strides()[d]);
   FORGE_RECORD(select, out, *this, d, index);
   return out;
-}
+} FORGE_CATCH_OOM("select")
 
-Tensor Tensor::permute(const Dims& dims) const {
+Tensor Tensor::permute(const Dims& dims) const try {
   detail::check_input("permute", *this, "tensor");
   FORGE_CHECK(dims.rank() == dim(), invalid_argument, "permute", "got ", dims.rank(), " dims ", dims,
               " for a tensor of rank ", dim());
@@ -243,9 +243,9 @@ Tensor Tensor::permute(const Dims& dims) const {
   Tensor out = detail::make_view(*this, s, st, offset());
   FORGE_RECORD(permute, out, *this, wrapped);
   return out;
-}
+} FORGE_CATCH_OOM("permute")
 
-Tensor Tensor::transpose(std::int64_t dim0, std::int64_t dim1) const {
+Tensor Tensor::transpose(std::int64_t dim0, std::int64_t dim1) const try {
   detail::check_input("transpose", *this, "tensor");
   if (dim() == 0) {
     wrap_dim(dim0, 0, "transpose");
@@ -260,15 +260,15 @@ Tensor Tensor::transpose(std::int64_t dim0, std::int64_t dim1) const {
   Tensor out = detail::make_view(*this, s, st, offset());
   FORGE_RECORD(transpose, out, *this, a, b);
   return out;
-}
+} FORGE_CATCH_OOM("transpose")
 
-Tensor Tensor::t() const {
+Tensor Tensor::t() const try {
   detail::check_input("t", *this, "tensor");
   FORGE_CHECK(dim() <= 2, invalid_argument, "t", "expects a tensor of rank <= 2, got shape ", shape());
   return dim() < 2 ? clone_view() : transpose(0, 1);
-}
+} FORGE_CATCH_OOM("t")
 
-Tensor Tensor::squeeze() const {
+Tensor Tensor::squeeze() const try {
   detail::check_input("squeeze", *this, "tensor");
   Shape s;
   Strides st;
@@ -280,9 +280,9 @@ Tensor Tensor::squeeze() const {
   Tensor out = detail::make_view(*this, s, st, offset());
   FORGE_RECORD(squeeze, out, *this);
   return out;
-}
+} FORGE_CATCH_OOM("squeeze")
 
-Tensor Tensor::squeeze(std::int64_t dim_arg) const {
+Tensor Tensor::squeeze(std::int64_t dim_arg) const try {
   detail::check_input("squeeze", *this, "tensor");
   const int d = wrap_dim(dim_arg, dim(), "squeeze");
   if (dim() == 0 || shape()[d] != 1) return clone_view();
@@ -293,9 +293,9 @@ Tensor Tensor::squeeze(std::int64_t dim_arg) const {
   Tensor out = detail::make_view(*this, s, st, offset());
   FORGE_RECORD(squeeze, out, *this);
   return out;
-}
+} FORGE_CATCH_OOM("squeeze")
 
-Tensor Tensor::unsqueeze(std::int64_t dim_arg) const {
+Tensor Tensor::unsqueeze(std::int64_t dim_arg) const try {
   detail::check_input("unsqueeze", *this, "tensor");
   FORGE_CHECK(dim() < kMaxRank, invalid_argument, "unsqueeze", "rank ", dim() + 1, " exceeds the maximum rank ",
               kMaxRank);
@@ -308,9 +308,9 @@ Tensor Tensor::unsqueeze(std::int64_t dim_arg) const {
   Tensor out = detail::make_view(*this, s, st, offset());
   FORGE_RECORD(unsqueeze, out, *this);
   return out;
-}
+} FORGE_CATCH_OOM("unsqueeze")
 
-Tensor Tensor::flatten(std::int64_t start_dim, std::int64_t end_dim) const {
+Tensor Tensor::flatten(std::int64_t start_dim, std::int64_t end_dim) const try {
   detail::check_input("flatten", *this, "tensor");
   if (dim() == 0) return reshape(Shape{1});
   const int a = wrap_dim(start_dim, dim(), "flatten"), b = wrap_dim(end_dim, dim(), "flatten");
@@ -326,6 +326,6 @@ Tensor Tensor::flatten(std::int64_t start_dim, std::int64_t end_dim) const {
     }
   }
   return reshape(s);
-}
+} FORGE_CATCH_OOM("flatten")
 
 }  // namespace forge

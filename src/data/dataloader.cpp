@@ -58,7 +58,7 @@ const std::byte* base_of(const Tensor& t) {
 }  // namespace
 
 DataLoader::DataLoader(ExecContext& ctx, Tensor inputs, Tensor targets, DataLoaderOptions options)
-    : ctx_(ctx), options_(std::move(options)) {
+    try : ctx_(ctx), options_(std::move(options)) {
   FORGE_CHECK(inputs.defined(), invalid_argument, kOp, "inputs are undefined");
   FORGE_CHECK(inputs.dim() >= 1, shape, kOp, "inputs need a leading sample dim, got shape ",
               inputs.shape());
@@ -87,7 +87,7 @@ DataLoader::DataLoader(ExecContext& ctx, Tensor inputs, Tensor targets, DataLoad
     s->target.resize(rows * target_row_bytes_);
   }
   if (options_.prefetch) worker_ = std::thread([this] { worker_loop(); });
-}
+} FORGE_CATCH_OOM(kOp)
 
 DataLoader::~DataLoader() {
   if (!worker_.joinable()) return;
@@ -158,7 +158,7 @@ void DataLoader::wait_idle(std::unique_lock<std::mutex>& lock) {
   ready_ = -1;
 }
 
-void DataLoader::begin_epoch(std::int64_t epoch) {
+void DataLoader::begin_epoch(std::int64_t epoch) try {
   std::vector<std::int64_t> order = this->order(epoch);
   if (worker_.joinable()) {
     std::unique_lock<std::mutex> lock(mutex_);
@@ -168,9 +168,9 @@ void DataLoader::begin_epoch(std::int64_t epoch) {
   cursor_ = 0;
   started_ = true;
   if (worker_.joinable() && batches_ > 0) request(0);
-}
+} FORGE_CATCH_OOM(kOp)
 
-std::optional<Batch> DataLoader::next() {
+std::optional<Batch> DataLoader::next() try {
   FORGE_CHECK(started_, invalid_argument, kOp, "next() before begin_epoch()");
   if (cursor_ >= batches_) return std::nullopt;
   const std::int64_t batch = cursor_++;
@@ -199,7 +199,7 @@ std::optional<Batch> DataLoader::next() {
     }
     throw;
   }
-}
+} FORGE_CATCH_OOM(kOp)
 
 Batch DataLoader::wrap(const Staging& staged, std::int64_t batch) {
   auto rows_of = [&](const Tensor& dataset, const std::vector<std::byte>& bytes,

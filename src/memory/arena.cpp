@@ -184,7 +184,8 @@ void ArenaChunk::on_last_release() noexcept {
 
 std::string ArenaDescription::str() const { return device.is_cpu() ? "host" : device.str(); }
 
-Arena::Arena(ExecContext& ctx) : core_(new detail::ArenaCore(Ref<Runtime>::share(&ctx.runtime()))) {}
+Arena::Arena(ExecContext& ctx) try : core_(new detail::ArenaCore(Ref<Runtime>::share(&ctx.runtime()))) {
+} FORGE_CATCH_OOM("Arena")
 
 Arena::~Arena() {
   if (core_) core_->release_ref();
@@ -274,16 +275,16 @@ RowsTapeView::RowsTapeView(Tensor rows, Tensor offsets) : rows_(std::move(rows))
   check_offsets("RowsTapeView", offsets_);
 }
 
-Tensor TapeView::item(std::int64_t i) const {
+Tensor TapeView::item(std::int64_t i) const try {
   FORGE_CHECK(i >= 0 && i < count(), out_of_range, "TapeView", "item ", i, " of ", count());
   const std::int64_t* off = offsets_data();
   return values_.narrow(0, off[i], off[i + 1] - off[i]);
-}
+} FORGE_CATCH_OOM("TapeView")
 
-Tensor RowsTapeView::item(std::int64_t i) const {
+Tensor RowsTapeView::item(std::int64_t i) const try {
   FORGE_CHECK(i >= 0 && i < count(), out_of_range, "RowsTapeView", "item ", i, " of ", count());
   const std::int64_t* off = offsets_data();
   return rows_.narrow(0, off[i], off[i + 1] - off[i]);
-}
+} FORGE_CATCH_OOM("RowsTapeView")
 
 }  // namespace forge

@@ -6,7 +6,7 @@ namespace forge::nn {
 
 MultiheadAttention::MultiheadAttention(ExecContext& ctx, std::int64_t embed_dim, std::int64_t num_heads,
                                        MultiheadAttentionOptions options)
-    : embed_dim_(embed_dim), num_heads_(num_heads), options_(options) {
+    try : embed_dim_(embed_dim), num_heads_(num_heads), options_(options) {
   FORGE_CHECK(embed_dim > 0 && num_heads > 0 && embed_dim % num_heads == 0, invalid_argument,
               "nn.MultiheadAttention", "embed_dim ", embed_dim, " must be a positive multiple of num_heads ",
               num_heads);
@@ -17,10 +17,10 @@ MultiheadAttention::MultiheadAttention(ExecContext& ctx, std::int64_t embed_dim,
   for (const auto& in : {q_proj_, k_proj_, v_proj_}) init::xavier_uniform_(in->weight());
   if (options.bias)
     for (const auto& p : {q_proj_, k_proj_, v_proj_, out_proj_}) init::zeros_(p->bias());
-}
+} FORGE_CATCH_OOM("nn.MultiheadAttention")
 
 Tensor MultiheadAttention::forward(const Tensor& query, const Tensor& key, const Tensor& value,
-                                   const Tensor& attn_mask) {
+                                   const Tensor& attn_mask) try {
   const char* op = "nn.MultiheadAttention";
   FORGE_CHECK(query.defined() && key.defined() && value.defined(), invalid_argument, op, "undefined input");
   const int rank = query.dim();
@@ -49,10 +49,10 @@ Tensor MultiheadAttention::forward(const Tensor& query, const Tensor& key, const
   const Tensor merged = heads.transpose(1, 2).reshape({b, l, embed_dim_});
   const Tensor out = out_proj_->forward(merged);
   return batched ? out : out.squeeze(0);
-}
+} FORGE_CATCH_OOM("nn.MultiheadAttention")
 
 TransformerBlock::TransformerBlock(ExecContext& ctx, std::int64_t dim, std::int64_t num_heads,
-                                   TransformerBlockOptions options) {
+                                   TransformerBlockOptions options) try {
   const char* op = "nn.TransformerBlock";
   FORGE_CHECK(options.mlp_hidden >= 0, invalid_argument, op, "mlp_hidden ", options.mlp_hidden, " is negative");
   const std::int64_t hidden = options.mlp_hidden > 0 ? options.mlp_hidden : 4 * dim;
@@ -64,12 +64,12 @@ TransformerBlock::TransformerBlock(ExecContext& ctx, std::int64_t dim, std::int6
                                     std::make_shared<Linear>(ctx, dim, hidden), std::make_shared<GELU>(),
                                     std::make_shared<Linear>(ctx, hidden, dim)}));
   drop_ = register_module("drop", std::make_shared<Dropout>(options.dropout));
-}
+} FORGE_CATCH_OOM("nn.TransformerBlock")
 
-Tensor TransformerBlock::forward(const Tensor& x, const Tensor& attn_mask) {
+Tensor TransformerBlock::forward(const Tensor& x, const Tensor& attn_mask) try {
   const Tensor y = ln1_->forward(x);
   const Tensor h = x + drop_->forward(attn_->forward(y, y, y, attn_mask));
   return h + drop_->forward(mlp_->forward(ln2_->forward(h)));
-}
+} FORGE_CATCH_OOM("nn.TransformerBlock")
 
 }  // namespace forge::nn

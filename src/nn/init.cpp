@@ -35,15 +35,16 @@ void write(const Tensor& t, const std::vector<double>& values, const char* op) {
 
 // Draws gen() for every element in row-major order (so a view and a packed
 // tensor get the same values) and writes them into t.
+// Every initializer's allocations happen here (the caller took the RNG lease).
 template <typename Gen>
-Tensor fill(const Tensor& t, const char* op, Gen&& gen) {
+Tensor fill(const Tensor& t, const char* op, Gen&& gen) try {
   FORGE_CHECK(t.defined(), invalid_argument, op, "undefined tensor");
   FORGE_CHECK(is_floating(t.dtype()), dtype, op, "needs a floating tensor, got ", dtype_name(t.dtype()));
   std::vector<double> values(static_cast<std::size_t>(t.numel()));
   for (double& v : values) v = gen();
   write(t, values, op);
   return t;
-}
+} FORGE_CATCH_OOM(op)
 
 double uniform01(std::mt19937_64& gen) { return static_cast<double>(gen() >> 11) * 0x1.0p-53; }
 
@@ -70,15 +71,16 @@ Tensor uniform_named(const Tensor& t, double a, double b, const char* op) {
   FORGE_CHECK(std::isfinite(a) && std::isfinite(b) && a <= b, invalid_argument, op, "bounds [", a, ", ", b,
               "] must be finite and ordered");
   FORGE_CHECK(t.defined(), invalid_argument, op, "undefined tensor");
-  auto& gen = t.runtime().generator();
-  return fill(t, op, [&] { return a + (b - a) * uniform01(gen); });
+  const Runtime::GeneratorLease lease = t.runtime().lease_generator(op);
+  return fill(t, op, [&] { return a + (b - a) * uniform01(*lease); });
 }
 
 Tensor normal_named(const Tensor& t, double mean, double std, const char* op) {
   FORGE_CHECK(std::isfinite(mean) && std::isfinite(std) && std >= 0, invalid_argument, op, "mean ", mean, " and std ",
               std, " must be finite, std non-negative");
   FORGE_CHECK(t.defined(), invalid_argument, op, "undefined tensor");
-  Normal normal{t.runtime().generator()};
+  const Runtime::GeneratorLease lease = t.runtime().lease_generator(op);
+  Normal normal{*lease};
   return fill(t, op, [&] { return mean + std * normal(); });
 }
 

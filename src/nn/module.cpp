@@ -43,7 +43,7 @@ void Module::check_new_name(const std::string& name, const char* op) const {
               " already has an entry named '", name, "'");
 }
 
-Tensor Module::register_parameter(const std::string& name, const Tensor& t, bool requires_grad) {
+Tensor Module::register_parameter(const std::string& name, const Tensor& t, bool requires_grad) try {
   const char* op = "nn.register_parameter";
   check_new_name(name, op);
   FORGE_CHECK(t.defined(), invalid_argument, op, "parameter '", name, "' is undefined");
@@ -53,9 +53,9 @@ Tensor Module::register_parameter(const std::string& name, const Tensor& t, bool
   p.requires_grad_(requires_grad);
   parameters_.emplace_back(name, p);
   return p;
-}
+} FORGE_CATCH_OOM("nn.register_parameter")
 
-Tensor Module::register_buffer(const std::string& name, const Tensor& t) {
+Tensor Module::register_buffer(const std::string& name, const Tensor& t) try {
   const char* op = "nn.register_buffer";
   check_new_name(name, op);
   FORGE_CHECK(t.defined(), invalid_argument, op, "buffer '", name, "' is undefined");
@@ -63,14 +63,14 @@ Tensor Module::register_buffer(const std::string& name, const Tensor& t) {
   if (b.requires_grad()) b = b.detach();
   buffers_.emplace_back(name, b);
   return b;
-}
+} FORGE_CATCH_OOM("nn.register_buffer")
 
-void Module::add_child(const std::string& name, std::shared_ptr<Module> module) {
+void Module::add_child(const std::string& name, std::shared_ptr<Module> module) try {
   const char* op = "nn.register_module";
   check_new_name(name, op);
   FORGE_CHECK(module != nullptr, invalid_argument, op, "module '", name, "' is null");
   children_.emplace_back(name, std::move(module));
-}
+} FORGE_CATCH_OOM("nn.register_module")
 
 const Tensor& Module::parameter(std::string_view name) const {
   for (const auto& [n, t] : parameters_)
@@ -101,48 +101,48 @@ std::vector<std::pair<std::string, Tensor*>> Module::slots(bool params, bool buf
   return out;
 }
 
-NamedTensors Module::named_parameters(bool recurse) const {
+NamedTensors Module::named_parameters(bool recurse) const try {
   NamedTensors out;
   for (auto& [n, t] : slots(true, false, recurse)) out.emplace_back(n, *t);
   return out;
-}
+} FORGE_CATCH_OOM("nn.named_parameters")
 
-NamedTensors Module::named_buffers(bool recurse) const {
+NamedTensors Module::named_buffers(bool recurse) const try {
   NamedTensors out;
   for (auto& [n, t] : slots(false, true, recurse)) out.emplace_back(n, *t);
   return out;
-}
+} FORGE_CATCH_OOM("nn.named_buffers")
 
-std::vector<Tensor> Module::parameters(bool recurse) const {
+std::vector<Tensor> Module::parameters(bool recurse) const try {
   std::vector<Tensor> out;
   std::set<const TensorImpl*> seen;  // a tied weight is stepped once
   for (auto& [n, t] : slots(true, false, recurse))
     if (seen.insert(t->impl()).second) out.push_back(*t);
   return out;
-}
+} FORGE_CATCH_OOM("nn.parameters")
 
-std::vector<Tensor> Module::buffers(bool recurse) const {
+std::vector<Tensor> Module::buffers(bool recurse) const try {
   std::vector<Tensor> out;
   for (auto& [n, t] : slots(false, true, recurse)) out.push_back(*t);
   return out;
-}
+} FORGE_CATCH_OOM("nn.buffers")
 
-std::vector<std::shared_ptr<Module>> Module::children() const {
+std::vector<std::shared_ptr<Module>> Module::children() const try {
   std::vector<std::shared_ptr<Module>> out;
   for (const auto& [n, c] : children_) out.push_back(c);
   return out;
-}
+} FORGE_CATCH_OOM("nn.children")
 
-void Module::train(bool on) {
+void Module::train(bool on) try {
   training_ = on;
   for (auto& [n, c] : children_) c->train(on);
-}
+} FORGE_CATCH_OOM("nn.train")
 
-void Module::zero_grad(bool set_to_none) {
+void Module::zero_grad(bool set_to_none) try {
   for (Tensor& p : parameters()) p.zero_grad(set_to_none);
-}
+} FORGE_CATCH_OOM("nn.zero_grad")
 
-void Module::to(DType dtype) {
+void Module::to(DType dtype) try {
   const char* op = "nn.to";
   FORGE_CHECK(is_floating(dtype), dtype, op, type_name(), " can only convert to a floating dtype, not ",
               dtype_name(dtype));
@@ -161,20 +161,20 @@ void Module::to(DType dtype) {
     const auto it = fresh.find(slot->impl());
     if (it != fresh.end()) *slot = it->second;
   }
-}
+} FORGE_CATCH_OOM("nn.to")
 
-void Module::to(Device device) {
+void Module::to(Device device) try {
   FORGE_CHECK(device.is_cpu(), device, "nn.to", type_name(), " cannot move to ", device.str(),
               ": modules live on the CPU");
-}
+} FORGE_CATCH_OOM("nn.to")
 
-StateDict Module::state_dict() const {
+StateDict Module::state_dict() const try {
   StateDict out;
   for (const auto& [name, slot] : slots(true, true, true)) out.emplace(name, slot->detach());
   return out;
-}
+} FORGE_CATCH_OOM("nn.state_dict")
 
-void Module::load_state_dict(const StateDict& dict, bool strict) {
+void Module::load_state_dict(const StateDict& dict, bool strict) try {
   const char* op = "nn.load_state_dict";
   const auto own = slots(true, true, true);
   std::vector<std::string> missing, unexpected, bad_shape, bad_dtype;
@@ -216,6 +216,6 @@ void Module::load_state_dict(const StateDict& dict, bool strict) {
     const auto it = dict.find(name);
     if (it != dict.end() && !it->second.is_same(*slot)) slot->copy_(it->second);
   }
-}
+} FORGE_CATCH_OOM("nn.load_state_dict")
 
 }  // namespace forge::nn

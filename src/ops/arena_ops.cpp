@@ -62,7 +62,7 @@ std::byte* copy_flagged_rows(std::byte* dst, const std::byte* src, const std::ui
 
 }  // namespace
 
-Tensor masked_select(const Tensor& x, const Tensor& mask, Arena* arena) {
+Tensor masked_select(const Tensor& x, const Tensor& mask, Arena* arena) try {
   const char* op = "masked_select";
   ArenaCall call(op, arena, {x, mask});
   check_pair(op, x, mask);
@@ -74,9 +74,9 @@ Tensor masked_select(const Tensor& x, const Tensor& mask, Arena* arena) {
                     x.element_size());
   call.commit();
   return out;
-}
+} FORGE_CATCH_OOM("masked_select")
 
-Tensor nonzero(const Tensor& x, Arena* arena) {
+Tensor nonzero(const Tensor& x, Arena* arena) try {
   const char* op = "nonzero";
   ArenaCall call(op, arena, {x});
   detail::check_input(op, x, "x");
@@ -96,9 +96,9 @@ Tensor nonzero(const Tensor& x, Arena* arena) {
   }
   call.commit();
   return out;
-}
+} FORGE_CATCH_OOM("nonzero")
 
-RowsView rows_where(const Tensor& x, const Tensor& mask, Arena* arena) {
+RowsView rows_where(const Tensor& x, const Tensor& mask, Arena* arena) try {
   const char* op = "rows_where";
   ArenaCall call(op, arena, {x, mask});
   check_pair(op, x, mask);
@@ -113,9 +113,9 @@ RowsView rows_where(const Tensor& x, const Tensor& mask, Arena* arena) {
                     static_cast<std::size_t>(cols) * x.element_size());
   call.commit();
   return RowsView(std::move(out));
-}
+} FORGE_CATCH_OOM("rows_where")
 
-TapeView nonzero_per_row(const Tensor& mask, Arena* arena) {
+TapeView nonzero_per_row(const Tensor& mask, Arena* arena) try {
   const char* op = "nonzero_per_row";
   ArenaCall call(op, arena, {mask});
   check_mask(op, mask);
@@ -137,9 +137,9 @@ TapeView nonzero_per_row(const Tensor& mask, Arena* arena) {
   off[items] = k;
   call.commit();
   return TapeView(std::move(values), std::move(offsets));
-}
+} FORGE_CATCH_OOM("nonzero_per_row")
 
-RowsTapeView rows_where_per_item(const Tensor& x, const Tensor& mask, Arena* arena) {
+RowsTapeView rows_where_per_item(const Tensor& x, const Tensor& mask, Arena* arena) try {
   const char* op = "rows_where_per_item";
   ArenaCall call(op, arena, {x, mask});
   check_pair(op, x, mask);
@@ -167,6 +167,6 @@ RowsTapeView rows_where_per_item(const Tensor& x, const Tensor& mask, Arena* are
   off[items] = k;
   call.commit();
   return RowsTapeView(std::move(rows), std::move(offsets));
-}
+} FORGE_CATCH_OOM("rows_where_per_item")
 
 }  // namespace forge

@@ -91,7 +91,7 @@ std::uint64_t dropout_draw(Tensor& out, const Tensor& x, double p) {
     cpu::fill(out.runtime(), out.shape(), detail::operand(out), 0.0);
     return 0;
   }
-  const std::uint64_t seed = out.runtime().generator()();
+  const std::uint64_t seed = (*out.runtime().lease_generator("dropout"))();
   dropout_kernel(out, x, p, seed);
   return seed;
 }
@@ -296,7 +296,7 @@ void attention_kernel(Tensor& out, const Tensor& q, const Tensor& k, const Tenso
 }  // namespace
 
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& attn_mask,
-                                    bool is_causal, std::optional<double> scale) {
+                                    bool is_causal, std::optional<double> scale) try {
   const char* op = "scaled_dot_product_attention";
   const Attention a = plan_attention(op, q, k, v, attn_mask, is_causal, scale);
   Tensor out = detail::allocate(q.runtime(), a.out_shape, q.dtype(), op);
@@ -306,10 +306,10 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   if (autograd::needs_grad(q, k, v))
     autograd::rules::scaled_dot_product_attention(out, q, k, v, attn_mask, is_causal, a.scale);
   return out;
-}
+} FORGE_CATCH_OOM("scaled_dot_product_attention")
 
 Tensor& scaled_dot_product_attention_into(Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v,
-                                          const Tensor& attn_mask, bool is_causal, std::optional<double> scale) {
+                                          const Tensor& attn_mask, bool is_causal, std::optional<double> scale) try {
   const char* op = "scaled_dot_product_attention_into";
   const Attention a = plan_attention(op, q, k, v, attn_mask, is_causal, scale);
   detail::check_writable(op, out, "out");
@@ -322,9 +322,9 @@ Tensor& scaled_dot_product_attention_into(Tensor& out, const Tensor& q, const Te
   attention_kernel(out, q, k, v, attn_mask, is_causal, a);
   out.buffer()->bump_version();
   return out;
-}
+} FORGE_CATCH_OOM("scaled_dot_product_attention_into")
 
-Tensor dropout(const Tensor& x, double p, bool training) {
+Tensor dropout(const Tensor& x, double p, bool training) try {
   const char* op = "dropout";
   check_dropout(op, x, p);
   if (!training || p == 0.0) return x;
@@ -333,9 +333,9 @@ Tensor dropout(const Tensor& x, double p, bool training) {
   detail::adopt_output(out);
   FORGE_RECORD(dropout, out, x, p, seed);
   return out;
-}
+} FORGE_CATCH_OOM("dropout")
 
-Tensor& dropout_into(Tensor& out, const Tensor& x, double p, bool training) {
+Tensor& dropout_into(Tensor& out, const Tensor& x, double p, bool training) try {
   const char* op = "dropout_into";
   check_dropout(op, x, p);
   detail::check_writable(op, out, "out");
@@ -349,7 +349,7 @@ Tensor& dropout_into(Tensor& out, const Tensor& x, double p, bool training) {
   }
   out.buffer()->bump_version();
   return out;
-}
+} FORGE_CATCH_OOM("dropout_into")
 
 namespace detail {
 

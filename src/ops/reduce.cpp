@@ -262,83 +262,83 @@ void run_cumsum(Tensor& out, const Tensor& x, int dim) {
 
 }  // namespace
 
-Tensor sum(const Tensor& x, const DimList& dims, bool keepdim) {
+Tensor sum(const Tensor& x, const DimList& dims, bool keepdim) try {
   Tensor out = reduce_op("sum", ReduceOp::sum, x, dims, keepdim);
   FORGE_RECORD(sum, out, x, dims, keepdim);
   return out;
-}
-Tensor mean(const Tensor& x, const DimList& dims, bool keepdim) {
+} FORGE_CATCH_OOM("sum")
+Tensor mean(const Tensor& x, const DimList& dims, bool keepdim) try {
   Tensor out = reduce_op("mean", ReduceOp::mean, x, dims, keepdim);
   FORGE_RECORD(mean, out, x, dims, keepdim);
   return out;
-}
-Tensor prod(const Tensor& x, const DimList& dims, bool keepdim) {
+} FORGE_CATCH_OOM("mean")
+Tensor prod(const Tensor& x, const DimList& dims, bool keepdim) try {
   Tensor out = reduce_op("prod", ReduceOp::prod, x, dims, keepdim);
   FORGE_RECORD(prod, out, x, dims, keepdim);
   return out;
-}
-Tensor amax(const Tensor& x, const DimList& dims, bool keepdim) {
+} FORGE_CATCH_OOM("prod")
+Tensor amax(const Tensor& x, const DimList& dims, bool keepdim) try {
   Tensor out = reduce_op("amax", ReduceOp::amax, x, dims, keepdim);
   FORGE_RECORD(amax, out, x, dims, keepdim);
   return out;
-}
-Tensor amin(const Tensor& x, const DimList& dims, bool keepdim) {
+} FORGE_CATCH_OOM("amax")
+Tensor amin(const Tensor& x, const DimList& dims, bool keepdim) try {
   Tensor out = reduce_op("amin", ReduceOp::amin, x, dims, keepdim);
   FORGE_RECORD(amin, out, x, dims, keepdim);
   return out;
-}
-Tensor max(const Tensor& x) {
+} FORGE_CATCH_OOM("amin")
+Tensor max(const Tensor& x) try {
   Tensor out = reduce_op("max", ReduceOp::amax, x, {}, false);
   FORGE_RECORD(amax, out, x, DimList(), false);
   return out;
-}
-Tensor min(const Tensor& x) {
+} FORGE_CATCH_OOM("max")
+Tensor min(const Tensor& x) try {
   Tensor out = reduce_op("min", ReduceOp::amin, x, {}, false);
   FORGE_RECORD(amin, out, x, DimList(), false);
   return out;
-}
+} FORGE_CATCH_OOM("min")
 // Only the values record: the indices are not differentiable.
-ValuesIndices max(const Tensor& x, std::int64_t dim, bool keepdim) {
+ValuesIndices max(const Tensor& x, std::int64_t dim, bool keepdim) try {
   ValuesIndices r = values_indices("max", true, x, dim, keepdim);
   FORGE_RECORD(max_dim, r.values, x, dim, keepdim, r.indices);
   return r;
-}
-ValuesIndices min(const Tensor& x, std::int64_t dim, bool keepdim) {
+} FORGE_CATCH_OOM("max")
+ValuesIndices min(const Tensor& x, std::int64_t dim, bool keepdim) try {
   ValuesIndices r = values_indices("min", false, x, dim, keepdim);
   FORGE_RECORD(min_dim, r.values, x, dim, keepdim, r.indices);
   return r;
-}
-Tensor argmax(const Tensor& x) { return arg_flat("argmax", true, x); }
-Tensor argmin(const Tensor& x) { return arg_flat("argmin", false, x); }
-Tensor argmax(const Tensor& x, std::int64_t dim, bool keepdim) { return arg_dim("argmax", true, x, dim, keepdim); }
-Tensor argmin(const Tensor& x, std::int64_t dim, bool keepdim) { return arg_dim("argmin", false, x, dim, keepdim); }
-Tensor var(const Tensor& x, const DimList& dims, std::int64_t correction, bool keepdim) {
+} FORGE_CATCH_OOM("min")
+Tensor argmax(const Tensor& x) try { return arg_flat("argmax", true, x); } FORGE_CATCH_OOM("argmax")
+Tensor argmin(const Tensor& x) try { return arg_flat("argmin", false, x); } FORGE_CATCH_OOM("argmin")
+Tensor argmax(const Tensor& x, std::int64_t dim, bool keepdim) try { return arg_dim("argmax", true, x, dim, keepdim); } FORGE_CATCH_OOM("argmax")
+Tensor argmin(const Tensor& x, std::int64_t dim, bool keepdim) try { return arg_dim("argmin", false, x, dim, keepdim); } FORGE_CATCH_OOM("argmin")
+Tensor var(const Tensor& x, const DimList& dims, std::int64_t correction, bool keepdim) try {
   Tensor out = reduce_op("var", ReduceOp::var, x, dims, keepdim, correction);
   FORGE_RECORD(var, out, x, dims, correction, keepdim);
   return out;
-}
-Tensor std(const Tensor& x, const DimList& dims, std::int64_t correction, bool keepdim) {
+} FORGE_CATCH_OOM("var")
+Tensor std(const Tensor& x, const DimList& dims, std::int64_t correction, bool keepdim) try {
   Tensor out = reduce_op("std", ReduceOp::std, x, dims, keepdim, correction);
   FORGE_RECORD(std, out, x, dims, correction, keepdim);
   return out;
-}
-Tensor logsumexp(const Tensor& x, const DimList& dims, bool keepdim) {
+} FORGE_CATCH_OOM("std")
+Tensor logsumexp(const Tensor& x, const DimList& dims, bool keepdim) try {
   Tensor out = reduce_op("logsumexp", ReduceOp::logsumexp, x, dims, keepdim);
   FORGE_RECORD(logsumexp, out, x, dims, keepdim);
   return out;
-}
-Tensor norm(const Tensor& x, double p, const DimList& dims, bool keepdim) {
+} FORGE_CATCH_OOM("logsumexp")
+Tensor norm(const Tensor& x, double p, const DimList& dims, bool keepdim) try {
   Tensor out = reduce_op("norm", norm_kind("norm", p), x, dims, keepdim);
   FORGE_RECORD(norm, out, x, p, dims, keepdim);
   return out;
-}
-Tensor all(const Tensor& x, const DimList& dims, bool keepdim) {
+} FORGE_CATCH_OOM("norm")
+Tensor all(const Tensor& x, const DimList& dims, bool keepdim) try {
   return reduce_op("all", ReduceOp::all, x, dims, keepdim);
-}
-Tensor any(const Tensor& x, const DimList& dims, bool keepdim) {
+} FORGE_CATCH_OOM("all")
+Tensor any(const Tensor& x, const DimList& dims, bool keepdim) try {
   return reduce_op("any", ReduceOp::any, x, dims, keepdim);
-}
-Tensor cumsum(const Tensor& x, std::int64_t dim) {
+} FORGE_CATCH_OOM("any")
+Tensor cumsum(const Tensor& x, std::int64_t dim) try {
   detail::check_input("cumsum", x, "x");
   const int d = wrap_dim(dim, x.dim(), "cumsum");
   Tensor out = detail::allocate(x.runtime(), x.shape(), cumsum_dtype(x.dtype()), "cumsum");
@@ -346,48 +346,48 @@ Tensor cumsum(const Tensor& x, std::int64_t dim) {
   detail::adopt_output(out);
   FORGE_RECORD(cumsum, out, x, d);
   return out;
-}
+} FORGE_CATCH_OOM("cumsum")
 
-Tensor& sum_into(Tensor& out, const Tensor& x, const DimList& dims, bool keepdim) {
+Tensor& sum_into(Tensor& out, const Tensor& x, const DimList& dims, bool keepdim) try {
   return reduce_into("sum_into", ReduceOp::sum, out, x, dims, keepdim);
-}
-Tensor& mean_into(Tensor& out, const Tensor& x, const DimList& dims, bool keepdim) {
+} FORGE_CATCH_OOM("sum_into")
+Tensor& mean_into(Tensor& out, const Tensor& x, const DimList& dims, bool keepdim) try {
   return reduce_into("mean_into", ReduceOp::mean, out, x, dims, keepdim);
-}
-Tensor& prod_into(Tensor& out, const Tensor& x, const DimList& dims, bool keepdim) {
+} FORGE_CATCH_OOM("mean_into")
+Tensor& prod_into(Tensor& out, const Tensor& x, const DimList& dims, bool keepdim) try {
   return reduce_into("prod_into", ReduceOp::prod, out, x, dims, keepdim);
-}
-Tensor& amax_into(Tensor& out, const Tensor& x, const DimList& dims, bool keepdim) {
+} FORGE_CATCH_OOM("prod_into")
+Tensor& amax_into(Tensor& out, const Tensor& x, const DimList& dims, bool keepdim) try {
   return reduce_into("amax_into", ReduceOp::amax, out, x, dims, keepdim);
-}
-Tensor& amin_into(Tensor& out, const Tensor& x, const DimList& dims, bool keepdim) {
+} FORGE_CATCH_OOM("amax_into")
+Tensor& amin_into(Tensor& out, const Tensor& x, const DimList& dims, bool keepdim) try {
   return reduce_into("amin_into", ReduceOp::amin, out, x, dims, keepdim);
-}
-Tensor& argmax_into(Tensor& out, const Tensor& x, std::int64_t dim, bool keepdim) {
+} FORGE_CATCH_OOM("amin_into")
+Tensor& argmax_into(Tensor& out, const Tensor& x, std::int64_t dim, bool keepdim) try {
   return arg_into("argmax_into", true, out, x, dim, keepdim);
-}
-Tensor& argmin_into(Tensor& out, const Tensor& x, std::int64_t dim, bool keepdim) {
+} FORGE_CATCH_OOM("argmax_into")
+Tensor& argmin_into(Tensor& out, const Tensor& x, std::int64_t dim, bool keepdim) try {
   return arg_into("argmin_into", false, out, x, dim, keepdim);
-}
-Tensor& var_into(Tensor& out, const Tensor& x, const DimList& dims, std::int64_t correction, bool keepdim) {
+} FORGE_CATCH_OOM("argmin_into")
+Tensor& var_into(Tensor& out, const Tensor& x, const DimList& dims, std::int64_t correction, bool keepdim) try {
   return reduce_into("var_into", ReduceOp::var, out, x, dims, keepdim, correction);
-}
-Tensor& std_into(Tensor& out, const Tensor& x, const DimList& dims, std::int64_t correction, bool keepdim) {
+} FORGE_CATCH_OOM("var_into")
+Tensor& std_into(Tensor& out, const Tensor& x, const DimList& dims, std::int64_t correction, bool keepdim) try {
   return reduce_into("std_into", ReduceOp::std, out, x, dims, keepdim, correction);
-}
-Tensor& logsumexp_into(Tensor& out, const Tensor& x, const DimList& dims, bool keepdim) {
+} FORGE_CATCH_OOM("std_into")
+Tensor& logsumexp_into(Tensor& out, const Tensor& x, const DimList& dims, bool keepdim) try {
   return reduce_into("logsumexp_into", ReduceOp::logsumexp, out, x, dims, keepdim);
-}
-Tensor& norm_into(Tensor& out, const Tensor& x, double p, const DimList& dims, bool keepdim) {
+} FORGE_CATCH_OOM("logsumexp_into")
+Tensor& norm_into(Tensor& out, const Tensor& x, double p, const DimList& dims, bool keepdim) try {
   return reduce_into("norm_into", norm_kind("norm_into", p), out, x, dims, keepdim);
-}
-Tensor& all_into(Tensor& out, const Tensor& x, const DimList& dims, bool keepdim) {
+} FORGE_CATCH_OOM("norm_into")
+Tensor& all_into(Tensor& out, const Tensor& x, const DimList& dims, bool keepdim) try {
   return reduce_into("all_into", ReduceOp::all, out, x, dims, keepdim);
-}
-Tensor& any_into(Tensor& out, const Tensor& x, const DimList& dims, bool keepdim) {
+} FORGE_CATCH_OOM("all_into")
+Tensor& any_into(Tensor& out, const Tensor& x, const DimList& dims, bool keepdim) try {
   return reduce_into("any_into", ReduceOp::any, out, x, dims, keepdim);
-}
-Tensor& cumsum_into(Tensor& out, const Tensor& x, std::int64_t dim) {
+} FORGE_CATCH_OOM("any_into")
+Tensor& cumsum_into(Tensor& out, const Tensor& x, std::int64_t dim) try {
   const char* op = "cumsum_into";
   detail::check_writable(op, out, "out");
   detail::check_input(op, x, "x");
@@ -398,7 +398,7 @@ Tensor& cumsum_into(Tensor& out, const Tensor& x, std::int64_t dim) {
   run_cumsum(out, x, d);
   out.buffer()->bump_version();
   return out;
-}
+} FORGE_CATCH_OOM("cumsum_into")
 
 Tensor Tensor::sum(const DimList& dims, bool keepdim) const { return forge::sum(*this, dims, keepdim); }
 Tensor Tensor::mean(const DimList& dims, bool keepdim) const { return forge::mean(*this, dims, keepdim); }

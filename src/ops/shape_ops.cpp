@@ -227,16 +227,16 @@ int split_dim(const char* op, const Tensor& x, std::int64_t dim) {
 
 }  // namespace
 
-Tensor cat(const std::vector<Tensor>& tensors, std::int64_t dim) {
+Tensor cat(const std::vector<Tensor>& tensors, std::int64_t dim) try {
   const CatPlan plan = plan_cat("cat", tensors, dim);
   Tensor out = detail::allocate(tensors[0].runtime(), plan.shape, plan.dtype, "cat");
   cat_kernel(out, tensors, plan.dim);
   detail::adopt_output(out);
   FORGE_RECORD(cat, out, tensors, plan.dim);
   return out;
-}
+} FORGE_CATCH_OOM("cat")
 
-Tensor& cat_into(Tensor& out, const std::vector<Tensor>& tensors, std::int64_t dim) {
+Tensor& cat_into(Tensor& out, const std::vector<Tensor>& tensors, std::int64_t dim) try {
   const char* op = "cat_into";
   const CatPlan plan = plan_cat(op, tensors, dim);
   check_into(op, out, tensors[0]);
@@ -245,18 +245,18 @@ Tensor& cat_into(Tensor& out, const std::vector<Tensor>& tensors, std::int64_t d
   cat_kernel(out, tensors, plan.dim);
   out.buffer()->bump_version();
   return out;
-}
+} FORGE_CATCH_OOM("cat_into")
 
-Tensor stack(const std::vector<Tensor>& tensors, std::int64_t dim) {
+Tensor stack(const std::vector<Tensor>& tensors, std::int64_t dim) try {
   const StackPlan plan = plan_stack("stack", tensors, dim);
   Tensor out = detail::allocate(tensors[0].runtime(), plan.shape, plan.dtype, "stack");
   stack_kernel(out, tensors, plan.dim);
   detail::adopt_output(out);
   FORGE_RECORD(stack, out, tensors, plan.dim);
   return out;
-}
+} FORGE_CATCH_OOM("stack")
 
-Tensor& stack_into(Tensor& out, const std::vector<Tensor>& tensors, std::int64_t dim) {
+Tensor& stack_into(Tensor& out, const std::vector<Tensor>& tensors, std::int64_t dim) try {
   const char* op = "stack_into";
   const StackPlan plan = plan_stack(op, tensors, dim);
   check_into(op, out, tensors[0]);
@@ -265,9 +265,9 @@ Tensor& stack_into(Tensor& out, const std::vector<Tensor>& tensors, std::int64_t
   stack_kernel(out, tensors, plan.dim);
   out.buffer()->bump_version();
   return out;
-}
+} FORGE_CATCH_OOM("stack_into")
 
-std::vector<Tensor> split(const Tensor& x, std::int64_t split_size, std::int64_t dim) {
+std::vector<Tensor> split(const Tensor& x, std::int64_t split_size, std::int64_t dim) try {
   const char* op = "split";
   const int d = split_dim(op, x, dim);
   const std::int64_t size = x.shape()[d];
@@ -282,9 +282,9 @@ std::vector<Tensor> split(const Tensor& x, std::int64_t split_size, std::int64_t
     pieces.push_back(piece(x, d, start, std::min(split_size, size - start)));
   }
   return pieces;
-}
+} FORGE_CATCH_OOM("split")
 
-std::vector<Tensor> split(const Tensor& x, const std::vector<std::int64_t>& sizes, std::int64_t dim) {
+std::vector<Tensor> split(const Tensor& x, const std::vector<std::int64_t>& sizes, std::int64_t dim) try {
   const char* op = "split";
   const int d = split_dim(op, x, dim);
   std::int64_t total = 0;
@@ -302,9 +302,9 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<std::int64_t>& size
     start += s;
   }
   return pieces;
-}
+} FORGE_CATCH_OOM("split")
 
-std::vector<Tensor> chunk(const Tensor& x, std::int64_t chunks, std::int64_t dim) {
+std::vector<Tensor> chunk(const Tensor& x, std::int64_t chunks, std::int64_t dim) try {
   const char* op = "chunk";
   const int d = split_dim(op, x, dim);
   FORGE_CHECK(chunks > 0, invalid_argument, op, "chunks must be positive, got ", chunks);
@@ -314,9 +314,9 @@ std::vector<Tensor> chunk(const Tensor& x, std::int64_t chunks, std::int64_t dim
   }
   const std::int64_t piece_size = size / chunks + (size % chunks != 0);
   return split(x, piece_size, d);
-}
+} FORGE_CATCH_OOM("chunk")
 
-Tensor repeat(const Tensor& x, const Dims& repeats) {
+Tensor repeat(const Tensor& x, const Dims& repeats) try {
   const char* op = "repeat";
   detail::check_input(op, x, "x");
   const Shape shape = repeat_shape(op, x, repeats);
@@ -325,9 +325,9 @@ Tensor repeat(const Tensor& x, const Dims& repeats) {
   detail::adopt_output(out);
   FORGE_RECORD(repeat, out, x, repeats);
   return out;
-}
+} FORGE_CATCH_OOM("repeat")
 
-Tensor& repeat_into(Tensor& out, const Tensor& x, const Dims& repeats) {
+Tensor& repeat_into(Tensor& out, const Tensor& x, const Dims& repeats) try {
   const char* op = "repeat_into";
   detail::check_input(op, x, "x");
   check_into(op, out, x);
@@ -336,9 +336,9 @@ Tensor& repeat_into(Tensor& out, const Tensor& x, const Dims& repeats) {
   repeat_kernel(out, x, repeats);
   out.buffer()->bump_version();
   return out;
-}
+} FORGE_CATCH_OOM("repeat_into")
 
-Tensor flip(const Tensor& x, const Dims& dims) {
+Tensor flip(const Tensor& x, const Dims& dims) try {
   const char* op = "flip";
   detail::check_input(op, x, "x");
   const Dims wrapped = flip_dims(op, x, dims);
@@ -347,9 +347,9 @@ Tensor flip(const Tensor& x, const Dims& dims) {
   detail::adopt_output(out);
   FORGE_RECORD(flip, out, x, wrapped);
   return out;
-}
+} FORGE_CATCH_OOM("flip")
 
-Tensor& flip_into(Tensor& out, const Tensor& x, const Dims& dims) {
+Tensor& flip_into(Tensor& out, const Tensor& x, const Dims& dims) try {
   const char* op = "flip_into";
   detail::check_input(op, x, "x");
   check_into(op, out, x);
@@ -359,7 +359,7 @@ Tensor& flip_into(Tensor& out, const Tensor& x, const Dims& dims) {
   flip_kernel(out, x, wrapped);
   out.buffer()->bump_version();
   return out;
-}
+} FORGE_CATCH_OOM("flip_into")
 
 std::vector<Tensor> Tensor::split(std::int64_t split_size, std::int64_t dim) const {
   return forge::split(*this, split_size, dim);

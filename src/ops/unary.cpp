@@ -96,151 +96,151 @@ DType clamp_setup(const char* op, const Tensor& x, const std::optional<Scalar>& 
 
 }  // namespace
 
-Tensor neg(const Tensor& x) {
+Tensor neg(const Tensor& x) try {
   Tensor out = unary("neg", Unary::neg, x);
   FORGE_RECORD(neg, out, x);
   return out;
-}
-Tensor abs(const Tensor& x) {
+} FORGE_CATCH_OOM("neg")
+Tensor abs(const Tensor& x) try {
   Tensor out = unary("abs", Unary::abs, x);
   FORGE_RECORD(abs, out, x);
   return out;
-}
-Tensor sign(const Tensor& x) {
+} FORGE_CATCH_OOM("abs")
+Tensor sign(const Tensor& x) try {
   Tensor out = unary("sign", Unary::sign, x);
   FORGE_RECORD(sign, out, x);
   return out;
-}
-Tensor exp(const Tensor& x) {
+} FORGE_CATCH_OOM("sign")
+Tensor exp(const Tensor& x) try {
   Tensor out = unary("exp", Unary::exp, x);
   FORGE_RECORD(exp, out, x);
   return out;
-}
-Tensor expm1(const Tensor& x) {
+} FORGE_CATCH_OOM("exp")
+Tensor expm1(const Tensor& x) try {
   Tensor out = unary("expm1", Unary::expm1, x);
   FORGE_RECORD(expm1, out, x);
   return out;
-}
-Tensor log(const Tensor& x) {
+} FORGE_CATCH_OOM("expm1")
+Tensor log(const Tensor& x) try {
   Tensor out = unary("log", Unary::log, x);
   FORGE_RECORD(log, out, x);
   return out;
-}
-Tensor log1p(const Tensor& x) {
+} FORGE_CATCH_OOM("log")
+Tensor log1p(const Tensor& x) try {
   Tensor out = unary("log1p", Unary::log1p, x);
   FORGE_RECORD(log1p, out, x);
   return out;
-}
-Tensor sqrt(const Tensor& x) {
+} FORGE_CATCH_OOM("log1p")
+Tensor sqrt(const Tensor& x) try {
   Tensor out = unary("sqrt", Unary::sqrt, x);
   FORGE_RECORD(sqrt, out, x);
   return out;
-}
-Tensor rsqrt(const Tensor& x) {
+} FORGE_CATCH_OOM("sqrt")
+Tensor rsqrt(const Tensor& x) try {
   Tensor out = unary("rsqrt", Unary::rsqrt, x);
   FORGE_RECORD(rsqrt, out, x);
   return out;
-}
-Tensor square(const Tensor& x) {
+} FORGE_CATCH_OOM("rsqrt")
+Tensor square(const Tensor& x) try {
   Tensor out = unary("square", Unary::square, x);
   FORGE_RECORD(square, out, x);
   return out;
-}
-Tensor reciprocal(const Tensor& x) {
+} FORGE_CATCH_OOM("square")
+Tensor reciprocal(const Tensor& x) try {
   Tensor out = unary("reciprocal", Unary::reciprocal, x);
   FORGE_RECORD(reciprocal, out, x);
   return out;
-}
-Tensor sin(const Tensor& x) {
+} FORGE_CATCH_OOM("reciprocal")
+Tensor sin(const Tensor& x) try {
   Tensor out = unary("sin", Unary::sin, x);
   FORGE_RECORD(sin, out, x);
   return out;
-}
-Tensor cos(const Tensor& x) {
+} FORGE_CATCH_OOM("sin")
+Tensor cos(const Tensor& x) try {
   Tensor out = unary("cos", Unary::cos, x);
   FORGE_RECORD(cos, out, x);
   return out;
-}
-Tensor tanh(const Tensor& x) {
+} FORGE_CATCH_OOM("cos")
+Tensor tanh(const Tensor& x) try {
   Tensor out = unary("tanh", Unary::tanh, x);
   FORGE_RECORD(tanh, out, x);
   return out;
-}
-Tensor sigmoid(const Tensor& x) {
+} FORGE_CATCH_OOM("tanh")
+Tensor sigmoid(const Tensor& x) try {
   Tensor out = unary("sigmoid", Unary::sigmoid, x);
   FORGE_RECORD(sigmoid, out, x);
   return out;
-}
-Tensor relu(const Tensor& x) {
+} FORGE_CATCH_OOM("sigmoid")
+Tensor relu(const Tensor& x) try {
   Tensor out = unary("relu", Unary::relu, x);
   FORGE_RECORD(relu, out, x);
   return out;
-}
-Tensor leaky_relu(const Tensor& x, double negative_slope) {
+} FORGE_CATCH_OOM("relu")
+Tensor leaky_relu(const Tensor& x, double negative_slope) try {
   Tensor out = unary("leaky_relu", Unary::leaky_relu, x, slope(negative_slope));
   FORGE_RECORD(leaky_relu, out, x, negative_slope);
   return out;
-}
-Tensor gelu(const Tensor& x, GeluApproximation approximate) {
+} FORGE_CATCH_OOM("leaky_relu")
+Tensor gelu(const Tensor& x, GeluApproximation approximate) try {
   Tensor out = unary("gelu", gelu_kind(approximate), x);
   FORGE_RECORD(gelu, out, x, approximate);
   return out;
-}
-Tensor silu(const Tensor& x) {
+} FORGE_CATCH_OOM("gelu")
+Tensor silu(const Tensor& x) try {
   Tensor out = unary("silu", Unary::silu, x);
   FORGE_RECORD(silu, out, x);
   return out;
-}
-Tensor softplus(const Tensor& x, double beta, double threshold) {
+} FORGE_CATCH_OOM("silu")
+Tensor softplus(const Tensor& x, double beta, double threshold) try {
   Tensor out = unary("softplus", Unary::softplus, x, softplus_params(beta, threshold));
   FORGE_RECORD(softplus, out, x, beta, threshold);
   return out;
-}
-Tensor elu(const Tensor& x, double alpha) {
+} FORGE_CATCH_OOM("softplus")
+Tensor elu(const Tensor& x, double alpha) try {
   Tensor out = unary("elu", Unary::elu, x, elu_params(alpha));
   FORGE_RECORD(elu, out, x, alpha);
   return out;
-}
-Tensor erf(const Tensor& x) {
+} FORGE_CATCH_OOM("elu")
+Tensor erf(const Tensor& x) try {
   Tensor out = unary("erf", Unary::erf, x);
   FORGE_RECORD(erf, out, x);
   return out;
-}
+} FORGE_CATCH_OOM("erf")
 
-Tensor& neg_into(Tensor& out, const Tensor& x) { return unary_into("neg_into", Unary::neg, out, x); }
-Tensor& abs_into(Tensor& out, const Tensor& x) { return unary_into("abs_into", Unary::abs, out, x); }
-Tensor& sign_into(Tensor& out, const Tensor& x) { return unary_into("sign_into", Unary::sign, out, x); }
-Tensor& exp_into(Tensor& out, const Tensor& x) { return unary_into("exp_into", Unary::exp, out, x); }
-Tensor& expm1_into(Tensor& out, const Tensor& x) { return unary_into("expm1_into", Unary::expm1, out, x); }
-Tensor& log_into(Tensor& out, const Tensor& x) { return unary_into("log_into", Unary::log, out, x); }
-Tensor& log1p_into(Tensor& out, const Tensor& x) { return unary_into("log1p_into", Unary::log1p, out, x); }
-Tensor& sqrt_into(Tensor& out, const Tensor& x) { return unary_into("sqrt_into", Unary::sqrt, out, x); }
-Tensor& rsqrt_into(Tensor& out, const Tensor& x) { return unary_into("rsqrt_into", Unary::rsqrt, out, x); }
-Tensor& square_into(Tensor& out, const Tensor& x) { return unary_into("square_into", Unary::square, out, x); }
-Tensor& reciprocal_into(Tensor& out, const Tensor& x) {
+Tensor& neg_into(Tensor& out, const Tensor& x) try { return unary_into("neg_into", Unary::neg, out, x); } FORGE_CATCH_OOM("neg_into")
+Tensor& abs_into(Tensor& out, const Tensor& x) try { return unary_into("abs_into", Unary::abs, out, x); } FORGE_CATCH_OOM("abs_into")
+Tensor& sign_into(Tensor& out, const Tensor& x) try { return unary_into("sign_into", Unary::sign, out, x); } FORGE_CATCH_OOM("sign_into")
+Tensor& exp_into(Tensor& out, const Tensor& x) try { return unary_into("exp_into", Unary::exp, out, x); } FORGE_CATCH_OOM("exp_into")
+Tensor& expm1_into(Tensor& out, const Tensor& x) try { return unary_into("expm1_into", Unary::expm1, out, x); } FORGE_CATCH_OOM("expm1_into")
+Tensor& log_into(Tensor& out, const Tensor& x) try { return unary_into("log_into", Unary::log, out, x); } FORGE_CATCH_OOM("log_into")
+Tensor& log1p_into(Tensor& out, const Tensor& x) try { return unary_into("log1p_into", Unary::log1p, out, x); } FORGE_CATCH_OOM("log1p_into")
+Tensor& sqrt_into(Tensor& out, const Tensor& x) try { return unary_into("sqrt_into", Unary::sqrt, out, x); } FORGE_CATCH_OOM("sqrt_into")
+Tensor& rsqrt_into(Tensor& out, const Tensor& x) try { return unary_into("rsqrt_into", Unary::rsqrt, out, x); } FORGE_CATCH_OOM("rsqrt_into")
+Tensor& square_into(Tensor& out, const Tensor& x) try { return unary_into("square_into", Unary::square, out, x); } FORGE_CATCH_OOM("square_into")
+Tensor& reciprocal_into(Tensor& out, const Tensor& x) try {
   return unary_into("reciprocal_into", Unary::reciprocal, out, x);
-}
-Tensor& sin_into(Tensor& out, const Tensor& x) { return unary_into("sin_into", Unary::sin, out, x); }
-Tensor& cos_into(Tensor& out, const Tensor& x) { return unary_into("cos_into", Unary::cos, out, x); }
-Tensor& tanh_into(Tensor& out, const Tensor& x) { return unary_into("tanh_into", Unary::tanh, out, x); }
-Tensor& sigmoid_into(Tensor& out, const Tensor& x) { return unary_into("sigmoid_into", Unary::sigmoid, out, x); }
-Tensor& relu_into(Tensor& out, const Tensor& x) { return unary_into("relu_into", Unary::relu, out, x); }
-Tensor& leaky_relu_into(Tensor& out, const Tensor& x, double negative_slope) {
+} FORGE_CATCH_OOM("reciprocal_into")
+Tensor& sin_into(Tensor& out, const Tensor& x) try { return unary_into("sin_into", Unary::sin, out, x); } FORGE_CATCH_OOM("sin_into")
+Tensor& cos_into(Tensor& out, const Tensor& x) try { return unary_into("cos_into", Unary::cos, out, x); } FORGE_CATCH_OOM("cos_into")
+Tensor& tanh_into(Tensor& out, const Tensor& x) try { return unary_into("tanh_into", Unary::tanh, out, x); } FORGE_CATCH_OOM("tanh_into")
+Tensor& sigmoid_into(Tensor& out, const Tensor& x) try { return unary_into("sigmoid_into", Unary::sigmoid, out, x); } FORGE_CATCH_OOM("sigmoid_into")
+Tensor& relu_into(Tensor& out, const Tensor& x) try { return unary_into("relu_into", Unary::relu, out, x); } FORGE_CATCH_OOM("relu_into")
+Tensor& leaky_relu_into(Tensor& out, const Tensor& x, double negative_slope) try {
   return unary_into("leaky_relu_into", Unary::leaky_relu, out, x, slope(negative_slope));
-}
-Tensor& gelu_into(Tensor& out, const Tensor& x, GeluApproximation approximate) {
+} FORGE_CATCH_OOM("leaky_relu_into")
+Tensor& gelu_into(Tensor& out, const Tensor& x, GeluApproximation approximate) try {
   return unary_into("gelu_into", gelu_kind(approximate), out, x);
-}
-Tensor& silu_into(Tensor& out, const Tensor& x) { return unary_into("silu_into", Unary::silu, out, x); }
-Tensor& softplus_into(Tensor& out, const Tensor& x, double beta, double threshold) {
+} FORGE_CATCH_OOM("gelu_into")
+Tensor& silu_into(Tensor& out, const Tensor& x) try { return unary_into("silu_into", Unary::silu, out, x); } FORGE_CATCH_OOM("silu_into")
+Tensor& softplus_into(Tensor& out, const Tensor& x, double beta, double threshold) try {
   return unary_into("softplus_into", Unary::softplus, out, x, softplus_params(beta, threshold));
-}
-Tensor& elu_into(Tensor& out, const Tensor& x, double alpha) {
+} FORGE_CATCH_OOM("softplus_into")
+Tensor& elu_into(Tensor& out, const Tensor& x, double alpha) try {
   return unary_into("elu_into", Unary::elu, out, x, elu_params(alpha));
-}
-Tensor& erf_into(Tensor& out, const Tensor& x) { return unary_into("erf_into", Unary::erf, out, x); }
+} FORGE_CATCH_OOM("elu_into")
+Tensor& erf_into(Tensor& out, const Tensor& x) try { return unary_into("erf_into", Unary::erf, out, x); } FORGE_CATCH_OOM("erf_into")
 
-Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max) {
+Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max) try {
   cpu::UnaryParams params;
   const DType dtype = clamp_setup("clamp", x, min, max, params);
   Tensor out = detail::allocate(x.runtime(), x.shape(), dtype, "clamp");
@@ -248,9 +248,9 @@ Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> m
   detail::adopt_output(out);
   FORGE_RECORD(clamp, out, x, min, max);
   return out;
-}
+} FORGE_CATCH_OOM("clamp")
 
-Tensor& clamp_into(Tensor& out, const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max) {
+Tensor& clamp_into(Tensor& out, const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max) try {
   detail::check_writable("clamp_into", out, "out");
   cpu::UnaryParams params;
   const DType dtype = clamp_setup("clamp_into", x, min, max, params);
@@ -259,7 +259,7 @@ Tensor& clamp_into(Tensor& out, const Tensor& x, std::optional<Scalar> min, std:
   launch(Unary::clamp, dtype, params, out, x);
   out.buffer()->bump_version();
   return out;
-}
+} FORGE_CATCH_OOM("clamp_into")
 
 // ---- Tensor methods ----
 

@@ -99,12 +99,12 @@ RuntimeOptions resolve(const ExecContextOptions& o) {
 ExecContext::ExecContext() : ExecContext(ExecContextOptions{}) {}
 
 ExecContext::ExecContext(const ExecContextOptions& options)
-    : runtime_(Ref<Runtime>::adopt(new Runtime(resolve(options)))), slot_(new detail::ContextSlot(this)) {
+    try : runtime_(Ref<Runtime>::adopt(new Runtime(resolve(options)))), slot_(new detail::ContextSlot(this)) {
   (void)&t_drain;  // constructs this thread's drain
   slot_->retain_ref();  // the list's reference
   slot_->below = t_top;
   t_top = slot_;
-}
+} FORGE_CATCH_OOM("ExecContext")
 
 ExecContext::~ExecContext() {
   slot_->ctx.store(nullptr, std::memory_order_release);

@@ -1,14 +1,22 @@
 #include "forge/exec_scope.h"
 
 #include <algorithm>
+#include <new>
 
+#include "forge/error.h"
 #include "forge/runtime.h"
 
 namespace forge {
 
 ExecScope::ExecScope(Runtime& runtime) : runtime_(Ref<Runtime>::share(&runtime)) {
-  runtime.scope_frames_.reserve(runtime.scope_frames_.size() + 1);
-  runtime.scope_held_.reserve(std::max<std::size_t>(runtime.scope_held_.capacity(), 64));
+  runtime.scope_claim("open_exec_scope");  // Note [One driving thread]
+  try {
+    runtime.scope_frames_.reserve(runtime.scope_frames_.size() + 1);
+    runtime.scope_held_.reserve(std::max<std::size_t>(runtime.scope_held_.capacity(), 64));
+  } catch (const std::bad_alloc&) {
+    runtime.scope_release_if_none_open();
+    FORGE_FAIL(out_of_memory, "open_exec_scope", "no memory for the scope's bookkeeping");
+  }
   id_ = runtime.next_scope_id_++;
   const std::size_t saved = runtime.pool().open_peak_window();
   runtime.scope_frames_.push_back({id_, runtime.scope_held_.size(), saved});
@@ -66,6 +74,7 @@ void ExecScope::close() noexcept {
       --rt.scope_held_.back()->scope_refs_;
       rt.scope_held_.pop_back();
     }
+    rt.scope_release_if_none_open();
   }
   id_ = 0;
   runtime_.reset();
