@@ -280,6 +280,49 @@ TEST_CASE("io: save_safetensors refuses bad names and tensors and leaves no file
 
 // ---- safetensors: damaged and hostile files ----
 
+namespace {
+
+// A header of `n` empty U8 tensors "0", "1", ..., each [0] at [0, 0]: the
+// cheapest entry a hostile header can repeat.
+std::string empty_tensors_header(std::size_t n) {
+  std::string header = "{";
+  header.reserve(n * 52);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (i > 0) header += ',';
+    header += '"' + std::to_string(i) + R"(":{"dtype":"U8","shape":[0],"data_offsets":[0,0]})";
+  }
+  return header + '}';
+}
+
+}  // namespace
+
+// Note [one pass over the header] (src/io/safetensors.cpp): reading the
+// header used to cost O(n^2) in its entries (64 K took minutes, 1 M would take
+// hours), so loading the most entries a file may have at all pins the
+// near-linear pass. The names are out of order ("10" < "2"), so the reader
+// sorts them, its slowest path.
+TEST_CASE("io: a safetensors header of 1 M empty tensors loads and one more is refused") {
+  TestContext ctx;
+  TempDir dir;
+  constexpr std::size_t kMaxEntries = std::size_t{1} << 20;
+  const fs::path path = dir / "wide.safetensors";
+  const std::string header = empty_tensors_header(kMaxEntries);
+  write_file(path, safetensors_bytes(header, ""));
+  {
+    const StateDict sd = io::load_safetensors(ctx, path);
+    REQUIRE(sd.size() == kMaxEntries);
+    CHECK(sd.at("0").shape() == Shape{0});
+    CHECK(sd.at(std::to_string(kMaxEntries - 1)).dtype() == DType::u8);
+  }
+  // One entry past the limit.
+  std::string over = header;
+  over.insert(over.size() - 1, R"(,"x":{"dtype":"U8","shape":[0],"data_offsets":[0,0]})");
+  write_file(path, safetensors_bytes(over, ""));
+  const std::string msg = FORGE_REQUIRE_ERROR(io, "load_safetensors", io::load_safetensors(ctx, path));
+  CHECK(contains(msg, "more than 1048576 tensors"));
+  CHECK(contains(msg, "wide.safetensors"));
+}
+
 TEST_CASE("io: a truncated safetensors file is refused wherever it is cut") {
   TestContext ctx;
   TempDir dir;

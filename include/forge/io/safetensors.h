@@ -35,7 +35,11 @@ struct SafetensorsContents {
 
 // Maps `path` and returns its tensors over the mapping (a tensor whose bytes
 // are not aligned to its element size, which forge's writer never makes, is
-// copied into memory of its own instead). `ctx` must be a CPU context.
+// copied into memory of its own instead). `ctx` must be a CPU context. A file
+// may hold at most 2^20 (1,048,576) tensors, several times what any released
+// checkpoint has: a header with more is refused (ErrorCode::io), so a small
+// hostile file cannot make the reader build millions of tensors. The header
+// is read in time near-linear in its size (1 M entries: under a second).
 SafetensorsContents read_safetensors(ExecContext& ctx, const std::filesystem::path& path);
 
 // read_safetensors without the metadata.
