@@ -23,9 +23,13 @@ using Metadata = std::map<std::string, std::string>;
 // Writes every tensor (any layout; written packed) of dtype f32, f64, f16,
 // bf16, i32, i64, u8 or bool, and `metadata` as "__metadata__". The file is
 // written whole to a temporary beside `path` and renamed over it, so a
-// failure never leaves half a file. Tensors are laid out by element size,
-// largest first, then by name, so each starts aligned to its element size and
-// loads without a copy. Host tensors only.
+// failure never leaves half a file. A symbolic link at `path` is followed
+// (the file it leads to is replaced, the link stays), only a regular file is
+// replaced (a device, FIFO or directory is refused with ErrorCode::io), and a
+// replaced file keeps its mode (and owner, where permitted); a new one gets
+// 0666 less the umask. Tensors are laid out by element size, largest first,
+// then by name, so each starts aligned to its element size and loads without
+// a copy. Host tensors only.
 void save_safetensors(const std::filesystem::path& path, const StateDict& tensors, const Metadata& metadata = {});
 
 struct SafetensorsContents {
