@@ -182,7 +182,8 @@ std::shared_ptr<HostBytes> read_elements(ExecContext& ctx, Source& src, const El
   try {
     staging = ctx.pool().acquire(chunk * type.file_bytes, kOp);
   } catch (const Error& e) {
-    FORGE_FAIL(out_of_memory, kOp, src.path(), ": no memory to stage its ", type.name, " data (", e.what(), ")");
+    FORGE_FAIL(out_of_memory, kOp, src.path(), ": no memory to stage its ", type.name, " data (",
+               e.what(), ")");
   }
   auto* raw = reinterpret_cast<unsigned char*>(staging->data());
   auto* out = reinterpret_cast<std::int32_t*>(bytes->data);
@@ -198,6 +199,9 @@ std::shared_ptr<HostBytes> read_elements(ExecContext& ctx, Source& src, const El
 }  // namespace
 
 Tensor load_idx(ExecContext& ctx, const std::string& path) {
+  // The tensor's bytes and the staging chunk are host memory.
+  FORGE_CHECK(ctx.device().is_cpu(), device, kOp, path, ": the context is on ", ctx.device().str(),
+              "; files are read into host memory");
   Source src(path);
 
   unsigned char head[4];

@@ -30,7 +30,8 @@ class ExecContext;
 namespace forge::io {
 
 // A contiguous tensor of shape [dims...] whose bytes belong to it (host
-// memory freed with its last view, not the context's transient pool).
+// memory freed with its last view, not the context's transient pool). `ctx`
+// must be a CPU context (ErrorCode::device otherwise).
 Tensor load_idx(ExecContext& ctx, const std::string& path);
 
 }  // namespace forge::io
