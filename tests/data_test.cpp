@@ -2,18 +2,23 @@
 // io::load_idx, damaged and hostile ones refused; DataLoader batching,
 // shuffling and prefetching; and a short training run on Fashion-MNIST.
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "forge/data/dataloader.h"
@@ -267,6 +272,129 @@ TEST_CASE("data: damaged gzip IDX files are refused with an io error", "[data]")
         FORGE_REQUIRE_ERROR(io, "load_idx", (void)forge::io::load_idx(ctx, dir.file("")));
     CHECK(m2.find("not a regular file") != std::string::npos);
   }
+}
+
+namespace {
+
+// A FIFO's stand-in writer, for a reader that blocks in open() (where it waits
+// for a writer, forever with none): if the case has not called done() within
+// kPatience, it opens the write end, which wakes such a reader, and says so in
+// rescued(). So a blocking reader fails the case instead of hanging it; the
+// patience only bounds how long that takes.
+class FifoWatchdog {
+ public:
+  static constexpr std::chrono::seconds kPatience{10};
+
+  explicit FifoWatchdog(std::string path) : path_(std::move(path)), thread_([this] { watch(); }) {}
+  ~FifoWatchdog() { done(); }
+  FifoWatchdog(const FifoWatchdog&) = delete;
+  FifoWatchdog& operator=(const FifoWatchdog&) = delete;
+
+  void done() {
+    {
+      const std::lock_guard lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_one();
+    if (thread_.joinable()) thread_.join();
+  }
+  bool rescued() {
+    done();
+    return rescued_;
+  }
+
+ private:
+  void watch() {
+    std::unique_lock lock(mu_);
+    if (cv_.wait_for(lock, kPatience, [this] { return done_; })) return;
+    rescued_ = true;
+    lock.unlock();
+    // Succeeds only while a reader has the FIFO open (or waits to).
+    const int fd = ::open(path_.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd >= 0) ::close(fd);
+  }
+
+  std::string path_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  bool rescued_ = false;
+  std::thread thread_;  // last: starts once the rest is built
+};
+
+}  // namespace
+
+TEST_CASE("data: load_idx refuses a FIFO at once as not a regular file", "[data]") {
+  TestContext ctx;
+  TempDir dir;
+  const std::string path = dir.file("fifo");
+  REQUIRE(::mkfifo(path.c_str(), 0600) == 0);
+  FifoWatchdog watchdog(path);
+  const std::string message =
+      FORGE_REQUIRE_ERROR(io, "load_idx", (void)forge::io::load_idx(ctx, path));
+  CHECK_FALSE(watchdog.rescued());  // it returned without a writer
+  CHECK(message.find("not a regular file") != std::string::npos);
+  CHECK(message.find(path) != std::string::npos);
+}
+
+namespace {
+
+// The pool's failure hook, turned off again however the case ends.
+class FailAfter {
+ public:
+  FailAfter(forge::BufferPool& pool, std::uint64_t n) : pool_(pool) {
+    pool_.trim();  // so the next acquire is a system allocation
+    pool_.fail_system_allocation_after(n);
+  }
+  ~FailAfter() { pool_.fail_system_allocation_after(0); }
+  FailAfter(const FailAfter&) = delete;
+  FailAfter& operator=(const FailAfter&) = delete;
+
+ private:
+  forge::BufferPool& pool_;
+};
+
+}  // namespace
+
+TEST_CASE("data: IDX i8 and i16 widen through pool staging and a refused chunk is out_of_memory",
+          "[data]") {
+  TestContext ctx;
+  TempDir dir;
+  // More elements than one 1 MiB staging chunk holds: several chunks are read.
+  constexpr std::uint32_t kCount = (1u << 20) + 3;
+  Bytes i8 = idx_header(0x09, {kCount});
+  Bytes i16 = idx_header(0x0B, {kCount});
+  std::vector<std::int32_t> want8, want16;
+  for (std::uint32_t i = 0; i < kCount; ++i) {
+    const auto b = static_cast<std::uint8_t>(i * 37);
+    const auto h = static_cast<std::uint16_t>(i * 40503);
+    i8.push_back(b);
+    i16.push_back(static_cast<std::uint8_t>(h >> 8));
+    i16.push_back(static_cast<std::uint8_t>(h));
+    want8.push_back(static_cast<std::int8_t>(b));
+    want16.push_back(static_cast<std::int16_t>(h));
+  }
+  write_plain(dir.file("i8"), i8);
+  write_gzip(dir.file("i8.gz"), i8);
+  write_plain(dir.file("i16"), i16);
+  write_gzip(dir.file("i16.gz"), i16);
+  for (const char* name : {"i8", "i8.gz", "i16", "i16.gz"}) {
+    INFO(name);
+    const Tensor t = forge::io::load_idx(ctx, dir.file(name));
+    CHECK(t.dtype() == DType::i32);
+    CHECK(t.to_vector<std::int32_t>() == (name[1] == '8' ? want8 : want16));
+  }
+
+  const std::int64_t outstanding = ctx.stats().outstanding;
+  for (const char* name : {"i8", "i16.gz"}) {
+    INFO(name);
+    const FailAfter refuse(ctx.pool(), 1);
+    const std::string message = FORGE_REQUIRE_ERROR(out_of_memory, "load_idx",
+                                                    (void)forge::io::load_idx(ctx, dir.file(name)));
+    CHECK(message.find(dir.file(name)) != std::string::npos);
+    CHECK(ctx.stats().outstanding == outstanding);
+  }
+  CHECK(ctx.stats().failed_allocations == 2);
 }
 
 // ---------------------------------------------------------------- DataLoader

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
@@ -279,6 +280,49 @@ TEST_CASE("io: save_safetensors refuses bad names and tensors and leaves no file
 }
 
 // ---- safetensors: damaged and hostile files ----
+
+namespace {
+
+// A header of `n` empty U8 tensors "0", "1", ..., each [0] at [0, 0]: the
+// cheapest entry a hostile header can repeat.
+std::string empty_tensors_header(std::size_t n) {
+  std::string header = "{";
+  header.reserve(n * 52);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (i > 0) header += ',';
+    header += '"' + std::to_string(i) + R"(":{"dtype":"U8","shape":[0],"data_offsets":[0,0]})";
+  }
+  return header + '}';
+}
+
+}  // namespace
+
+// Note [one pass over the header] (src/io/safetensors.cpp): reading the
+// header used to cost O(n^2) in its entries (64 K took minutes, 1 M would take
+// hours), so loading the most entries a file may have at all pins the
+// near-linear pass. The names are out of order ("10" < "2"), so the reader
+// sorts them, its slowest path.
+TEST_CASE("io: a safetensors header of 1 M empty tensors loads and one more is refused") {
+  TestContext ctx;
+  TempDir dir;
+  constexpr std::size_t kMaxEntries = std::size_t{1} << 20;
+  const fs::path path = dir / "wide.safetensors";
+  const std::string header = empty_tensors_header(kMaxEntries);
+  write_file(path, safetensors_bytes(header, ""));
+  {
+    const StateDict sd = io::load_safetensors(ctx, path);
+    REQUIRE(sd.size() == kMaxEntries);
+    CHECK(sd.at("0").shape() == Shape{0});
+    CHECK(sd.at(std::to_string(kMaxEntries - 1)).dtype() == DType::u8);
+  }
+  // One entry past the limit.
+  std::string over = header;
+  over.insert(over.size() - 1, R"(,"x":{"dtype":"U8","shape":[0],"data_offsets":[0,0]})");
+  write_file(path, safetensors_bytes(over, ""));
+  const std::string msg = FORGE_REQUIRE_ERROR(io, "load_safetensors", io::load_safetensors(ctx, path));
+  CHECK(contains(msg, "more than 1048576 tensors"));
+  CHECK(contains(msg, "wide.safetensors"));
+}
 
 TEST_CASE("io: a truncated safetensors file is refused wherever it is cut") {
   TestContext ctx;
@@ -576,5 +620,170 @@ TEST_CASE("io: damaged or hostile npy files are refused") {
     const std::string msg = FORGE_REQUIRE_ERROR(io, "load_npy", io::load_npy(ctx, path));
     CHECK(contains(msg, bad.why));
     CHECK(contains(msg, "bad.npy"));
+  }
+}
+
+// ---- replacing a file: both writers share it (Note [replacing a file], src/io/atomic_file.cpp) ----
+
+namespace {
+
+struct Writer {
+  const char* op;
+  void (*save)(const fs::path&, const Tensor&);
+  Tensor (*load)(forge::ExecContext&, const fs::path&);
+};
+
+const Writer kWriters[] = {
+    {"save_safetensors", [](const fs::path& p, const Tensor& t) { io::save_safetensors(p, {{"t", t}}); },
+     [](forge::ExecContext& ctx, const fs::path& p) { return io::load_safetensors(ctx, p).at("t"); }},
+    {"save_npy", [](const fs::path& p, const Tensor& t) { io::save_npy(p, t); },
+     [](forge::ExecContext& ctx, const fs::path& p) { return io::load_npy(ctx, p); }},
+};
+
+// The permission bits of `path` itself (not of a link's target).
+mode_t mode_of(const fs::path& path) {
+  struct stat st {};
+  REQUIRE(::lstat(path.c_str(), &st) == 0);
+  return st.st_mode & 07777;
+}
+
+// The process's umask, set for the guard's lifetime.
+class UmaskGuard {
+ public:
+  explicit UmaskGuard(mode_t mask) : old_(::umask(mask)) {}
+  ~UmaskGuard() { ::umask(old_); }
+  UmaskGuard(const UmaskGuard&) = delete;
+  UmaskGuard& operator=(const UmaskGuard&) = delete;
+
+ private:
+  mode_t old_;
+};
+
+std::vector<float> iota(int n) {
+  std::vector<float> v(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) v[static_cast<std::size_t>(i)] = static_cast<float>(i);
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("io: a file whose name is NAME_MAX bytes is written and replaced with its temporary's name cut to fit") {
+  TestContext ctx;
+  // 127 two-byte characters and an 'x': 255 bytes, where a cut could split a character.
+  std::string utf8;
+  while (utf8.size() + 2 < 255) utf8 += "\xc3\xa9";
+  utf8 += 'x';
+  REQUIRE(utf8.size() == 255);
+  for (const Writer& w : kWriters) {
+    INFO(w.op);
+    TempDir dir;
+    const std::vector<std::string> names = {std::string(253, 'a'), std::string(255, 'b'), utf8};
+    for (const std::string& name : names) {
+      w.save(dir / name, ctx.arange(3, DType::f32));
+      w.save(dir / name, ctx.arange(4, DType::f32));
+      CHECK(w.load(ctx, dir / name).to_vector<float>() == iota(4));
+    }
+    std::vector<std::string> sorted = names;
+    std::sort(sorted.begin(), sorted.end());
+    CHECK(dir.files() == sorted);  // no temporary left behind
+    // One byte more than a name may have is refused before anything is written.
+    const std::string msg = FORGE_REQUIRE_ERROR(io, w.op, w.save(dir / std::string(256, 'c'), ctx.ones({1})));
+    CHECK(contains(msg, "too long"));
+    CHECK(dir.files() == sorted);
+  }
+}
+
+TEST_CASE("io: a replaced file keeps its mode and a new one gets 0666 less the umask") {
+  TestContext ctx;
+  const UmaskGuard umask(022);
+  for (const Writer& w : kWriters) {
+    INFO(w.op);
+    TempDir dir;
+    const fs::path path = dir / "w.bin";
+    w.save(path, ctx.ones({2}));
+    CHECK(mode_of(path) == 0644);
+    for (const mode_t mode : {0600, 0640, 0444, 0755}) {
+      INFO("mode 0" << std::oct << mode);
+      REQUIRE(::chmod(path.c_str(), mode) == 0);
+      w.save(path, ctx.arange(3, DType::f32));
+      CHECK(mode_of(path) == mode);
+      CHECK(w.load(ctx, path).to_vector<float>() == iota(3));
+    }
+    // The owner and group, where this process may set them: only root may
+    // give a file away, so elsewhere the chown below fails and so would the save's.
+    if (::chown(path.c_str(), 65534, 65534) == 0) {
+      w.save(path, ctx.ones({2}));
+      struct stat st {};
+      REQUIRE(::stat(path.c_str(), &st) == 0);
+      CHECK(st.st_uid == 65534);
+      CHECK(st.st_gid == 65534);
+    }
+    fs::remove(path);
+    {
+      const UmaskGuard strict(077);
+      w.save(path, ctx.ones({2}));
+      CHECK(mode_of(path) == 0600);
+    }
+    CHECK(dir.files() == std::vector<std::string>{"w.bin"});
+  }
+}
+
+// Following the link, as open(2), cp and a shell's > do, keeps a link such as
+// "latest" -> "v/1.bin" meaningful; replacing the link itself would leave the
+// versioned file stale and the link a plain copy.
+TEST_CASE("io: saving through a symbolic link replaces the file it leads to and keeps the link") {
+  TestContext ctx;
+  for (const Writer& w : kWriters) {
+    INFO(w.op);
+    TempDir dir;
+    fs::create_directories(dir / "v");
+    const fs::path target = dir / "v" / "1.bin";
+    w.save(target, ctx.ones({2}));
+    REQUIRE(::chmod(target.c_str(), 0600) == 0);
+    fs::create_symlink("v/1.bin", dir / "latest");  // relative: resolved from the link's folder
+    fs::create_symlink(dir / "latest", dir / "alias");  // absolute, to a link
+    w.save(dir / "alias", ctx.arange(5, DType::f32));
+    CHECK(fs::is_symlink(dir / "alias"));
+    CHECK(fs::is_symlink(dir / "latest"));
+    CHECK(w.load(ctx, target).to_vector<float>() == iota(5));
+    CHECK(mode_of(target) == 0600);
+    CHECK(std::distance(fs::directory_iterator(dir / "v"), fs::directory_iterator()) == 1);
+
+    // A dangling link: the file is created where it points.
+    fs::create_symlink("v/2.bin", dir / "next");
+    w.save(dir / "next", ctx.arange(2, DType::f32));
+    CHECK(fs::is_symlink(dir / "next"));
+    CHECK(w.load(ctx, dir / "v" / "2.bin").to_vector<float>() == iota(2));
+
+    // A loop of links is refused, naming the link.
+    fs::create_symlink("loop_b", dir / "loop_a");
+    fs::create_symlink("loop_a", dir / "loop_b");
+    const std::string msg = FORGE_REQUIRE_ERROR(io, w.op, w.save(dir / "loop_a", ctx.ones({1})));
+    CHECK(contains(msg, "loop_a"));
+    CHECK(contains(msg, "symbolic link"));
+    CHECK(dir.files() == std::vector<std::string>{"alias", "latest", "loop_a", "loop_b", "next", "v"});
+  }
+}
+
+// A FIFO stands in for a device node: renaming over /dev/full would have
+// swapped the device for a regular file.
+TEST_CASE("io: a FIFO or directory target (or a link to one) is refused and left as it was") {
+  TestContext ctx;
+  for (const Writer& w : kWriters) {
+    INFO(w.op);
+    TempDir dir;
+    REQUIRE(::mkfifo((dir / "fifo").c_str(), 0600) == 0);
+    fs::create_directories(dir / "folder");
+    fs::create_symlink("fifo", dir / "to_fifo");
+    for (const char* name : {"fifo", "folder", "to_fifo"}) {
+      INFO(name);
+      const std::string msg = FORGE_REQUIRE_ERROR(io, w.op, w.save(dir / name, ctx.ones({2})));
+      CHECK(contains(msg, "not a regular file"));
+      CHECK(contains(msg, name));
+    }
+    CHECK(fs::is_fifo(dir / "fifo"));
+    CHECK(fs::is_empty(dir / "folder"));
+    CHECK(fs::is_symlink(dir / "to_fifo"));
+    CHECK(dir.files() == std::vector<std::string>{"fifo", "folder", "to_fifo"});
   }
 }

@@ -3,6 +3,9 @@
 
 #include <cstddef>
 #include <filesystem>
+#include <string>
+
+struct stat;
 
 namespace forge::io::detail {
 
@@ -10,7 +13,9 @@ namespace forge::io::detail {
 // file beside `path`, which commit() flushes to disk and renames over `path`.
 // Destroyed without commit (a failure half-way), it removes the temporary, so
 // `path` is never left half written and a reader that mapped the old file
-// keeps its bytes.
+// keeps its bytes. A symbolic link at `path` is followed (the file it leads to
+// is replaced), only a regular file is replaced, and a replaced file keeps its
+// mode (see Note [replacing a file] in atomic_file.cpp).
 class AtomicFile {
  public:
   AtomicFile(std::filesystem::path path, const char* op);  // throws ErrorCode::io
@@ -22,9 +27,15 @@ class AtomicFile {
   void commit();                                      // throws ErrorCode::io
 
  private:
+  // Sets target_ to the file `path` leads to through symbolic links; whether
+  // it exists, and if so its lstat in `st`.
+  bool resolve_target(struct stat& st);
+  void keep_owner_and_mode(const struct stat& st);
+  std::string described_target() const;  // the target, for messages, when a link led to it
   [[noreturn]] void fail(const char* what) const;              // reports errno
   [[noreturn]] void discard_and_fail(const char* what) const;  // also removes the closed temporary
-  std::filesystem::path path_;
+  std::filesystem::path path_;    // as the caller named it
+  std::filesystem::path target_;  // the file replaced: path_ with its links followed
   std::filesystem::path temp_;
   const char* op_;
   int fd_ = -1;

@@ -5,8 +5,6 @@
 
 #include "forge/io/idx.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -17,9 +15,9 @@
 #include <cstring>
 #include <memory>
 #include <new>
-#include <vector>
 
 #include "forge/exec_context.h"
+#include "io/regular_file.h"
 
 namespace forge::io {
 namespace {
@@ -32,6 +30,7 @@ constexpr std::uint64_t kMaxDeflateRatio = 1032;
 constexpr std::uint64_t kMaxBytes = std::uint64_t{1} << 62;
 constexpr unsigned kReadChunkBytes = 1u << 30;  // gzread takes an unsigned, returns an int
 constexpr unsigned kGzBufferBytes = 1u << 18;
+constexpr std::uint64_t kStagingBytes = 1u << 20;  // i8 and i16 are read this much at a time
 
 struct ElementType {
   std::uint8_t code;
@@ -55,17 +54,13 @@ const ElementType* find_type(std::uint8_t code) {
 class Source {
  public:
   explicit Source(const std::string& path) : path_(path) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    FORGE_CHECK(fd >= 0, io, kOp, path, ": cannot open: ", std::strerror(errno));
-    struct stat st {};
+    detail::ReadFile file(path, kOp);  // a FIFO or device is refused here, before anything blocks
     unsigned char magic[2] = {0, 0};
-    const bool regular = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
-    gzip_ = regular && ::pread(fd, magic, 2, 0) == 2 && magic[0] == 0x1f && magic[1] == 0x8b;
-    file_ = regular ? gzdopen(fd, "rb") : nullptr;  // owns fd from here on
-    if (!file_) ::close(fd);
-    FORGE_CHECK(regular, io, kOp, path, ": not a regular file");
+    gzip_ = ::pread(file.fd(), magic, 2, 0) == 2 && magic[0] == 0x1f && magic[1] == 0x8b;
+    file_bytes_ = file.size();
+    file_ = gzdopen(file.fd(), "rb");
     FORGE_CHECK(file_ != nullptr, io, kOp, path, ": zlib cannot open it");
-    file_bytes_ = static_cast<std::uint64_t>(st.st_size);
+    file.release();  // gzclose closes it from here on
     gzbuffer(file_, kGzBufferBytes);
   }
   ~Source() { gzclose(file_); }
@@ -76,11 +71,14 @@ class Source {
   std::uint64_t file_bytes() const noexcept { return file_bytes_; }
   const std::string& path() const noexcept { return path_; }
 
-  // Reads exactly n bytes or throws: `what` names the part of the file.
-  void read_exact(void* dst, std::uint64_t n, const char* what) {
+  // Reads exactly n bytes or throws: `what` names the part of the file. A
+  // part read in pieces passes the bytes read before and its whole size, for
+  // the message.
+  void read_exact(void* dst, std::uint64_t n, const char* what, std::uint64_t done_before = 0,
+                  std::uint64_t part_bytes = 0) {
     const std::uint64_t got = read_raw(dst, n);
-    FORGE_CHECK(got == n, io, kOp, path_, ": truncated ", what, ": needs ", n, " bytes, got ", got,
-                gzip_ ? " (decompressed)" : "", stream_error());
+    FORGE_CHECK(got == n, io, kOp, path_, ": truncated ", what, ": needs ", std::max(part_bytes, n),
+                " bytes, got ", done_before + got, gzip_ ? " (decompressed)" : "", stream_error());
   }
 
   // Requires the stream to end here. Reading past the data also makes zlib
@@ -158,8 +156,18 @@ std::shared_ptr<HostBytes> allocate(const Source& src, std::uint64_t nbytes) {
   }
 }
 
-// Reads the elements into memory of the dtype they map to.
-std::shared_ptr<HostBytes> read_elements(Source& src, const ElementType& type,
+// i8 and i16 elements widened to i32.
+void widen(const unsigned char* raw, std::uint64_t count, std::size_t width, std::int32_t* out) {
+  for (std::uint64_t i = 0; i < count; ++i)
+    out[i] = width == 1 ? static_cast<std::int8_t>(raw[i])
+                        : static_cast<std::int16_t>((raw[2 * i] << 8) | raw[2 * i + 1]);
+}
+
+// Reads the elements into memory of the dtype they map to. i8 and i16 pass
+// through a bounded staging chunk from the context's pool, so a file of any
+// size needs no more than its output, and a refused chunk is an
+// out_of_memory error like any other allocation.
+std::shared_ptr<HostBytes> read_elements(ExecContext& ctx, Source& src, const ElementType& type,
                                          std::uint64_t count) {
   const std::uint64_t file_bytes = count * type.file_bytes;
   auto bytes = allocate(src, count * dtype_size(type.dtype));
@@ -168,19 +176,32 @@ std::shared_ptr<HostBytes> read_elements(Source& src, const ElementType& type,
     swap_bytes(bytes->data, count, type.file_bytes);
     return bytes;
   }
-  // i8 and i16 widen to i32.
-  std::vector<unsigned char> raw(file_bytes);
-  src.read_exact(raw.data(), file_bytes, "data");
+  if (count == 0) return bytes;
+  const std::uint64_t chunk = std::min<std::uint64_t>(count, kStagingBytes / type.file_bytes);
+  Ref<Buffer> staging;
+  try {
+    staging = ctx.pool().acquire(chunk * type.file_bytes, kOp);
+  } catch (const Error& e) {
+    FORGE_FAIL(out_of_memory, kOp, src.path(), ": no memory to stage its ", type.name, " data (",
+               e.what(), ")");
+  }
+  auto* raw = reinterpret_cast<unsigned char*>(staging->data());
   auto* out = reinterpret_cast<std::int32_t*>(bytes->data);
-  for (std::uint64_t i = 0; i < count; ++i)
-    out[i] = type.file_bytes == 1 ? static_cast<std::int8_t>(raw[i])
-                                  : static_cast<std::int16_t>((raw[2 * i] << 8) | raw[2 * i + 1]);
+  for (std::uint64_t done = 0; done < count;) {
+    const std::uint64_t n = std::min(chunk, count - done);
+    src.read_exact(raw, n * type.file_bytes, "data", done * type.file_bytes, file_bytes);
+    widen(raw, n, type.file_bytes, out + done);
+    done += n;
+  }
   return bytes;
 }
 
 }  // namespace
 
 Tensor load_idx(ExecContext& ctx, const std::string& path) {
+  // The tensor's bytes and the staging chunk are host memory.
+  FORGE_CHECK(ctx.device().is_cpu(), device, kOp, path, ": the context is on ", ctx.device().str(),
+              "; files are read into host memory");
   Source src(path);
 
   unsigned char head[4];
@@ -228,7 +249,7 @@ Tensor load_idx(ExecContext& ctx, const std::string& path) {
                 " bytes after the data its dims ", shape, " cover (trailing bytes are refused)");
   }
 
-  std::shared_ptr<HostBytes> bytes = read_elements(src, *type, count);
+  std::shared_ptr<HostBytes> bytes = read_elements(ctx, src, *type, count);
   src.expect_end();
   return ctx.from_blob(bytes->data, shape, type->dtype, [bytes] {});
 }

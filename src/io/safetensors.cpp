@@ -5,10 +5,11 @@
 //   - the data: every tensor's bytes, packed, C order, little-endian; offsets
 //     count from the start of the data.
 // The reader trusts nothing: the header length is bounded by the file and by
-// kMaxHeaderBytes, the JSON may only nest as deep as the format does, every
-// entry's dtype, shape and byte range is checked, and the byte ranges must
-// tile the data exactly (no overlap, no hole, nothing after), as the format
-// requires. Only then are tensors made over the mapping.
+// kMaxHeaderBytes, its entries by kMaxEntries, the JSON may only nest as deep
+// as the format does and is read in one pass (Note [one pass over the
+// header]), every entry's dtype, shape and byte range is checked, and the
+// byte ranges must tile the data exactly (no overlap, no hole, nothing
+// after), as the format requires. Only then are tensors made over the mapping.
 
 #include "forge/io/safetensors.h"
 
@@ -16,12 +17,12 @@
 #include <bit>
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <limits>
 #include <memory>
 #include <new>
 #include <optional>
 #include <string_view>
-#include <unordered_set>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -44,6 +45,11 @@ constexpr std::uint64_t kHeaderLengthBytes = 8;
 constexpr std::uint64_t kMaxHeaderBytes = 100'000'000;  // the reference implementation's bound
 constexpr std::uint64_t kHeaderAlignBytes = 8;          // data starts 8-aligned: no f64 lands misaligned
 constexpr const char* kMetadataKey = "__metadata__";
+// Tensors in one file: about five times the most any released checkpoint
+// holds (a mixture of experts quantized with per-expert scales, ~200 K). Each
+// loaded tensor costs about 500 bytes of host memory, so this bounds what a
+// header of empty tensors (60 bytes each) can make the reader allocate.
+constexpr std::size_t kMaxEntries = std::size_t{1} << 20;
 
 struct DTypeName {
   DType dtype;
@@ -120,120 +126,237 @@ template <typename... Args>
 // One tensor's header entry, validated against the data's size.
 struct Entry {
   std::string name;
-  DType dtype;
+  DType dtype = DType::f32;
   Shape shape;
-  std::uint64_t begin;
-  std::uint64_t end;
+  std::uint64_t begin = 0;
+  std::uint64_t end = 0;
 };
 
-// Parses the header, refusing duplicate keys (the JSON parser would silently
-// keep the last) and any nesting the format does not have: the root object
-// (depth 0), entries and metadata (depth 1), shape and offset arrays (depth 2)
-// of at most kMaxRank numbers. So no input, however large, builds a deep or
-// wide tree.
-json parse_header(const std::filesystem::path& path, std::string_view text) {
-  struct Container {
-    explicit Container(bool is_array) : array(is_array) {}
-    bool array;
-    std::size_t length = 0;  // elements so far, for arrays
-    std::unordered_set<std::string> keys;
-  };
-  std::vector<Container> open;
-  auto check = [&](int depth, json::parse_event_t event, json& parsed) {
-    using E = json::parse_event_t;
-    switch (event) {
-      case E::object_start:
-        if (depth > 1) refuse(path, "header nests an object deeper than the format allows");
-        open.emplace_back(false);
-        break;
-      case E::array_start:
-        if (depth != 2) refuse(path, "header has an array where the format has none");
-        open.emplace_back(true);
-        break;
-      case E::object_end:
-      case E::array_end: open.pop_back(); break;
-      case E::key:
-        if (!open.back().keys.insert(parsed.get<std::string>()).second)
-          refuse(path, "header repeats the key \"", parsed.get<std::string>(), "\"");
-        break;
-      case E::value:
-        if (!open.empty() && open.back().array && ++open.back().length > static_cast<std::size_t>(kMaxRank))
-          refuse(path, "header has an array longer than ", kMaxRank, " elements");
-        break;
-    }
-    return true;
-  };
-  try {
-    return json::parse(text.begin(), text.end(), check);
-  } catch (const json::exception& e) {
-    refuse(path, "header is not valid JSON: ", e.what());
-  }
-}
-
-// A non-negative JSON integer, or nothing.
-std::optional<std::uint64_t> as_count(const json& v) {
-  if (v.is_number_unsigned()) return v.get<std::uint64_t>();
-  if (v.is_number_integer() && v.get<std::int64_t>() >= 0) return static_cast<std::uint64_t>(v.get<std::int64_t>());
-  return std::nullopt;
-}
-
-Entry parse_entry(const std::filesystem::path& path, const std::string& name, const json& v,
-                  std::uint64_t data_bytes) {
-  const auto where = [&] { return "tensor \"" + name + "\": "; };
-  if (!v.is_object()) refuse(path, where(), "entry is not an object");
-  for (const char* field : {"dtype", "shape", "data_offsets"})
-    if (!v.contains(field)) refuse(path, where(), "no \"", field, "\"");
-  if (v.size() != 3) refuse(path, where(), "fields other than dtype, shape and data_offsets");
-
-  Entry e{name, DType::f32, {}, 0, 0};
-  const json& dtype = v["dtype"];
-  if (!dtype.is_string()) refuse(path, where(), "dtype is not a string");
-  const auto parsed = parse_dtype(dtype.get<std::string>());
-  if (!parsed) refuse(path, where(), "dtype \"", dtype.get<std::string>(), "\" is not one forge holds");
-  e.dtype = *parsed;
-
-  // The element count, with the checks from_blob would make (the product of
-  // the non-zero extents, and the bytes, fit in int64) done here first, so a
-  // bad shape is reported as a bad file.
-  const json& shape = v["shape"];
-  if (!shape.is_array()) refuse(path, where(), "shape is not an array");
-  std::uint64_t product = 1;
-  bool has_zero = false, overflow = false;
-  for (const json& d : shape) {
-    const auto extent = as_count(d);
-    if (!extent || *extent > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
-      refuse(path, where(), "shape ", shape.dump(), " is not a list of non-negative integers");
-    e.shape.push_back(static_cast<std::int64_t>(*extent));
-    if (*extent == 0) has_zero = true;
-    else overflow = overflow || __builtin_mul_overflow(product, *extent, &product);
-  }
-  std::uint64_t nbytes = 0;
-  overflow = overflow || __builtin_mul_overflow(product, dtype_size(e.dtype), &nbytes) ||
-             nbytes > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
-  if (overflow) refuse(path, where(), "shape ", e.shape, " holds more bytes than fit in int64");
-  if (has_zero) nbytes = 0;
-
-  const json& offsets = v["data_offsets"];
-  if (!offsets.is_array() || offsets.size() != 2 || !as_count(offsets[0]) || !as_count(offsets[1]))
-    refuse(path, where(), "data_offsets ", offsets.dump(), " is not [begin, end]");
-  e.begin = *as_count(offsets[0]);
-  e.end = *as_count(offsets[1]);
-  if (e.begin > e.end || e.end > data_bytes)
-    refuse(path, where(), "data_offsets [", e.begin, ", ", e.end, "] lie outside the ", data_bytes, " data bytes");
-  if (e.end - e.begin != nbytes)
-    refuse(path, where(), "data_offsets [", e.begin, ", ", e.end, "] hold ", e.end - e.begin, " bytes, but shape ",
-           e.shape, " of ", safetensors_name(e.dtype), " needs ", nbytes);
-  return e;
-}
-
-Metadata parse_metadata(const std::filesystem::path& path, const json& v) {
-  if (!v.is_object()) refuse(path, kMetadataKey, " is not an object");
+// The header once read: the entries in file order (a deque: no copies as it
+// grows) and the metadata.
+struct Header {
+  std::deque<Entry> entries;
   Metadata metadata;
-  for (const auto& [key, value] : v.items()) {
-    if (!value.is_string()) refuse(path, kMetadataKey, " value of \"", key, "\" is not a string");
-    metadata.emplace(key, value.get<std::string>());
+};
+
+// Note [one pass over the header]
+// The header is read by one SAX pass (nlohmann's sax_parse) that checks each
+// event as it arrives and builds the entries itself: no JSON tree is built
+// and every event costs O(1). Names given twice are found after the pass, by
+// sorting the names (the StateDict's order, wanted anyway), so a header of n
+// entries costs O(n log n) time and O(n) memory, and n is at most
+// kMaxEntries. The parser's callback mode, which this replaced, rescans the
+// parent object each time an entry closes: a header of n empty tensors cost
+// O(n^2) (64 K of them took minutes). The format's shape is enforced event by
+// event: the root object (tensor names and "__metadata__"), each entry's three
+// fields, the metadata's strings, and the shape and offset arrays of
+// non-negative integers; nothing else may appear and no key may repeat (a
+// JSON parser would silently keep the last), so no input, however large,
+// builds a deep or wide tree.
+class HeaderReader final : public json::json_sax_t {
+ public:
+  HeaderReader(const std::filesystem::path& path, std::uint64_t data_bytes) : path_(path), data_bytes_(data_bytes) {}
+
+  Header read(std::string_view text) && {
+    try {
+      json::sax_parse(text.begin(), text.end(), this);
+    } catch (const json::exception& e) {
+      refuse(path_, "header is not valid JSON: ", e.what());
+    }
+    if (in_ != In::done) refuse(path_, "header is not a JSON object");  // unreachable: the parser is strict
+    return std::move(header_);
   }
-  return metadata;
+
+  bool start_object(std::size_t) override {
+    switch (in_) {
+      case In::nothing: in_ = In::root; return true;
+      case In::root: in_ = entry_ ? In::entry : In::metadata; return true;
+      default: refuse(path_, "header nests an object deeper than the format allows");
+    }
+  }
+
+  bool end_object() override {
+    if (in_ == In::entry) finish_entry();
+    in_ = in_ == In::root ? In::done : In::root;
+    return true;
+  }
+
+  bool start_array(std::size_t) override {
+    if (in_ == In::entry && (field_ == Field::shape || field_ == Field::offsets)) {
+      in_ = field_ == Field::shape ? In::shape : In::offsets;
+      length_ = 0;
+      return true;
+    }
+    if (in_ == In::entry || in_ == In::metadata) return bad_value("an array");
+    refuse(path_, "header has an array where the format has none");
+  }
+
+  bool end_array() override {
+    if (in_ == In::offsets && length_ != 2)
+      refuse(path_, where(), "data_offsets has ", length_, length_ == 1 ? " element" : " elements",
+             ", not [begin, end]");
+    in_ = In::entry;
+    return true;
+  }
+
+  bool key(std::string& k) override {
+    if (in_ == In::root) return root_key(k);
+    if (in_ == In::metadata) {
+      const auto [it, fresh] = header_.metadata.emplace(std::move(k), std::string());
+      if (!fresh) refuse(path_, "header repeats the key \"", it->first, "\"");
+      metadata_value_ = &it->second;
+      metadata_key_ = &it->first;
+      return true;
+    }
+    field_ = k == "dtype"          ? Field::dtype
+             : k == "shape"        ? Field::shape
+             : k == "data_offsets" ? Field::offsets
+                                   : Field::none;
+    if (field_ == Field::none)
+      refuse(path_, where(), "fields other than dtype, shape and data_offsets (\"", k, "\")");
+    const unsigned bit = 1u << static_cast<unsigned>(field_);
+    if ((seen_ & bit) != 0) refuse(path_, where(), "header repeats the key \"", k, "\"");
+    seen_ |= bit;
+    return true;
+  }
+
+  bool string(std::string& s) override {
+    if (in_ == In::metadata) {
+      *metadata_value_ = std::move(s);
+      return true;
+    }
+    if (in_ == In::entry && field_ == Field::dtype) {
+      const auto parsed = parse_dtype(s);
+      if (!parsed) refuse(path_, where(), "dtype \"", s, "\" is not one forge holds");
+      entry_->dtype = *parsed;
+      return true;
+    }
+    return bad_value("\"" + s + "\"");
+  }
+
+  bool number_unsigned(std::uint64_t v) override {
+    constexpr auto kMaxExtent = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+    if (in_ == In::shape) {
+      if (length_ == static_cast<std::size_t>(kMaxRank))
+        refuse(path_, where(), "shape is longer than ", kMaxRank, " elements (forge's largest rank)");
+      if (v > kMaxExtent) return bad_value(std::to_string(v));
+      entry_->shape.push_back(static_cast<std::int64_t>(v));
+      ++length_;
+      return true;
+    }
+    if (in_ == In::offsets) {
+      if (length_ == 2) refuse(path_, where(), "data_offsets has more than 2 elements, not [begin, end]");
+      (length_++ == 0 ? entry_->begin : entry_->end) = v;
+      return true;
+    }
+    return bad_value(std::to_string(v));
+  }
+
+  // Non-negative integers come as number_unsigned, so these are never a count.
+  bool number_integer(std::int64_t v) override { return bad_value(std::to_string(v)); }
+  bool number_float(double, const std::string& text) override { return bad_value(text); }
+  bool boolean(bool b) override { return bad_value(b ? "true" : "false"); }
+  bool null() override { return bad_value("null"); }
+  bool binary(json::binary_t&) override { return bad_value("binary data"); }
+
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) override {
+    refuse(path_, "header is not valid JSON: ", e.what());
+  }
+
+ private:
+  enum class In { nothing, root, entry, metadata, shape, offsets, done };
+  enum class Field : unsigned { dtype, shape, offsets, none };
+
+  std::string where() const { return "tensor \"" + entry_->name + "\": "; }
+
+  // A root key names a tensor, whose entry starts here, or the metadata.
+  bool root_key(std::string& k) {
+    if (k == kMetadataKey) {
+      if (has_metadata_) refuse(path_, "header repeats the key \"", k, "\"");
+      has_metadata_ = true;
+      entry_ = nullptr;
+      return true;
+    }
+    if (header_.entries.size() == kMaxEntries)
+      refuse(path_, "header has more than ", kMaxEntries, " tensors, forge's limit for one file");
+    entry_ = &header_.entries.emplace_back();
+    entry_->name = std::move(k);
+    seen_ = 0;
+    return true;
+  }
+
+  // A value (`text` as it reads) where the format has no place for it.
+  [[noreturn]] bool bad_value(const std::string& text) const {
+    switch (in_) {
+      case In::root:
+        if (!entry_) refuse(path_, kMetadataKey, " is not an object");
+        refuse(path_, where(), "entry is not an object");
+      case In::metadata: refuse(path_, kMetadataKey, " value of \"", *metadata_key_, "\" is not a string");
+      case In::entry:
+        if (field_ == Field::dtype) refuse(path_, where(), "dtype ", text, " is not a string");
+        if (field_ == Field::shape) refuse(path_, where(), "shape ", text, " is not an array");
+        refuse(path_, where(), "data_offsets ", text, " is not [begin, end]");
+      case In::shape:
+        refuse(path_, where(), "shape element ", length_, " is ", text, ", not a non-negative integer below 2^63");
+      case In::offsets:
+        refuse(path_, where(), "data_offsets element ", length_, " is ", text, ", not a non-negative integer");
+      default: refuse(path_, "header is not a JSON object");
+    }
+  }
+
+  // The entry's closing brace: every field is there, and the shape's bytes
+  // are its byte range's. The checks from_blob would make (the product of the
+  // non-zero extents, and the bytes, fit in int64) come first, so a bad shape
+  // is reported as a bad file.
+  void finish_entry() {
+    static constexpr const char* kFieldNames[] = {"dtype", "shape", "data_offsets"};
+    for (unsigned f = 0; f < 3; ++f)
+      if ((seen_ & (1u << f)) == 0) refuse(path_, where(), "no \"", kFieldNames[f], "\"");
+    const Entry& e = *entry_;
+    std::uint64_t product = 1;
+    bool has_zero = false, overflow = false;
+    for (const std::int64_t extent : e.shape) {
+      if (extent == 0) has_zero = true;
+      else overflow = overflow || __builtin_mul_overflow(product, static_cast<std::uint64_t>(extent), &product);
+    }
+    std::uint64_t nbytes = 0;
+    overflow = overflow || __builtin_mul_overflow(product, dtype_size(e.dtype), &nbytes) ||
+               nbytes > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+    if (overflow) refuse(path_, where(), "shape ", e.shape, " holds more bytes than fit in int64");
+    if (has_zero) nbytes = 0;
+    if (e.begin > e.end || e.end > data_bytes_)
+      refuse(path_, where(), "data_offsets [", e.begin, ", ", e.end, "] lie outside the ", data_bytes_,
+             " data bytes");
+    if (e.end - e.begin != nbytes)
+      refuse(path_, where(), "data_offsets [", e.begin, ", ", e.end, "] hold ", e.end - e.begin, " bytes, but shape ",
+             e.shape, " of ", safetensors_name(e.dtype), " needs ", nbytes);
+    entry_ = nullptr;
+  }
+
+  const std::filesystem::path& path_;
+  const std::uint64_t data_bytes_;
+  Header header_;
+  In in_ = In::nothing;
+  Entry* entry_ = nullptr;  // the entry being read; null in the metadata
+  Field field_ = Field::none;  // the entry field whose value comes next
+  unsigned seen_ = 0;          // a bit per field the entry has had
+  std::size_t length_ = 0;     // elements of the array being read
+  bool has_metadata_ = false;
+  std::string* metadata_value_ = nullptr;
+  const std::string* metadata_key_ = nullptr;
+};
+
+// The entries in name order (the StateDict's), refusing a name given twice.
+std::vector<const Entry*> by_name(const std::filesystem::path& path, const std::deque<Entry>& entries) {
+  std::vector<const Entry*> order;
+  order.reserve(entries.size());
+  for (const Entry& e : entries) order.push_back(&e);
+  const auto less = [](const Entry* a, const Entry* b) { return a->name < b->name; };
+  if (!std::is_sorted(order.begin(), order.end(), less)) std::sort(order.begin(), order.end(), less);
+  const auto twice =
+      std::adjacent_find(order.begin(), order.end(), [](const Entry* a, const Entry* b) { return a->name == b->name; });
+  if (twice != order.end()) refuse(path, "header repeats the key \"", (*twice)->name, "\"");
+  return order;
 }
 
 // The byte ranges must tile the data: in order of offset, each non-empty
@@ -317,24 +440,17 @@ SafetensorsContents read_safetensors(ExecContext& ctx, const std::filesystem::pa
   // The JSON parser would stop at a NUL as at the end of its input.
   if (text.find('\0') != std::string_view::npos) refuse(path, "header contains a NUL byte");
 
-  const json header = parse_header(path, text);
-  if (!header.is_object()) refuse(path, "header is not a JSON object");
   std::byte* data = file->data() + kHeaderLengthBytes + header_bytes;
   const std::uint64_t data_bytes = size - kHeaderLengthBytes - header_bytes;
+  Header header = HeaderReader(path, data_bytes).read(text);
+  const std::vector<const Entry*> entries = by_name(path, header.entries);
+  check_tiling(path, entries, data_bytes);
+  for (const Entry* e : entries)
+    if (e->dtype == DType::boolean) check_bools(path, *e, data);
 
   SafetensorsContents out;
-  std::vector<Entry> entries;
-  for (const auto& [name, value] : header.items()) {
-    if (name == kMetadataKey) out.metadata = parse_metadata(path, value);
-    else entries.push_back(parse_entry(path, name, value, data_bytes));
-  }
-  std::vector<const Entry*> views;
-  for (const Entry& e : entries) views.push_back(&e);
-  check_tiling(path, std::move(views), data_bytes);
-  for (const Entry& e : entries)
-    if (e.dtype == DType::boolean) check_bools(path, e, data);
-
-  for (const Entry& e : entries) out.tensors.emplace(e.name, make_tensor(ctx, file, data, e));
+  out.metadata = std::move(header.metadata);
+  for (const Entry* e : entries) out.tensors.emplace_hint(out.tensors.end(), e->name, make_tensor(ctx, file, data, *e));
   return out;
 }
 

@@ -14,7 +14,10 @@
 // largest ratio) before anything is allocated, then the data itself. The file
 // must end where the data ends: trailing bytes are refused, since a header
 // with wrong extents would otherwise read a valid-looking prefix of the data.
-// Every problem is an ErrorCode::io error naming the file.
+// Only a regular file is read: a FIFO or device is refused before anything
+// could block on it. Every problem is an ErrorCode::io error naming the file;
+// memory the system refuses (the output, or the 1 MiB pool chunk through
+// which i8 and i16 are widened) is ErrorCode::out_of_memory, also naming it.
 
 #include <string>
 
@@ -27,7 +30,8 @@ class ExecContext;
 namespace forge::io {
 
 // A contiguous tensor of shape [dims...] whose bytes belong to it (host
-// memory freed with its last view, not the context's transient pool).
+// memory freed with its last view, not the context's transient pool). `ctx`
+// must be a CPU context (ErrorCode::device otherwise).
 Tensor load_idx(ExecContext& ctx, const std::string& path);
 
 }  // namespace forge::io

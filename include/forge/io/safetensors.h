@@ -23,9 +23,13 @@ using Metadata = std::map<std::string, std::string>;
 // Writes every tensor (any layout; written packed) of dtype f32, f64, f16,
 // bf16, i32, i64, u8 or bool, and `metadata` as "__metadata__". The file is
 // written whole to a temporary beside `path` and renamed over it, so a
-// failure never leaves half a file. Tensors are laid out by element size,
-// largest first, then by name, so each starts aligned to its element size and
-// loads without a copy. Host tensors only.
+// failure never leaves half a file. A symbolic link at `path` is followed
+// (the file it leads to is replaced, the link stays), only a regular file is
+// replaced (a device, FIFO or directory is refused with ErrorCode::io), and a
+// replaced file keeps its mode (and owner, where permitted); a new one gets
+// 0666 less the umask. Tensors are laid out by element size, largest first,
+// then by name, so each starts aligned to its element size and loads without
+// a copy. Host tensors only.
 void save_safetensors(const std::filesystem::path& path, const StateDict& tensors, const Metadata& metadata = {});
 
 struct SafetensorsContents {
@@ -35,7 +39,11 @@ struct SafetensorsContents {
 
 // Maps `path` and returns its tensors over the mapping (a tensor whose bytes
 // are not aligned to its element size, which forge's writer never makes, is
-// copied into memory of its own instead). `ctx` must be a CPU context.
+// copied into memory of its own instead). `ctx` must be a CPU context. A file
+// may hold at most 2^20 (1,048,576) tensors, several times what any released
+// checkpoint has: a header with more is refused (ErrorCode::io), so a small
+// hostile file cannot make the reader build millions of tensors. The header
+// is read in time near-linear in its size (1 M entries: under a second).
 SafetensorsContents read_safetensors(ExecContext& ctx, const std::filesystem::path& path);
 
 // read_safetensors without the metadata.
