@@ -445,8 +445,11 @@ struct TempFile {
   fs::path path;
   explicit TempFile(const std::string& name) {
     static std::atomic<int> counter{0};
-    path = fs::temp_directory_path() /
-           ("forge_fault_" + std::to_string(::getpid()) + "_" + std::to_string(counter.fetch_add(1)) + "_" + name);
+    // Names of one length, so that every attempt of a walk makes the same
+    // string allocations.
+    char unique[32];
+    std::snprintf(unique, sizeof unique, "%010d_%08d_", static_cast<int>(::getpid()), counter.fetch_add(1));
+    path = fs::temp_directory_path() / ("forge_fault_" + std::string(unique) + name);
   }
   ~TempFile() {
     std::error_code ec;

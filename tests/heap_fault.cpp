@@ -61,8 +61,11 @@ void fail_after(std::uint64_t n) noexcept { t_countdown = n; }
 std::uint64_t allocations() noexcept { return t_allocations; }
 std::uint64_t injected_failures() noexcept { return t_injected; }
 
-Pause::Pause() noexcept : left_(t_countdown) { t_countdown = 0; }
-Pause::~Pause() { t_countdown = left_; }
+Pause::Pause() noexcept : left_(t_countdown), counted_(t_allocations) { t_countdown = 0; }
+Pause::~Pause() {
+  t_countdown = left_;
+  t_allocations = counted_;
+}
 
 }  // namespace forge_test::heap
 

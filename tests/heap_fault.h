@@ -17,8 +17,9 @@ std::uint64_t allocations() noexcept;
 // Allocations this thread was made to fail.
 std::uint64_t injected_failures() noexcept;
 
-// Disarms the hook for its lifetime and re-arms it with what was left:
-// for test code that must allocate while a walked call runs.
+// Disarms the hook for its lifetime and re-arms it with what was left; what
+// it allocates meanwhile is not counted: for test code that must allocate
+// while a walked call runs.
 class Pause {
  public:
   Pause() noexcept;
@@ -28,6 +29,7 @@ class Pause {
 
  private:
   std::uint64_t left_;
+  std::uint64_t counted_;
 };
 
 }  // namespace forge_test::heap

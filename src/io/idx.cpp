@@ -198,7 +198,7 @@ std::shared_ptr<HostBytes> read_elements(ExecContext& ctx, Source& src, const El
 
 }  // namespace
 
-Tensor load_idx(ExecContext& ctx, const std::string& path) {
+Tensor load_idx(ExecContext& ctx, const std::string& path) try {
   // The tensor's bytes and the staging chunk are host memory.
   FORGE_CHECK(ctx.device().is_cpu(), device, kOp, path, ": the context is on ", ctx.device().str(),
               "; files are read into host memory");
@@ -252,6 +252,6 @@ Tensor load_idx(ExecContext& ctx, const std::string& path) {
   std::shared_ptr<HostBytes> bytes = read_elements(ctx, src, *type, count);
   src.expect_end();
   return ctx.from_blob(bytes->data, shape, type->dtype, [bytes] {});
-}
+} FORGE_CATCH_OOM(kOp)
 
 }  // namespace forge::io

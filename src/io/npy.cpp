@@ -236,7 +236,7 @@ void swap_bytes(std::byte* p, std::size_t count, std::size_t size) {
 
 }  // namespace
 
-void save_npy(const std::filesystem::path& path, const Tensor& t) {
+void save_npy(const std::filesystem::path& path, const Tensor& t) try {
   FORGE_CHECK(t.defined(), invalid_argument, kSaveOp, "undefined tensor");
   FORGE_CHECK(t.device().is_cpu(), device, kSaveOp, "the tensor is on ", t.device().str(),
               "; only host tensors are written");
@@ -255,9 +255,9 @@ void save_npy(const std::filesystem::path& path, const Tensor& t) {
   file.write(header.data(), header.size());
   if (packed.nbytes() > 0) file.write(packed.raw_data(kSaveOp), packed.nbytes());
   file.commit();
-}
+} FORGE_CATCH_OOM(kSaveOp)
 
-Tensor load_npy(ExecContext& ctx, const std::filesystem::path& path) {
+Tensor load_npy(ExecContext& ctx, const std::filesystem::path& path) try {
   FORGE_CHECK(ctx.device().is_cpu(), device, kLoadOp, path, ": the context is on ", ctx.device().str(),
               "; files are read into host memory");
   const auto file = detail::MappedFile::open(path, kLoadOp);
@@ -305,6 +305,6 @@ Tensor load_npy(ExecContext& ctx, const std::filesystem::path& path) {
   Dims reverse;
   for (int d = rank - 1; d >= 0; --d) reverse.push_back(d);
   return t.permute(reverse).contiguous();
-}
+} FORGE_CATCH_OOM(kLoadOp)
 
 }  // namespace forge::io

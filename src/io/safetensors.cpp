@@ -14,6 +14,7 @@
 #include "forge/io/safetensors.h"
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cstdint>
 #include <cstring>
@@ -22,6 +23,7 @@
 #include <memory>
 #include <new>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -95,23 +97,48 @@ std::vector<std::pair<std::string, Tensor>> file_order(const StateDict& tensors)
   return order;
 }
 
-std::string header_text(const std::vector<std::pair<std::string, Tensor>>& order, const Metadata& metadata) {
-  json header = json::object();
-  std::uint64_t offset = 0;
-  for (const auto& [name, t] : order) {
-    const std::uint64_t end = offset + t.nbytes();
-    header[name] = {{"dtype", safetensors_name(t.dtype())},
-                    {"shape", t.shape().vec()},
-                    {"data_offsets", {offset, end}}};
-    offset = end;
-  }
-  if (!metadata.empty()) header[kMetadataKey] = metadata;
-  std::string text;
+// `s` as a JSON string literal; refuses text that is not valid UTF-8.
+// (A json value holding a string frees it without allocating; an object or
+// array may allocate in its destructor, so the header is not built as one:
+// Note [Allocation failure at the API].)
+std::string json_string(std::string_view s) {
   try {
-    text = header.dump(-1, ' ', false, json::error_handler_t::strict);
+    return json(s).dump(-1, ' ', false, json::error_handler_t::strict);
   } catch (const json::exception& e) {
     FORGE_FAIL(invalid_argument, kSaveOp, "a tensor name or metadata string is not valid UTF-8 (", e.what(), ")");
   }
+}
+
+template <typename Ints>
+std::string json_list(const Ints& values) {
+  std::string out = "[";
+  for (const auto v : values) out += (out.size() > 1 ? "," : "") + std::to_string(v);
+  return out + "]";
+}
+
+// The header as compact JSON with every object's keys in sorted order (what
+// a JSON library writing a sorted map gives), padded with spaces to
+// kHeaderAlignBytes.
+std::string header_text(const std::vector<std::pair<std::string, Tensor>>& order, const Metadata& metadata) {
+  std::vector<std::pair<std::string_view, std::string>> entries;  // key, value text
+  entries.reserve(order.size() + 1);
+  std::uint64_t offset = 0;
+  for (const auto& [name, t] : order) {
+    const std::uint64_t end = offset + t.nbytes();
+    entries.emplace_back(name, "{\"data_offsets\":" + json_list(std::array{offset, end}) + ",\"dtype\":" +
+                                   json_string(safetensors_name(t.dtype())) + ",\"shape\":" + json_list(t.shape().vec()) +
+                                   "}");
+    offset = end;
+  }
+  if (!metadata.empty()) {
+    std::string object = "{";
+    for (const auto& [key, value] : metadata) object += (object.size() > 1 ? "," : "") + json_string(key) + ":" + json_string(value);
+    entries.emplace_back(kMetadataKey, object + "}");
+  }
+  std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::string text = "{";
+  for (const auto& [key, value] : entries) text += (text.size() > 1 ? "," : "") + json_string(key) + ":" + value;
+  text += "}";
   text.append((kHeaderAlignBytes - text.size() % kHeaderAlignBytes) % kHeaderAlignBytes, ' ');
   return text;
 }
@@ -410,7 +437,7 @@ Tensor make_tensor(ExecContext& ctx, const std::shared_ptr<detail::MappedFile>& 
 
 }  // namespace
 
-void save_safetensors(const std::filesystem::path& path, const StateDict& tensors, const Metadata& metadata) {
+void save_safetensors(const std::filesystem::path& path, const StateDict& tensors, const Metadata& metadata) try {
   const auto order = file_order(tensors);
   const std::string header = header_text(order, metadata);
   unsigned char length[kHeaderLengthBytes];
@@ -422,9 +449,9 @@ void save_safetensors(const std::filesystem::path& path, const StateDict& tensor
   for (const auto& [name, t] : order)
     if (t.nbytes() > 0) file.write(t.raw_data(kSaveOp), t.nbytes());
   file.commit();
-}
+} FORGE_CATCH_OOM(kSaveOp)
 
-SafetensorsContents read_safetensors(ExecContext& ctx, const std::filesystem::path& path) {
+SafetensorsContents read_safetensors(ExecContext& ctx, const std::filesystem::path& path) try {
   FORGE_CHECK(ctx.device().is_cpu(), device, kLoadOp, path, ": the context is on ", ctx.device().str(),
               "; files map into host memory");
   const auto file = detail::MappedFile::open(path, kLoadOp);
@@ -452,7 +479,7 @@ SafetensorsContents read_safetensors(ExecContext& ctx, const std::filesystem::pa
   out.metadata = std::move(header.metadata);
   for (const Entry* e : entries) out.tensors.emplace_hint(out.tensors.end(), e->name, make_tensor(ctx, file, data, *e));
   return out;
-}
+} FORGE_CATCH_OOM(kLoadOp)
 
 StateDict load_safetensors(ExecContext& ctx, const std::filesystem::path& path) {
   return read_safetensors(ctx, path).tensors;
