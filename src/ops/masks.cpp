@@ -9,6 +9,7 @@
 #include "autograd/rules/nn.h"
 #include "backend/cpu/convert.h"
 #include "backend/cpu/indexing_kernels.h"
+#include "core/checked_int.h"
 #include "forge/ops.h"
 #include "ops/nn_internal.h"
 
@@ -69,12 +70,14 @@ Shape pad_shape(const char* op, const Tensor& x, const Dims& pad, PadMode mode) 
                     "cannot replicate-pad dimension ", d, " of size 0");
       }
     }
-    std::int64_t n = 0;
-    FORGE_CHECK(!__builtin_add_overflow(size, before, &n) && !__builtin_add_overflow(n, after, &n), invalid_argument,
-                op, "padded size of dimension ", d, " overflows");
-    FORGE_CHECK(n >= 0, invalid_argument, op, "padding (", before, ", ", after, ") of dimension ", d, " of size ",
-                size, " gives a negative size ", n);
-    s[d] = n;
+    // The kernel reads source index i - before for every output index i in [0, n).
+    const detail::CheckedInt n = detail::CheckedInt(size) + before + after;
+    const detail::CheckedInt first = detail::CheckedInt(0) - before, last = n - 1 - before;
+    FORGE_CHECK(!n.overflowed() && !first.overflowed() && !last.overflowed(), invalid_argument, op, "padding (",
+                before, ", ", after, ") of dimension ", d, " of size ", size, " overflows int64");
+    FORGE_CHECK(n.value() >= 0, invalid_argument, op, "padding (", before, ", ", after, ") of dimension ", d,
+                " of size ", size, " gives a negative size ", n.value());
+    s[d] = n.value();
   }
   return s;
 }
