@@ -157,7 +157,7 @@ TEST_CASE("pad: constant mode, every dtype, with crops, against a naive lookup",
       pad.push_back(before);
       pad.push_back(pick(rng, -(size + std::min<std::int64_t>(before, 0)), 3));  // never below size 0
     }
-    const double value = iter % 3 == 0 ? 0.0 : 2.5;
+    const double value = iter % 3 == 0 ? 0.0 : t == DType::boolean ? 1.0 : 2.5;  // bool takes 0 and 1 only
     const Tensor x = make_exact(ctx, rng, s, t, static_cast<int>(rng() % kLayouts));
     INFO("iter " << iter << " dtype " << forge::dtype_name(t) << " shape " << s << " pad " << pad);
     const Tensor out = forge::pad(x, pad, forge::PadMode::constant, value);

@@ -10,6 +10,7 @@
 #include "autograd/rules/views.h"
 #include "core/internal.h"
 #include "core/tensor_internal.h"
+#include "ops/elementwise_internal.h"
 #include "forge/autograd.h"
 #include "forge/ops.h"
 #include "forge/runtime.h"
@@ -86,12 +87,13 @@ Tensor Tensor::to(DType target) const {
   return out;
 }
 
-Tensor& Tensor::fill_(double value) { return fill_as(value, "fill_"); }
+Tensor& Tensor::fill_(Scalar value) { return fill_as(value, "fill_"); }
 
-Tensor& Tensor::fill_as(double value, const char* op) {
+Tensor& Tensor::fill_as(Scalar value, const char* op) {
   detail::check_writable(op, *this, "tensor");
+  detail::ScalarSlot element = detail::checked_slot(op, dtype(), value, "value");
   autograd::before_fill(*this, op);
-  cpu::fill(runtime(), shape(), detail::operand(*this), value);
+  cpu::fill(runtime(), shape(), detail::operand(*this), element.data());
   buffer()->bump_version();
   return *this;
 }
