@@ -15,8 +15,8 @@
 // against f64 over every f32 exponent (tests/unary_test.cpp): exp 1 ulp;
 // tanh, sigmoid, silu, both gelus and their gradients a few ulp, plus the
 // error inherent in rounding their argument where they are steep (the
-// tests bound it by the condition number) and an absolute 2^-140 once the
-// result is subnormal.
+// tests bound it by the condition number); results below |x| 2^-126 may
+// flush to 0 (exp_decay).
 
 #include <cstdint>
 #include <cstring>
@@ -84,6 +84,16 @@ inline vf exp(vf x) noexcept {
   return exp_reduced(t, r);
 }
 
+// e^x for x <= 0, flushed to 0 where it would be subnormal (x < -87.33):
+// the activations use it for e^-|z|, whose subnormal values would only
+// reach results below |x| 2^-126, and whose subnormal arithmetic costs
+// several times a normal lane's.
+inline vf exp_decay(vf x) noexcept {
+  constexpr float kNormalEnd = -87.3365447505f;  // ln(2^-126)
+  const vf e = exp(x < kNormalEnd ? splat(0.0f) : x);
+  return x < kNormalEnd ? splat(0.0f) : e;
+}
+
 // e^(a + b) without rounding a + b first: a exact and large, b a small
 // correction (e^(-x^2/2) with x^2 split exactly, in normal()).
 inline vf exp_sum(vf a, vf b) noexcept {
@@ -144,7 +154,7 @@ inline vf tanh(vf a) noexcept {
     result = ax < 0.0004f ? a : p / q;
   }
   if (any(far)) {
-    const vf e = exp(-2.0f * ax);
+    const vf e = exp_decay(-2.0f * ax);
     const vf m = (1.0f - e) / (1.0f + e);
     result = far ? (a < 0 ? -m : m) : result;
   }
@@ -154,14 +164,14 @@ inline vf tanh(vf a) noexcept {
 // 1 / (1 + e^-x) from e = e^-|x|: 1 / (1 + e) for x >= 0 and e / (1 + e)
 // below, which keeps its precision down to the subnormals.
 inline vf sigmoid(vf x) noexcept {
-  const vf e = exp(-abs(x));
+  const vf e = exp_decay(-abs(x));
   const vf r = 1.0f / (1.0f + e);
   return x < 0 ? e * r : r;
 }
 
 // x * sigmoid(x), the same way.
 inline vf silu(vf x) noexcept {
-  const vf e = exp(-abs(x));
+  const vf e = exp_decay(-abs(x));
   return (x < 0 ? x * e : x) / (1.0f + e);
 }
 
@@ -174,7 +184,7 @@ struct TanhGate {
 inline TanhGate tanh_gate(vf x) noexcept {
   TanhGate g;
   g.z = 1.595769121605730712f * (x + 0.044715f * x * x * x);
-  g.e = exp(-abs(g.z));
+  g.e = exp_decay(-abs(g.z));
   g.r = 1.0f / (1.0f + g.e);
   return g;
 }
@@ -191,7 +201,7 @@ inline vf gelu_tanh_grad(vf x) noexcept {
 
 // d/dx silu = sig(x) + x sig(x) sig(-x).
 inline vf silu_grad(vf x) noexcept {
-  const vf e = exp(-abs(x));
+  const vf e = exp_decay(-abs(x));
   const vf r = 1.0f / (1.0f + e);
   return (x < 0 ? e * r : r) + x * (e * r * r);
 }
@@ -208,8 +218,10 @@ struct Normal {
 inline Normal normal(vf x) noexcept {
   const vf ax = abs(x);
   const vf xh = reinterpret_cast<vf>(reinterpret_cast<vi>(x) & static_cast<std::int32_t>(0xfffff000));
-  const vf lo = -0.5f * (x - xh) * (x + xh);  // NaN only for x = +-inf (or NaN, where hi is NaN too)
-  const vf gauss = exp_sum(-0.5f * xh * xh, lo == lo ? lo : splat(0.0f));  // e^(-x^2/2)
+  const vf hi = -0.5f * xh * xh, lo = -0.5f * (x - xh) * (x + xh);  // lo is NaN only for x = +-inf or NaN
+  const vi flush = hi < -87.5f;  // e^(-x^2/2) subnormal: 0, as in exp_decay
+  const vf gauss_kept = exp_sum(flush ? splat(0.0f) : hi, ((lo == lo) & ~flush) ? lo : splat(0.0f));
+  const vf gauss = flush ? splat(0.0f) : gauss_kept;  // e^(-x^2/2)
   const vf t = 1.0f / (1.0f + ax * 0.353553390593273762f);
   vf q = t * 3.654626384e-02f + -1.963371038e-01f;
   q = q * t + 3.970404565e-01f;
