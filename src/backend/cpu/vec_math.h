@@ -12,11 +12,11 @@
 // x * sigmoid(2u) (0.5 (1 + tanh u) with no 1 + tanh), gelu_erf takes the
 // normal tail from erfc(|x| / sqrt 2) = t Q(t) e^(-x^2/2), and tanh switches
 // to (1 - e^-2|x|) / (1 + e^-2|x|) where its rational form stops. Accuracy
-// against f64 over every f32 exponent (tests/unary_test.cpp): exp 1 ulp;
-// tanh, sigmoid, silu, both gelus and their gradients a few ulp, plus the
-// error inherent in rounding their argument where they are steep (the
-// tests bound it by the condition number); results below |x| 2^-126 may
-// flush to 0 (exp_decay).
+// against long double over every f32 exponent (tests/unary_test.cpp): exp
+// 1 ulp; tanh 5 ulp; sigmoid, silu, both gelus and their gradients 4 ulp,
+// plus the error inherent in rounding their argument where they are steep
+// (the tests bound it by the condition number); results below |x|^3 2^-126
+// may flush to 0 (exp_decay).
 
 #include <cstdint>
 #include <cstring>
@@ -55,10 +55,12 @@ inline bool any(vi mask) noexcept {
 }
 
 inline constexpr float kExpRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
+inline constexpr float kNormalEnd = -87.3365447505f;  // ln(2^-126): below, e^x is subnormal
 
 // e^r 2^n, from t = x log2(e) + kExpRound (n in its low bits) and the reduced
-// r = x - n ln 2 (Cephes' polynomial); 2^n is applied as two factors so that
-// subnormal results come out right.
+// r = x - n ln 2 (Cephes' polynomial). kSubnormal applies 2^n as two factors
+// so that subnormal results come out right; otherwise n >= -126.
+template <bool kSubnormal>
 inline vf exp_reduced(vf t, vf r) noexcept {
   const vi ni = reinterpret_cast<vi>(t) - reinterpret_cast<vi>(splat(kExpRound));
   vf p = splat(1.9875691500e-4f);
@@ -68,10 +70,24 @@ inline vf exp_reduced(vf t, vf r) noexcept {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * (r * r) + r + 1.0f;
-  const vi half = ni >> 1;
-  const vf s1 = reinterpret_cast<vf>((half + 127) << 23);
-  const vf s2 = reinterpret_cast<vf>((ni - half + 127) << 23);
-  return p * s1 * s2;
+  if constexpr (!kSubnormal) {
+    return p * reinterpret_cast<vf>((ni + 127) << 23);
+  } else {
+    const vi half = ni >> 1;
+    const vf s1 = reinterpret_cast<vf>((half + 127) << 23);
+    const vf s2 = reinterpret_cast<vf>((ni - half + 127) << 23);
+    return p * s1 * s2;
+  }
+}
+
+// e^(x + b) for the n nearest (x + b) / ln 2, without rounding x + b first.
+template <bool kSubnormal>
+inline vf exp_split(vf x, vf b) noexcept {
+  const vf t = (x + b) * 1.44269504088896341f + kExpRound;
+  const vf n = t - kExpRound;
+  vf r = x - n * 0.693359375f;  // exact (Cody and Waite)
+  r = r - n * -2.12194440e-4f;
+  return exp_reduced<kSubnormal>(t, r + b);
 }
 
 // e^x within 1 ulp. Below -104 the result is 0, above 88.8 it is inf.
@@ -81,33 +97,20 @@ inline vf exp(vf x) noexcept {
   const vf n = t - kExpRound;
   vf r = x - n * 0.693359375f;  // exact (Cody and Waite)
   r = r - n * -2.12194440e-4f;
-  return exp_reduced(t, r);
+  return exp_reduced<true>(t, r);
 }
 
-// e^x for x <= 0, flushed to 0 where it would be subnormal (x < -87.33):
-// the activations use it for e^-|z|, whose subnormal values would only
-// reach results below |x| 2^-126, and whose subnormal arithmetic costs
-// several times a normal lane's.
-inline vf exp_decay(vf x) noexcept {
-  constexpr float kNormalEnd = -87.3365447505f;  // ln(2^-126)
-  const vf e = exp(x < kNormalEnd ? splat(0.0f) : x);
-  return x < kNormalEnd ? splat(0.0f) : e;
+// e^(a + b) for a + b <= 0, a exact and b a small correction (e^(-x^2/2)
+// with x^2 split exactly, in normal()), flushed to 0 where it would be
+// subnormal. The activations take their e^-|z| this way (exp_decay): those
+// subnormals would only reach results below |x|^3 2^-126, and subnormal
+// arithmetic costs several times a normal lane's.
+inline vf exp_decay(vf a, vf b) noexcept {
+  const vi flush = a + b < kNormalEnd;
+  const vf e = exp_split<false>(flush ? splat(0.0f) : a, flush ? splat(0.0f) : b);
+  return flush ? splat(0.0f) : e;
 }
-
-// e^(a + b) without rounding a + b first: a exact and large, b a small
-// correction (e^(-x^2/2) with x^2 split exactly, in normal()).
-inline vf exp_sum(vf a, vf b) noexcept {
-  const vf sum = a + b;
-  const vf x = clamp(sum, -104.0f, 88.8f);
-  const vi kept = x == sum;  // false where clamped (or NaN, where a is NaN too)
-  a = kept ? a : x;
-  b = kept ? b : splat(0.0f);
-  const vf t = x * 1.44269504088896341f + kExpRound;
-  const vf n = t - kExpRound;
-  vf r = a - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  return exp_reduced(t, r + b);
-}
+inline vf exp_decay(vf x) noexcept { return exp_decay(x, splat(0.0f)); }
 
 // erf, rational approximation on [-3.92, 3.92]; beyond, erf rounds to +-1 in
 // f32, and returning exactly +-1 there keeps 1 + erf(x) at 0 for gelu.
@@ -135,30 +138,25 @@ inline vf erf(vf a) noexcept {
 // Tiny inputs return themselves.
 inline vf tanh(vf a) noexcept {
   constexpr float kRationalEnd = 7.99881172180175781f;
+  const vf x = clamp(a, -kRationalEnd, kRationalEnd);
+  const vf x2 = x * x;
+  vf p = x2 * -2.76076847742355e-16f + 2.00018790482477e-13f;
+  p = p * x2 + -8.60467152213735e-11f;
+  p = p * x2 + 5.12229709037114e-08f;
+  p = p * x2 + 1.48572235717979e-05f;
+  p = p * x2 + 6.37261928875436e-04f;
+  p = p * x2 + 4.89352455891786e-03f;
+  p = p * x;
+  vf q = x2 * 1.19825839466702e-06f + 1.18534705686654e-04f;
+  q = q * x2 + 2.26843463243900e-03f;
+  q = q * x2 + 4.89352518554385e-03f;
   const vf ax = abs(a);
+  const vf result = ax < 0.0004f ? a : p / q;
   const vi far = ax > kRationalEnd;
-  vf result = a;
-  if (any(~far)) {
-    const vf x = clamp(a, -kRationalEnd, kRationalEnd);
-    const vf x2 = x * x;
-    vf p = x2 * -2.76076847742355e-16f + 2.00018790482477e-13f;
-    p = p * x2 + -8.60467152213735e-11f;
-    p = p * x2 + 5.12229709037114e-08f;
-    p = p * x2 + 1.48572235717979e-05f;
-    p = p * x2 + 6.37261928875436e-04f;
-    p = p * x2 + 4.89352455891786e-03f;
-    p = p * x;
-    vf q = x2 * 1.19825839466702e-06f + 1.18534705686654e-04f;
-    q = q * x2 + 2.26843463243900e-03f;
-    q = q * x2 + 4.89352518554385e-03f;
-    result = ax < 0.0004f ? a : p / q;
-  }
-  if (any(far)) {
-    const vf e = exp_decay(-2.0f * ax);
-    const vf m = (1.0f - e) / (1.0f + e);
-    result = far ? (a < 0 ? -m : m) : result;
-  }
-  return result;
+  if (!any(far)) return result;
+  const vf e = exp_decay(-2.0f * ax);
+  const vf m = (1.0f - e) / (1.0f + e);
+  return far ? (a < 0 ? -m : m) : result;
 }
 
 // 1 / (1 + e^-x) from e = e^-|x|: 1 / (1 + e) for x >= 0 and e / (1 + e)
@@ -218,10 +216,8 @@ struct Normal {
 inline Normal normal(vf x) noexcept {
   const vf ax = abs(x);
   const vf xh = reinterpret_cast<vf>(reinterpret_cast<vi>(x) & static_cast<std::int32_t>(0xfffff000));
-  const vf hi = -0.5f * xh * xh, lo = -0.5f * (x - xh) * (x + xh);  // lo is NaN only for x = +-inf or NaN
-  const vi flush = hi < -87.5f;  // e^(-x^2/2) subnormal: 0, as in exp_decay
-  const vf gauss_kept = exp_sum(flush ? splat(0.0f) : hi, ((lo == lo) & ~flush) ? lo : splat(0.0f));
-  const vf gauss = flush ? splat(0.0f) : gauss_kept;  // e^(-x^2/2)
+  const vf lo = -0.5f * (x - xh) * (x + xh);  // NaN only for x = +-inf (or NaN, where xh is NaN too)
+  const vf gauss = exp_decay(-0.5f * xh * xh, lo == lo ? lo : splat(0.0f));  // e^(-x^2/2)
   const vf t = 1.0f / (1.0f + ax * 0.353553390593273762f);
   vf q = t * 3.654626384e-02f + -1.963371038e-01f;
   q = q * t + 3.970404565e-01f;
