@@ -1,13 +1,18 @@
-// Elementwise throughput on f32, two threads: a + b, a * b + c, gelu (erf and
-// tanh forms) and a row-broadcast bias add, in logical bytes per second (each
-// op's inputs read once and its output written once; a * b + c counts both
-// ops' traffic, 6 floats per element). Outputs come from the context's pool,
-// so each iteration reuses the buffer the previous one released.
+// Elementwise throughput on f32, two threads: a + b, a * b + c, the vector
+// activations (tanh, sigmoid, silu, gelu in its erf and tanh forms, and the
+// gelu/silu gradient kernels) and a row-broadcast bias add, in logical bytes
+// per second (each op's inputs read once and its output written once; a * b + c
+// counts both ops' traffic, 6 floats per element). The activations run on
+// randn inputs and, under /wide, on randn * 6, where most lanes lie in the
+// tails (|tanh| near 1, sigmoid near 0 or 1). Outputs come from the context's
+// pool, so each iteration reuses the buffer the previous one released.
 //
 //   build/release/benchmarks/elementwise_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 
 #include <benchmark/benchmark.h>
 
+#include "backend/cpu/unary_backward_kernels.h"
+#include "core/tensor_internal.h"
 #include "forge/forge.h"
 
 namespace {
@@ -44,31 +49,66 @@ void BM_MulAdd(benchmark::State& state) {
 }
 BENCHMARK(BM_MulAdd)->Arg(1 << 20)->Arg(16 << 20)->UseRealTime();
 
-void BM_Gelu(benchmark::State& state) {
-  forge::ExecContext ctx({.threads = kThreads});
-  const std::int64_t n = state.range(0);
-  const forge::Tensor a = ctx.randn({n});
-  benchmark::DoNotOptimize(forge::gelu(a).buffer()->data());
-  for (auto _ : state) {
-    forge::Tensor y = forge::gelu(a);
-    benchmark::DoNotOptimize(y.buffer()->data());
-  }
-  set_bytes(state, 2 * n);
+// randn({n}), times 6 when the benchmark's second argument is 1 (/wide).
+forge::Tensor activation_input(forge::ExecContext& ctx, const benchmark::State& state) {
+  const forge::Tensor a = ctx.randn({state.range(0)});
+  return state.range(1) != 0 ? a * 6.0 : a;
 }
-BENCHMARK(BM_Gelu)->Arg(1 << 20)->Arg(16 << 20)->UseRealTime();
 
-void BM_GeluTanh(benchmark::State& state) {
+template <typename Op>
+void unary_bench(benchmark::State& state, Op op) {
   forge::ExecContext ctx({.threads = kThreads});
-  const std::int64_t n = state.range(0);
-  const forge::Tensor a = ctx.randn({n});
-  benchmark::DoNotOptimize(forge::gelu(a, forge::GeluApproximation::tanh).buffer()->data());
+  const forge::Tensor a = activation_input(ctx, state);
+  benchmark::DoNotOptimize(op(a).buffer()->data());
   for (auto _ : state) {
-    forge::Tensor y = forge::gelu(a, forge::GeluApproximation::tanh);
+    forge::Tensor y = op(a);
     benchmark::DoNotOptimize(y.buffer()->data());
   }
-  set_bytes(state, 2 * n);
+  set_bytes(state, 2 * state.range(0));
 }
-BENCHMARK(BM_GeluTanh)->Arg(1 << 20)->Arg(16 << 20)->UseRealTime();
+
+void BM_Tanh(benchmark::State& state) {
+  unary_bench(state, [](const forge::Tensor& a) { return forge::tanh(a); });
+}
+void BM_Sigmoid(benchmark::State& state) {
+  unary_bench(state, [](const forge::Tensor& a) { return forge::sigmoid(a); });
+}
+void BM_Silu(benchmark::State& state) {
+  unary_bench(state, [](const forge::Tensor& a) { return forge::silu(a); });
+}
+void BM_Gelu(benchmark::State& state) {
+  unary_bench(state, [](const forge::Tensor& a) { return forge::gelu(a); });
+}
+void BM_GeluTanh(benchmark::State& state) {
+  unary_bench(state, [](const forge::Tensor& a) { return forge::gelu(a, forge::GeluApproximation::tanh); });
+}
+
+// The fused gradient kernels the activations' VJPs run: g and x in, dx out.
+template <forge::cpu::UnaryBackward Op>
+void BM_Backward(benchmark::State& state) {
+  forge::ExecContext ctx({.threads = kThreads});
+  const std::int64_t n = state.range(0);
+  const forge::Tensor x = activation_input(ctx, state), g = ctx.randn({n});
+  forge::Tensor dx = ctx.empty({n});
+  for (auto _ : state) {
+    forge::cpu::unary_backward_flat(ctx.runtime(), Op, forge::DType::f32, n, forge::detail::first_element(dx),
+                                    forge::detail::first_element(g), forge::detail::first_element(x));
+    benchmark::DoNotOptimize(dx.buffer()->data());
+  }
+  set_bytes(state, 3 * n);
+}
+
+void activation_args(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"n", "wide"})->Args({1 << 20, 0})->Args({16 << 20, 0})->Args({1 << 20, 1})->UseRealTime();
+}
+BENCHMARK(BM_Tanh)->Apply(activation_args);
+BENCHMARK(BM_Sigmoid)->Apply(activation_args);
+BENCHMARK(BM_Silu)->Apply(activation_args);
+BENCHMARK(BM_Gelu)->Apply(activation_args);
+BENCHMARK(BM_GeluTanh)->Apply(activation_args);
+BENCHMARK(BM_Backward<forge::cpu::UnaryBackward::gelu>)->Name("BM_GeluBackward")->Apply(activation_args);
+BENCHMARK(BM_Backward<forge::cpu::UnaryBackward::gelu_tanh>)->Name("BM_GeluTanhBackward")->Apply(activation_args);
+BENCHMARK(BM_Backward<forge::cpu::UnaryBackward::silu>)->Name("BM_SiluBackward")->Apply(activation_args);
 
 // [4096, 1024] + [1024]: every row adds the same bias.
 void BM_BiasAdd(benchmark::State& state) {

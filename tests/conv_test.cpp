@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "support.h"
@@ -363,6 +364,112 @@ TEST_CASE("conv: bad shapes, options and dtypes are errors naming the op", "[con
   FORGE_REQUIRE_ERROR(invalid_argument, "max_pool2d", (void)forge::max_pool2d(x, p));
   FORGE_REQUIRE_ERROR(dtype, "max_pool2d", (void)forge::max_pool2d(ctx.zeros({1, 1, 4, 4}, DType::u8)));
   FORGE_REQUIRE_ERROR(shape, "avg_pool2d", (void)forge::avg_pool2d(ctx.randn({4, 4})));
+}
+
+// Note [window arithmetic] in ops/conv.cpp: options whose sizes overflow int64
+// used to wrap into nonsense shapes (dilation INT64_MAX gave [1, 1, 7, 3]).
+TEST_CASE("conv: window options whose sizes overflow int64 are refused, naming the op and the values", "[conv]") {
+  TestContext ctx;
+  constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
+  constexpr std::int64_t kMin = std::numeric_limits<std::int64_t>::min();
+  constexpr std::int64_t k62 = std::int64_t{1} << 62;
+  const Tensor x = ctx.ones({1, 1, 5, 5}), w = ctx.ones({1, 1, 3, 3});
+  Tensor out = ctx.empty({1, 1, 3, 3});
+  const std::string repro = FORGE_REQUIRE_ERROR(
+      invalid_argument, "conv2d", (void)forge::conv2d(x, w, Tensor(), {.dilation = {kMax, 1}}));
+  CHECK(repro.find("9223372036854775807") != std::string::npos);
+  CHECK(repro.find("overflows int64") != std::string::npos);
+  const std::string pool_repro =
+      FORGE_REQUIRE_ERROR(invalid_argument, "max_pool2d", (void)forge::max_pool2d(x, {.dilation = {kMax, 1}}));
+  CHECK(pool_repro.find("9223372036854775807") != std::string::npos);
+
+  // Each option, on each axis, at the top of the range (where any sum with the
+  // input size wraps) and at the bottom (refused as not positive, or as
+  // negative padding).
+  for (const std::int64_t v : {kMax, kMax - 1, kMin, kMin + 1}) {
+    for (int axis = 0; axis < 2; ++axis) {
+      CAPTURE(v, axis);
+      Conv2dOptions stride, padding, dilation;
+      stride.stride[axis] = v;
+      padding.padding[axis] = v;
+      dilation.dilation[axis] = v;
+      for (const Conv2dOptions& o : {stride, padding, dilation}) {
+        FORGE_REQUIRE_ERROR(invalid_argument, "conv2d", (void)forge::conv2d(x, w, Tensor(), o));
+        FORGE_REQUIRE_ERROR(invalid_argument, "conv2d_into", forge::conv2d_into(out, x, w, Tensor(), o));
+      }
+      Pool2dOptions kernel, pstride, ppad, pdil;
+      kernel.kernel[axis] = v;
+      pstride.stride[axis] = v;
+      ppad.kernel = {5, 5};
+      ppad.padding[axis] = v;  // also more than half the kernel
+      pdil.dilation[axis] = v;
+      for (const Pool2dOptions& o : {kernel, pstride, ppad, pdil}) {
+        for (const bool ceil : {false, true}) {
+          Pool2dOptions c = o;
+          c.ceil_mode = ceil;
+          FORGE_REQUIRE_ERROR(invalid_argument, "max_pool2d", (void)forge::max_pool2d(x, c));
+          FORGE_REQUIRE_ERROR(invalid_argument, "max_pool2d_into", forge::max_pool2d_into(out, x, c));
+          if (o.dilation[axis] != 1) continue;  // avg_pool2d refuses any dilation
+          FORGE_REQUIRE_ERROR(invalid_argument, "avg_pool2d", (void)forge::avg_pool2d(x, c));
+          FORGE_REQUIRE_ERROR(invalid_argument, "avg_pool2d_into", forge::avg_pool2d_into(out, x, c));
+        }
+      }
+    }
+    // groups * (weight's C / groups) wraps: weight [0, 2, 3, 3] with 2^63 - 1 groups.
+    if (v > 0)
+      FORGE_REQUIRE_ERROR(shape, "conv2d",
+                          (void)forge::conv2d(ctx.ones({1, 0, 5, 5}), ctx.ones({0, 2, 3, 3}), Tensor(), {.groups = v}));
+    else
+      FORGE_REQUIRE_ERROR(invalid_argument, "conv2d", (void)forge::conv2d(x, w, Tensor(), {.groups = v}));
+  }
+  // 2^62: padding doubled, or a dilation or pool kernel times the taps, reaches 2^63.
+  FORGE_REQUIRE_ERROR(invalid_argument, "conv2d", (void)forge::conv2d(x, w, Tensor(), {.padding = {0, k62}}));
+  FORGE_REQUIRE_ERROR(invalid_argument, "conv2d", (void)forge::conv2d(x, w, Tensor(), {.dilation = {k62, 1}}));
+  FORGE_REQUIRE_ERROR(invalid_argument, "max_pool2d", (void)forge::max_pool2d(x, {.kernel = {k62, 2}}));
+  FORGE_REQUIRE_ERROR(invalid_argument, "avg_pool2d", (void)forge::avg_pool2d(x, {.kernel = {2, k62}}));
+  FORGE_REQUIRE_ERROR(invalid_argument, "max_pool2d", (void)forge::max_pool2d(x, {.dilation = {1, k62}}));
+  // A pool kernel of 2^32 x 2^32 taps: the avg_pool2d divisor would overflow.
+  const Pool2dOptions area{.kernel = {std::int64_t{1} << 32, std::int64_t{1} << 32},
+                           .padding = {std::int64_t{1} << 31, std::int64_t{1} << 31}};
+  FORGE_REQUIRE_ERROR(invalid_argument, "avg_pool2d", (void)forge::avg_pool2d(x, area));
+  FORGE_REQUIRE_ERROR(invalid_argument, "max_pool2d", (void)forge::max_pool2d(x, area));
+}
+
+TEST_CASE("conv: huge strides, paddings and pool windows that fit in int64 compute the right values", "[conv]") {
+  TestContext ctx;
+  constexpr std::int64_t k61 = std::int64_t{1} << 61, k60 = std::int64_t{1} << 60;
+  Tensor x = ctx.from_vector<double>({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}, {1, 1, 4, 4});
+  x.requires_grad_();
+  const Tensor w = ctx.ones({1, 1, 2, 2}, DType::f64);
+  // One window, at the top left: 1 + 2 + 5 + 6.
+  Tensor y = forge::conv2d(x, w, Tensor(), {.stride = {k61, k61}});
+  REQUIRE(y.shape() == Shape{1, 1, 1, 1});
+  CHECK(y.item<double>() == 14);
+  y.sum().backward();
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{1, 1, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0});
+  // Padding 2^60 with stride 2^61: two windows per axis, both wholly in the padding.
+  const Tensor far = forge::conv2d(x, w, Tensor(), {.stride = {k61, k61}, .padding = {k60, k60}});
+  CHECK(far.shape() == Shape{1, 1, 2, 2});
+  CHECK(far.to_vector<double>() == std::vector<double>(4, 0.0));
+  // A dilation of 2^61 on a one-tap axis reads nothing past the input.
+  const Tensor tall = forge::conv2d(x, ctx.ones({1, 1, 1, 2}, DType::f64), Tensor(), {.dilation = {k61, 1}});
+  CHECK(tall.to_vector<double>() == std::vector<double>{3, 5, 7, 11, 13, 15, 19, 21, 23, 27, 29, 31});
+  // A 2^31 x 2^31 pool window with half of it padding: one output whose
+  // avg_pool2d divisor counts 2^62 taps, or the 16 real ones without padding.
+  const std::int64_t k31 = std::int64_t{1} << 31;
+  Pool2dOptions big{.kernel = {k31, k31}, .padding = {k31 / 2, k31 / 2}};
+  x.zero_grad();
+  Tensor avg = forge::avg_pool2d(x, big);
+  REQUIRE(avg.shape() == Shape{1, 1, 1, 1});
+  CHECK(avg.item<double>() == std::ldexp(136.0, -62));
+  avg.sum().backward();
+  CHECK(x.grad().to_vector<double>() == std::vector<double>(16, std::ldexp(1.0, -62)));
+  big.count_include_pad = false;
+  CHECK(forge::avg_pool2d(x, big).item<double>() == 136.0 / 16);
+  CHECK(forge::max_pool2d(x, big).item<double>() == 16);
+  // ceil_mode with a stride of 2^61: the second window would start in the padding.
+  CHECK(forge::max_pool2d(x, {.kernel = {2, 2}, .stride = {k61, k61}, .ceil_mode = true}).shape() ==
+        Shape{1, 1, 1, 1});
 }
 
 TEST_CASE("conv: _into refuses a wrong out (shape, dtype, context, expanded, overlapping)", "[conv]") {

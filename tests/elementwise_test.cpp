@@ -492,6 +492,12 @@ TEST_CASE("elementwise: tensor-scalar forms use result_type and the scalar round
               bc.name, [&] { (void)bc.scalar(a, s); });
           continue;
         }
+        // An integer compute dtype takes only a scalar it can hold (Note [Scalar conversion]).
+        const DType c = compute_of(bc.op, p);
+        if (forge::is_integral(c) && !s.is_floating() && to_dtype(static_cast<LD>(s.to_int()), c) != s.to_int()) {
+          FORGE_REQUIRE_ERROR(out_of_range, bc.name, (void)bc.scalar(a, s));
+          continue;
+        }
         const Tensor out = bc.scalar(a, s);
         CHECK(out.dtype() == result_of(bc.op, p));
         // The scalar converts straight to the compute dtype.
@@ -668,11 +674,43 @@ TEST_CASE("elementwise: integer sub wraps, neg-free u8 arithmetic wraps modulo 2
   CHECK(u8s(ctx.from_vector<std::uint8_t>({3, 250}) - ctx.from_vector<std::uint8_t>({5, 250})) ==
         std::vector<std::uint8_t>{254, 0});
   CHECK(u8s(ctx.from_vector<std::uint8_t>({250}) + 10) == std::vector<std::uint8_t>{4});
-  // An integer scalar wraps into the tensor's dtype: -1 is 255 for u8.
-  CHECK(u8s(ctx.from_vector<std::uint8_t>({1, 7}) + (-1)) == std::vector<std::uint8_t>{0, 6});
   CHECK(u8s(forge::sub(1, ctx.from_vector<std::uint8_t>({2}))) == std::vector<std::uint8_t>{255});
-  CHECK(bools(ctx.from_vector<std::uint8_t>({255, 0}) == -1) == std::vector<bool>{true, false});
-  CHECK(i32s(ctx.from_vector<std::int32_t>({5}) + (std::int64_t{1} << 32)) == std::vector<std::int32_t>{5});
+}
+
+// Note [Scalar conversion]: libtorch wraps these (u8 == 256 is true there,
+// i32 + 2^32 adds nothing); forge refuses a scalar its compute dtype cannot hold.
+TEST_CASE("elementwise: an integer op refuses a scalar that does not fit its dtype, naming op, value and dtype",
+          "[elementwise]") {
+  TestContext ctx;
+  const Tensor u = ctx.from_vector<std::uint8_t>({1, 7});
+  const Tensor i = ctx.from_vector<std::int32_t>({5, 6});
+  Tensor into = ctx.zeros({2}, DType::u8);
+  const auto before = ctx.stats().outstanding;
+  const std::string message = FORGE_REQUIRE_ERROR(out_of_range, "add", (void)(u + (-1)));
+  CHECK(message == "[add] scalar -1 does not fit in u8");
+  FORGE_REQUIRE_ERROR(out_of_range, "eq", (void)(u == 256));
+  FORGE_REQUIRE_ERROR(out_of_range, "eq", (void)(u == -1));
+  FORGE_REQUIRE_ERROR(out_of_range, "mul", (void)(u * 256));
+  FORGE_REQUIRE_ERROR(out_of_range, "sub", (void)forge::sub(300, u));
+  FORGE_REQUIRE_ERROR(out_of_range, "add", (void)(i + (std::int64_t{1} << 32)));
+  FORGE_REQUIRE_ERROR(out_of_range, "lt", (void)(i < (std::int64_t{1} << 40)));
+  FORGE_REQUIRE_ERROR(out_of_range, "pow", (void)forge::pow(i, std::int64_t{1} << 40));
+  FORGE_REQUIRE_ERROR(out_of_range, "pow", (void)forge::pow(std::int64_t{1} << 33, i));
+  FORGE_REQUIRE_ERROR(out_of_range, "add_into", forge::add_into(into, u, 256));
+  CHECK(ctx.stats().outstanding == before);
+  // Scalars that fit, and float scalars, which make the result float: no refusal.
+  CHECK(u8s(u + 255) == std::vector<std::uint8_t>{0, 6});  // the arithmetic itself still wraps
+  CHECK(bools(u == 255) == std::vector<bool>{false, false});
+  CHECK(i32s(i + std::numeric_limits<std::int32_t>::min()) ==
+        std::vector<std::int32_t>{std::numeric_limits<std::int32_t>::min() + 5, std::numeric_limits<std::int32_t>::min() + 6});
+  CHECK(f64s(u + 0.5) == std::vector<double>{1.5, 7.5});
+  CHECK(f64s(i * 0.5) == std::vector<double>{2.5, 3});
+  CHECK(f64s(forge::div(i, std::int64_t{1} << 40)) == std::vector<double>{std::ldexp(5.0, -40), std::ldexp(6.0, -40)});
+  // The same in where's scalar (the result is the tensor's integer dtype).
+  const Tensor cond = ctx.from_vector<bool>({true, false});
+  FORGE_REQUIRE_ERROR(out_of_range, "where", (void)forge::where(cond, i, std::int64_t{1} << 40));
+  FORGE_REQUIRE_ERROR(out_of_range, "where", (void)forge::where(cond, u, -1));
+  CHECK(i32s(forge::where(cond, i, -3)) == std::vector<std::int32_t>{5, -3});
 }
 
 TEST_CASE("elementwise: integer pow (negative exponents give 0 except for 1 and -1)", "[elementwise]") {
@@ -895,6 +933,17 @@ TEST_CASE("elementwise: masked_fill keeps x's dtype and converts the value into 
   FORGE_REQUIRE_ERROR(out_of_range, "masked_fill", (void)forge::masked_fill(i, m, 3e9));
   FORGE_REQUIRE_ERROR(out_of_range, "masked_fill", (void)forge::masked_fill(ctx.zeros({2}, DType::f16), m, 1e6));
   CHECK(ctx.stats().outstanding == before);
+  // bool takes 0 and 1 only; NaN and inf fit no integer dtype (Note [Scalar conversion]).
+  const Tensor b = ctx.from_vector<bool>({false, true});
+  const auto with_b = ctx.stats().outstanding;
+  FORGE_REQUIRE_ERROR(out_of_range, "masked_fill", (void)forge::masked_fill(b, m, 2));
+  FORGE_REQUIRE_ERROR(out_of_range, "masked_fill", (void)forge::masked_fill(b, m, 0.5));
+  FORGE_REQUIRE_ERROR(out_of_range, "masked_fill", (void)forge::masked_fill(b, m, -1));
+  FORGE_REQUIRE_ERROR(out_of_range, "masked_fill", (void)forge::masked_fill(i, m, std::nan("")));
+  FORGE_REQUIRE_ERROR(out_of_range, "masked_fill", (void)forge::masked_fill(i, m, INFINITY));
+  CHECK(ctx.stats().outstanding == with_b);
+  CHECK(bools(forge::masked_fill(b, m, 1)) == std::vector<bool>{true, true});
+  CHECK(bools(forge::masked_fill(forge::logical_not(b), m, 0.0)) == std::vector<bool>{false, false});
   // inf and NaN fill floats.
   const std::vector<double> f = f64s(forge::masked_fill(ctx.zeros({2}, DType::f16), m, INFINITY));
   CHECK(std::isinf(f[0]));

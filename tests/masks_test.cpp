@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <type_traits>
@@ -156,7 +157,7 @@ TEST_CASE("pad: constant mode, every dtype, with crops, against a naive lookup",
       pad.push_back(before);
       pad.push_back(pick(rng, -(size + std::min<std::int64_t>(before, 0)), 3));  // never below size 0
     }
-    const double value = iter % 3 == 0 ? 0.0 : 2.5;
+    const double value = iter % 3 == 0 ? 0.0 : t == DType::boolean ? 1.0 : 2.5;  // bool takes 0 and 1 only
     const Tensor x = make_exact(ctx, rng, s, t, static_cast<int>(rng() % kLayouts));
     INFO("iter " << iter << " dtype " << forge::dtype_name(t) << " shape " << s << " pad " << pad);
     const Tensor out = forge::pad(x, pad, forge::PadMode::constant, value);
@@ -198,6 +199,14 @@ TEST_CASE("pad: a large pad runs the parallel path", "[shape_ops]") {
   check_pad(forge::pad(x, {5, 7, 1, 0}, forge::PadMode::reflect), x, {5, 7, 1, 0}, forge::PadMode::reflect, 0);
 }
 
+TEST_CASE("pad: a crop and a pad of 2^62 each leave every element padding, with no overflow", "[shape_ops]") {
+  TestContext ctx;
+  constexpr std::int64_t k62 = std::int64_t{1} << 62;
+  const Tensor x = ctx.from_vector<float>({1, 2, 3}, {3});
+  CHECK(forge::pad(x, {-k62, k62}, forge::PadMode::constant, 7.0).to_vector<float>() == std::vector<float>{7, 7, 7});
+  CHECK(forge::pad(x, {k62, -k62}, forge::PadMode::constant, 7.0).to_vector<float>() == std::vector<float>{7, 7, 7});
+}
+
 TEST_CASE("pad: bad input", "[shape_ops]") {
   TestContext ctx;
   const Tensor x = ctx.zeros({2, 3});
@@ -209,6 +218,17 @@ TEST_CASE("pad: bad input", "[shape_ops]") {
   FORGE_REQUIRE_ERROR(invalid_argument, "pad", (void)forge::pad(x, {0, -1}, forge::PadMode::replicate));
   FORGE_REQUIRE_ERROR(invalid_argument, "pad", (void)forge::pad(ctx.zeros({2, 0}), {1, 1}, forge::PadMode::replicate));
   FORGE_REQUIRE_ERROR(invalid_argument, "pad", (void)forge::pad(Tensor(), {1, 1}));
+  // Amounts whose sum, or the source index i - before the kernel reads, overflows int64.
+  constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
+  constexpr std::int64_t kMin = std::numeric_limits<std::int64_t>::min();
+  for (const forge::Dims& p : {forge::Dims{kMin, kMax}, forge::Dims{kMax, kMin}, forge::Dims{kMax, 0},
+                               forge::Dims{0, kMax}, forge::Dims{kMin + 3, kMax}, forge::Dims{kMin, 0}}) {
+    CAPTURE(p);
+    const std::string message = FORGE_REQUIRE_ERROR(invalid_argument, "pad", (void)forge::pad(x, p));
+    CHECK(message.find("overflows int64") != std::string::npos);
+    Tensor into = ctx.zeros({2, 3});
+    FORGE_REQUIRE_ERROR(invalid_argument, "pad_into", forge::pad_into(into, x, p));
+  }
   Tensor out = ctx.zeros({2, 4});
   FORGE_REQUIRE_ERROR(shape, "pad_into", forge::pad_into(out, x, {1, 1}));
   Tensor wrong = ctx.zeros({2, 5}, DType::f16);

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <type_traits>
@@ -179,7 +180,7 @@ TEST_CASE("stack: random shapes, every dtype and layout, against a naive lookup"
     };
     const Tensor out = forge::stack(xs, dim);
     check(out);
-    Tensor target = ctx.full(out.shape(), 3, dtype);
+    Tensor target = ctx.full(out.shape(), dtype == DType::boolean ? 1 : 3, dtype);
     forge::stack_into(target, xs, dim);
     check(target);
   }
@@ -264,6 +265,17 @@ TEST_CASE("split and chunk: views with libtorch's piece sizes", "[shape_ops]") {
     check_pieces(x, forge::chunk(x, chunks, dim), want, wrapped);
     check_pieces(x, x.chunk(chunks, dim), want, wrapped);
   }
+}
+
+TEST_CASE("split and chunk: a piece size near INT64_MAX gives one piece, with no overflow", "[shape_ops]") {
+  TestContext ctx;
+  const Tensor x = ctx.from_vector<float>({1, 2, 3, 4, 5}, {5});
+  for (const std::int64_t split_size : {std::numeric_limits<std::int64_t>::max(), std::int64_t{1} << 62}) {
+    const std::vector<Tensor> pieces = forge::split(x, split_size);
+    REQUIRE(pieces.size() == 1);
+    CHECK(pieces[0].to_vector<float>() == std::vector<float>{1, 2, 3, 4, 5});
+  }
+  CHECK(forge::chunk(x, std::numeric_limits<std::int64_t>::max()).size() == 5);
 }
 
 TEST_CASE("split and chunk: pieces outlive x and see its writes", "[shape_ops]") {

@@ -116,9 +116,14 @@ TEST_CASE("tensor: zeros, ones and full hold their value in every dtype") {
     INFO(forge::dtype_name(t));
     CHECK(ctx.zeros({2, 3}, t).to_vector<double>() == std::vector<double>(6, 0.0));
     CHECK(ctx.ones({3, 2}, t).to_vector<double>() == std::vector<double>(6, 1.0));
+    if (t == DType::boolean) {  // bool takes 0 and 1 only (Note [Scalar conversion])
+      FORGE_REQUIRE_ERROR(out_of_range, "full", (void)ctx.full({4}, 2.5, t));
+      CHECK(ctx.full({4}, true, t).to_vector<bool>() == std::vector<bool>(4, true));
+      continue;
+    }
     const Tensor f = ctx.full({4}, 2.5, t);
     CHECK(f.dtype() == t);
-    const double expected = t == DType::boolean ? 1.0 : forge::is_floating(t) ? 2.5 : 2.0;  // ints truncate
+    const double expected = forge::is_floating(t) ? 2.5 : 2.0;  // ints truncate
     CHECK(f.to_vector<double>() == std::vector<double>(4, expected));
   }
   CHECK(ctx.full({2}, -7, DType::i32).to_vector<std::int32_t>() == std::vector<std::int32_t>{-7, -7});
@@ -130,6 +135,72 @@ TEST_CASE("tensor: zeros, ones and full hold their value in every dtype") {
   CHECK(&g.runtime() == &ctx.runtime());
   CHECK(forge::ones({2}, DType::i64).to_vector<std::int64_t>() == std::vector<std::int64_t>{1, 1});
   CHECK(forge::full({2}, 4.0).to_vector<float>() == std::vector<float>{4, 4});
+}
+
+// Note [Scalar conversion]: these used to saturate (1e30 -> 2147483647,
+// -1 -> 0 in u8, 2 -> true).
+TEST_CASE("tensor: full, fill_ and the ranges refuse a value that does not fit the dtype, naming op, value and dtype") {
+  TestContext ctx;
+  constexpr double kNaN = std::numeric_limits<double>::quiet_NaN(), kInf = std::numeric_limits<double>::infinity();
+  const auto before = ctx.stats().outstanding;
+  CHECK(FORGE_REQUIRE_ERROR(out_of_range, "full", (void)ctx.full({2}, 1e30, DType::i32)) ==
+        "[full] value 1e+30 does not fit in i32");
+  CHECK(FORGE_REQUIRE_ERROR(out_of_range, "full", (void)ctx.full({2}, -1, DType::u8)) ==
+        "[full] value -1 does not fit in u8");
+  CHECK(FORGE_REQUIRE_ERROR(out_of_range, "full", (void)ctx.full({2}, 2, DType::boolean)) ==
+        "[full] value 2 does not fit in bool (only 0 and 1 do)");
+  CHECK(FORGE_REQUIRE_ERROR(out_of_range, "full", (void)ctx.full({2}, 2147483647.5, DType::i32)) ==
+        "[full] value 2147483647.5 does not fit in i32");
+  struct Bad {
+    double value;
+    DType dtype;
+  };
+  for (const Bad& b : {Bad{256, DType::u8}, Bad{-1.0, DType::u8}, Bad{255.5, DType::u8}, Bad{-0.5, DType::u8},
+                       Bad{-2147483648.5, DType::i32}, Bad{0x1p63, DType::i64}, Bad{3e9, DType::i32},
+                       Bad{-2147483649.0, DType::i32}, Bad{9.3e18, DType::i64}, Bad{kNaN, DType::i64},
+                       Bad{kInf, DType::u8}, Bad{-kInf, DType::i32}, Bad{0.5, DType::boolean},
+                       Bad{kNaN, DType::boolean}, Bad{-1, DType::boolean}, Bad{1e6, DType::f16},
+                       Bad{1e39, DType::bf16}, Bad{1e300, DType::f32}}) {
+    CAPTURE(b.value, forge::dtype_name(b.dtype));
+    FORGE_REQUIRE_ERROR(out_of_range, "full", (void)ctx.full({2}, b.value, b.dtype));
+    FORGE_REQUIRE_ERROR(out_of_range, "full", (void)forge::full({2}, b.value, b.dtype));
+    Tensor x = ctx.zeros({2}, b.dtype);
+    FORGE_REQUIRE_ERROR(out_of_range, "fill_", x.fill_(b.value));
+    CHECK(x.to_vector<double>() == std::vector<double>{0, 0});  // untouched
+    FORGE_REQUIRE_ERROR(out_of_range, "pad", (void)forge::pad(x, {1, 1}, forge::PadMode::constant, b.value));
+    Tensor padded = ctx.zeros({4}, b.dtype);
+    FORGE_REQUIRE_ERROR(out_of_range, "pad_into",
+                        forge::pad_into(padded, x, {1, 1}, forge::PadMode::constant, b.value));
+  }
+  FORGE_REQUIRE_ERROR(out_of_range, "full", (void)ctx.full({2}, std::int64_t{1} << 31, DType::i32));
+  FORGE_REQUIRE_ERROR(out_of_range, "arange", (void)ctx.arange(250, 300, 1, DType::u8));
+  FORGE_REQUIRE_ERROR(out_of_range, "arange", (void)ctx.arange(-1, 5, 1, DType::u8));
+  FORGE_REQUIRE_ERROR(out_of_range, "linspace", (void)ctx.linspace(0, 3e9, 3, DType::i32));
+  CHECK(ctx.stats().outstanding == before);
+
+  // What fits: the edges of each range, floats within it (truncated), inf and NaN in floats,
+  // and i64 values past 2^53 exactly.
+  CHECK(ctx.full({1}, 255, DType::u8).item<std::uint8_t>() == 255);
+  CHECK(ctx.full({1}, 254.9, DType::u8).item<std::uint8_t>() == 254);
+  CHECK(ctx.full({1}, -2147483647.9, DType::i32).item<std::int32_t>() == -2147483647);
+  CHECK(ctx.full({1}, -0x1p63, DType::i64).item<std::int64_t>() == std::numeric_limits<std::int64_t>::min());
+  CHECK(ctx.full({1}, std::numeric_limits<std::int64_t>::min(), DType::i64).item<std::int64_t>() ==
+        std::numeric_limits<std::int64_t>::min());
+  CHECK(ctx.full({1}, (std::int64_t{1} << 53) + 1, DType::i64).item<std::int64_t>() == (std::int64_t{1} << 53) + 1);
+  CHECK(ctx.full({1}, 1.0, DType::boolean).item<bool>());
+  CHECK(!ctx.full({1}, false, DType::boolean).item<bool>());
+  CHECK(std::isinf(ctx.full({1}, kInf, DType::f16).item<float>()));
+  CHECK(std::isnan(ctx.full({1}, kNaN, DType::bf16).item<float>()));
+  CHECK(ctx.full({1}, 65504, DType::f16).item<float>() == 65504);
+  CHECK(ctx.full({1}, 1e-300, DType::f32).item<float>() == 0);  // rounds to zero: fits
+  Tensor y = ctx.zeros({2}, DType::i64);
+  y.fill_((std::int64_t{1} << 62) + 1);
+  CHECK(y.to_vector<std::int64_t>() == std::vector<std::int64_t>(2, (std::int64_t{1} << 62) + 1));
+  CHECK(forge::pad(ctx.zeros({1}, DType::u8), {1, 1}, forge::PadMode::constant, 255).to_vector<std::uint8_t>() ==
+        std::vector<std::uint8_t>{255, 0, 255});
+  // reflect and replicate never read the value.
+  CHECK(forge::pad(ctx.zeros({2}, DType::u8), {1, 1}, forge::PadMode::replicate, 1e9).numel() == 4);
+  CHECK(ctx.arange(250, 256, 1, DType::u8).to_vector<double>() == std::vector<double>{250, 251, 252, 253, 254, 255});
 }
 
 TEST_CASE("tensor: the free creation functions need a live context and use the innermost one") {

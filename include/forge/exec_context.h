@@ -65,7 +65,8 @@ class ExecContext {
   Tensor empty(const Shape& shape, DType dtype = DType::f32);
   Tensor zeros(const Shape& shape, DType dtype = DType::f32);
   Tensor ones(const Shape& shape, DType dtype = DType::f32);
-  Tensor full(const Shape& shape, double value, DType dtype = DType::f32);
+  // The value must fit the dtype (Note [Scalar conversion] in docs/OPS.md): out_of_range otherwise.
+  Tensor full(const Shape& shape, Scalar value, DType dtype = DType::f32);
   Tensor arange(double end, DType dtype = DType::f32) { return arange(0, end, 1, dtype); }
   Tensor arange(double start, double end, double step = 1, DType dtype = DType::f32);
   Tensor linspace(double start, double end, std::int64_t steps, DType dtype = DType::f32);
@@ -84,7 +85,7 @@ class ExecContext {
                    std::function<void()> on_release = {});
 
  private:
-  Tensor filled(const char* op, const Shape& shape, double value, DType dtype);
+  Tensor filled(const char* op, const Shape& shape, Scalar value, DType dtype);
   Tensor from_host_checked(const void* data, std::size_t count, const Shape& shape, DType dtype);
   Ref<Runtime> runtime_;
   detail::ContextSlot* slot_;  // this context's entry in its thread's stack of contexts
@@ -104,7 +105,7 @@ Tensor ExecContext::from_vector(const std::vector<T>& values, const Shape& shape
 Tensor empty(const Shape& shape, DType dtype = DType::f32);
 Tensor zeros(const Shape& shape, DType dtype = DType::f32);
 Tensor ones(const Shape& shape, DType dtype = DType::f32);
-Tensor full(const Shape& shape, double value, DType dtype = DType::f32);
+Tensor full(const Shape& shape, Scalar value, DType dtype = DType::f32);
 Tensor arange(double start, double end, double step = 1, DType dtype = DType::f32);
 Tensor linspace(double start, double end, std::int64_t steps, DType dtype = DType::f32);
 Tensor eye(std::int64_t n, std::int64_t m = -1, DType dtype = DType::f32);

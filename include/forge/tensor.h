@@ -160,7 +160,7 @@ class Tensor {
   // ---- copies ----
   Tensor clone() const;              // a packed copy
   Tensor to(DType dtype) const;      // this tensor when the dtype already matches
-  Tensor& fill_(double value);
+  Tensor& fill_(Scalar value);  // the value must fit the dtype, as for full
   Tensor& zero_();
   Tensor& copy_(const Tensor& src);  // broadcasts src, converts dtype
 
@@ -249,7 +249,7 @@ class Tensor {
  private:
   void check_dtype(DType expected, const char* op) const;
   Tensor broadcast_as(const Shape& shape, const char* op) const;
-  Tensor& fill_as(double value, const char* op);
+  Tensor& fill_as(Scalar value, const char* op);
   TensorImpl& body() const {
     if (!impl_) [[unlikely]] throw_undefined();
     return *impl_;

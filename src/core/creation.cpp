@@ -5,6 +5,7 @@
 #include "core/internal.h"
 #include "core/tensor_internal.h"
 #include "forge/exec_context.h"
+#include "ops/elementwise_internal.h"
 
 namespace forge {
 namespace {
@@ -24,6 +25,13 @@ void generate(Tensor& t, Gen&& gen) {
   });
 }
 
+// The first and last values of a range fit the dtype (Note [Scalar
+// conversion]); the values between lie between them.
+void check_ends(const char* op, double first, double last, DType dtype) {
+  detail::checked_slot(op, dtype, first, "start");
+  detail::checked_slot(op, dtype, last, "last value");
+}
+
 }  // namespace
 
 Tensor ExecContext::empty(const Shape& shape, DType dtype) {
@@ -32,14 +40,15 @@ Tensor ExecContext::empty(const Shape& shape, DType dtype) {
   return t;
 }
 
-Tensor ExecContext::filled(const char* op, const Shape& shape, double value, DType dtype) {
+Tensor ExecContext::filled(const char* op, const Shape& shape, Scalar value, DType dtype) {
+  detail::ScalarSlot element = detail::checked_slot(op, dtype, value, "value");
   Tensor t = fresh(*this, op, shape, dtype);
-  cpu::fill(runtime(), shape, detail::operand(t), value);
+  cpu::fill(runtime(), shape, detail::operand(t), element.data());
   detail::adopt_output(t);
   return t;
 }
 
-Tensor ExecContext::full(const Shape& shape, double value, DType dtype) { return filled("full", shape, value, dtype); }
+Tensor ExecContext::full(const Shape& shape, Scalar value, DType dtype) { return filled("full", shape, value, dtype); }
 Tensor ExecContext::zeros(const Shape& shape, DType dtype) { return filled("zeros", shape, 0.0, dtype); }
 Tensor ExecContext::ones(const Shape& shape, DType dtype) { return filled("ones", shape, 1.0, dtype); }
 
@@ -53,7 +62,9 @@ Tensor ExecContext::arange(double start, double end, double step, DType dtype) {
   const double count = std::ceil((end - start) / step);
   FORGE_CHECK(count < 9.0e15, invalid_argument, "arange", "start ", start, ", end ", end, ", step ", step,
               " gives too many elements");
-  Tensor t = fresh(*this, "arange", Shape{static_cast<std::int64_t>(std::max(0.0, count))}, dtype);
+  const auto n = static_cast<std::int64_t>(std::max(0.0, count));
+  if (n > 0) check_ends("arange", start, start + static_cast<double>(n - 1) * step, dtype);
+  Tensor t = fresh(*this, "arange", Shape{n}, dtype);
   generate(t, [&](std::int64_t i) { return start + static_cast<double>(i) * step; });
   detail::adopt_output(t);
   return t;
@@ -61,6 +72,7 @@ Tensor ExecContext::arange(double start, double end, double step, DType dtype) {
 
 Tensor ExecContext::linspace(double start, double end, std::int64_t steps, DType dtype) {
   FORGE_CHECK(steps >= 0, invalid_argument, "linspace", "number of steps must be non-negative, got ", steps);
+  if (steps > 0) check_ends("linspace", start, steps > 1 ? end : start, dtype);
   Tensor t = fresh(*this, "linspace", Shape{steps}, dtype);
   const double step = steps > 1 ? (end - start) / static_cast<double>(steps - 1) : 0.0;
   // Fill symmetric from both ends, as libtorch does, so the last value is `end` exactly.
@@ -142,7 +154,7 @@ Tensor ExecContext::from_blob(void* data, const Shape& shape, DType dtype, std::
 Tensor empty(const Shape& shape, DType dtype) { return ExecContext::current_or_throw("empty").empty(shape, dtype); }
 Tensor zeros(const Shape& shape, DType dtype) { return ExecContext::current_or_throw("zeros").zeros(shape, dtype); }
 Tensor ones(const Shape& shape, DType dtype) { return ExecContext::current_or_throw("ones").ones(shape, dtype); }
-Tensor full(const Shape& shape, double value, DType dtype) {
+Tensor full(const Shape& shape, Scalar value, DType dtype) {
   return ExecContext::current_or_throw("full").full(shape, value, dtype);
 }
 Tensor arange(double start, double end, double step, DType dtype) {

@@ -10,6 +10,7 @@
 #include "autograd/rules/views.h"
 #include "core/internal.h"
 #include "core/tensor_internal.h"
+#include "ops/elementwise_internal.h"
 #include "forge/autograd.h"
 #include "forge/ops.h"
 #include "forge/runtime.h"
@@ -86,17 +87,18 @@ Tensor Tensor::to(DType target) const try {
   return out;
 } FORGE_CATCH_OOM("to")
 
-Tensor& Tensor::fill_(double value) try { return fill_as(value, "fill_"); } FORGE_CATCH_OOM("fill_")
+Tensor& Tensor::fill_(Scalar value) { return fill_as(value, "fill_"); }
 
-Tensor& Tensor::fill_as(double value, const char* op) try {
+Tensor& Tensor::fill_as(Scalar value, const char* op) try {
   detail::check_writable(op, *this, "tensor");
+  detail::ScalarSlot element = detail::checked_slot(op, dtype(), value, "value");
   autograd::before_fill(*this, op);
-  cpu::fill(runtime(), shape(), detail::operand(*this), value);
+  cpu::fill(runtime(), shape(), detail::operand(*this), element.data());
   buffer()->bump_version();
   return *this;
-} FORGE_CATCH_OOM("fill_as")
+} FORGE_CATCH_OOM(op)
 
-Tensor& Tensor::zero_() try { return fill_as(0.0, "zero_"); } FORGE_CATCH_OOM("zero_")
+Tensor& Tensor::zero_() { return fill_as(0.0, "zero_"); }
 
 Tensor& Tensor::copy_(const Tensor& src) try {
   detail::check_writable("copy_", *this, "self");

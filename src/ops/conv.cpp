@@ -1,10 +1,20 @@
 // conv2d, max_pool2d, avg_pool2d over NCHW (or unbatched CHW) inputs, with
 // libtorch's output-size rules. f16 and bf16 convolutions run in f32 on
 // widened copies; f32 and f64 read their inputs through their strides.
+//
+// Note [window arithmetic]: sizes, strides, paddings and dilations are the
+// caller's int64s, so every size here is computed with CheckedInt and refused
+// (invalid_argument) when it overflows, before anything uses it. One bound
+// covers the kernels (conv_kernels.cpp) too: for each axis,
+// size + 2 * padding + dilation * (kernel - 1) + 1 + stride + dilation fits in
+// int64, and every index or border the kernels form from these is a sum of
+// some of those terms. The autograd rules rebuild the same windows from
+// options that passed here.
 
 #include "autograd/record.h"
 #include "autograd/rules/conv.h"
 #include "backend/cpu/conv_kernels.h"
+#include "core/checked_int.h"
 #include "forge/ops.h"
 #include "ops/linalg_internal.h"
 
@@ -50,6 +60,31 @@ void check_out(const char* op, const Tensor& out, const Tensor& x, const Shape& 
               dtype_name(x.dtype()));
 }
 
+// One spatial axis of a window sweep: the input padded on both sides, the
+// extent of the dilated kernel, and the output size by libtorch's rule
+// floor((padded - extent [+ stride - 1 in ceil mode]) / stride) + 1, where
+// ceil mode drops a last window that would start in the right padding.
+// Kernel, stride and dilation are positive and padding non-negative here.
+struct WindowAxis {
+  std::int64_t padded, extent, out;
+};
+
+WindowAxis window_axis(const char* op, const char* axis, std::int64_t size, std::int64_t kernel, std::int64_t pad,
+                       std::int64_t stride, std::int64_t dilation, bool ceil_mode) {
+  using detail::CheckedInt;
+  const CheckedInt padded = CheckedInt(size) + CheckedInt(pad) * 2;
+  const CheckedInt extent = CheckedInt(dilation) * (kernel - 1) + 1;
+  const CheckedInt bound = padded + extent + stride + dilation;  // Note [window arithmetic]
+  FORGE_CHECK(!bound.overflowed(), invalid_argument, op, axis, " of size ", size, " with padding ", pad, ", kernel ",
+              kernel, ", dilation ", dilation, " and stride ", stride, " overflows int64");
+  WindowAxis a{padded.value(), extent.value(), 0};
+  const std::int64_t num = a.padded - a.extent + (ceil_mode ? stride - 1 : 0);
+  const std::int64_t q = num >= 0 ? num / stride : -((-num + stride - 1) / stride);  // floor division
+  a.out = q + 1;
+  if (ceil_mode && (a.out - 1) * stride >= size + pad) --a.out;
+  return a;
+}
+
 // ---- conv2d ----
 
 struct ConvPlan {
@@ -86,22 +121,22 @@ ConvPlan plan_conv(const char* op, const Tensor& x, const Tensor& weight, const 
               o.groups, " groups");
   FORGE_CHECK(out_c % o.groups == 0, shape, op, "weight has ", out_c, " output channels (shape ", weight.shape(),
               "), not divisible by ", o.groups, " groups");
-  FORGE_CHECK(weight.shape()[1] * o.groups == c, shape, op, "weight of shape ", weight.shape(), " with ", o.groups,
-              " groups expects ", weight.shape()[1] * o.groups, " input channels, but x of shape ", x.shape(),
-              " has ", c);
+  const detail::CheckedInt expected_c = detail::CheckedInt(weight.shape()[1]) * o.groups;
+  FORGE_CHECK(!expected_c.overflowed() && expected_c.value() == c, shape, op, "weight of shape ", weight.shape(),
+              " with ", o.groups, " groups does not take x of shape ", x.shape(), " (", c, " input channels)");
   FORGE_CHECK(kh > 0 && kw > 0, shape, op, "weight has an empty kernel: shape ", weight.shape());
   if (bias.defined())
     FORGE_CHECK(bias.dim() == 1 && bias.shape()[0] == out_c, shape, op, "bias must have shape [", out_c, "], got ",
                 bias.shape());
-  const std::int64_t span_h = g.dims[2] + 2 * o.padding[0] - o.dilation[0] * (kh - 1) - 1;
-  const std::int64_t span_w = g.dims[3] + 2 * o.padding[1] - o.dilation[1] * (kw - 1) - 1;
-  FORGE_CHECK(span_h >= 0 && span_w >= 0, shape, op, "the kernel (", kh, " x ", kw, ", dilation [", o.dilation[0],
-              ", ", o.dilation[1], "]) is larger than the padded input (", g.dims[2] + 2 * o.padding[0], " x ",
-              g.dims[3] + 2 * o.padding[1], ")");
+  const WindowAxis ah = window_axis(op, "height", g.dims[2], kh, o.padding[0], o.stride[0], o.dilation[0], false);
+  const WindowAxis aw = window_axis(op, "width", g.dims[3], kw, o.padding[1], o.stride[1], o.dilation[1], false);
+  FORGE_CHECK(ah.extent <= ah.padded && aw.extent <= aw.padded, shape, op, "the kernel (", kh, " x ", kw,
+              ", dilation [", o.dilation[0], ", ", o.dilation[1], "]) is larger than the padded input (", ah.padded,
+              " x ", aw.padded, ")");
   ConvPlan pl;
   cpu::Conv2dProblem& p = pl.p;
   p.dtype = x.dtype();
-  p.win = {g.dims[0], c, g.dims[2], g.dims[3], span_h / o.stride[0] + 1, span_w / o.stride[1] + 1, kh, kw,
+  p.win = {g.dims[0], c, g.dims[2], g.dims[3], ah.out, aw.out, kh, kw,
            o.stride[0], o.stride[1], o.padding[0], o.padding[1], o.dilation[0], o.dilation[1]};
   p.out_channels = out_c;
   p.groups = o.groups;
@@ -146,16 +181,6 @@ void compute_conv(const char* op, ConvPlan& pl, const Tensor& x, const Tensor& w
 
 // ---- pools ----
 
-// libtorch's pooling_output_shape.
-std::int64_t pooled_size(std::int64_t in, std::int64_t k, std::int64_t pad, std::int64_t stride, std::int64_t dil,
-                         bool ceil_mode) {
-  const std::int64_t num = in + 2 * pad - dil * (k - 1) - 1 + (ceil_mode ? stride - 1 : 0);
-  const std::int64_t q = num >= 0 ? num / stride : -((-num + stride - 1) / stride);  // floor division
-  std::int64_t out = q + 1;
-  if (ceil_mode && (out - 1) * stride >= in + pad) --out;
-  return out;
-}
-
 struct PoolPlan {
   cpu::Pool2dProblem p;
   Shape out_shape;
@@ -181,9 +206,14 @@ PoolPlan plan_pool(const char* op, const Tensor& x, const Pool2dOptions& o, bool
   if (!is_max)
     FORGE_CHECK(o.dilation[0] == 1 && o.dilation[1] == 1, invalid_argument, op, "takes no dilation, got [",
                 o.dilation[0], ", ", o.dilation[1], "]");
+  // avg_pool2d divides by up to kernel[0] * kernel[1] taps.
+  FORGE_CHECK(!(detail::CheckedInt(o.kernel[0]) * o.kernel[1]).overflowed(), invalid_argument, op, "kernel [",
+              o.kernel[0], ", ", o.kernel[1], "] has more taps than fit in int64");
   const Nchw g = as_nchw(x);
-  const std::int64_t oh = pooled_size(g.dims[2], o.kernel[0], o.padding[0], stride[0], o.dilation[0], o.ceil_mode);
-  const std::int64_t ow = pooled_size(g.dims[3], o.kernel[1], o.padding[1], stride[1], o.dilation[1], o.ceil_mode);
+  const std::int64_t oh =
+      window_axis(op, "height", g.dims[2], o.kernel[0], o.padding[0], stride[0], o.dilation[0], o.ceil_mode).out;
+  const std::int64_t ow =
+      window_axis(op, "width", g.dims[3], o.kernel[1], o.padding[1], stride[1], o.dilation[1], o.ceil_mode).out;
   FORGE_CHECK(oh >= 1 && ow >= 1, shape, op, "input of shape ", x.shape(), " is too small for the window: output ",
               oh, " x ", ow);
   PoolPlan pl;

@@ -5,8 +5,10 @@
 // and outputs of another dtype convert inside the kernels (Note [Compute
 // dtype] in backend/cpu/elementwise_kernels.h).
 
+#include <charconv>
 #include <cmath>
 #include <limits>
+#include <string_view>
 
 #include "autograd/record.h"
 #include "autograd/rules/elementwise.h"
@@ -16,17 +18,26 @@
 namespace forge {
 namespace detail {
 
-ScalarSlot checked_slot(const char* op, DType t, Scalar s, const char* what) {
-  const bool fits = dispatch_dtype(t, [&](auto tag) {
+// Note [Scalar conversion]: a number that becomes a tensor's elements (full,
+// fill_, masked_fill, where, pad, clamp's bounds, the scalar operand of ops
+// that compute in an integer dtype) must be representable in the dtype:
+// - an integer dtype takes an integer within its range, or a float within it,
+//   truncated toward zero (libtorch's checked conversion, except that
+//   libtorch lets a negative integer wrap into u8: forge refuses it);
+// - bool takes false/true, 0 or 1 (libtorch maps any nonzero to true);
+// - a floating dtype takes inf, NaN and any value that does not round to inf.
+// Anything else is out_of_range naming the op, the value and the dtype.
+bool scalar_fits(DType t, Scalar s) {
+  return dispatch_dtype(t, [&](auto tag) {
     using T = decltype(tag);
     if constexpr (std::is_same_v<T, bool>) {
-      return true;
+      return s.is_floating() ? s.to_double() == 0 || s.to_double() == 1 : s.to_int() == 0 || s.to_int() == 1;
     } else if constexpr (std::is_integral_v<T>) {
       constexpr auto lo = static_cast<double>(std::numeric_limits<T>::min());
-      constexpr auto hi_excl = static_cast<double>(std::numeric_limits<T>::max()) + 1.0;
+      constexpr auto hi = static_cast<double>(std::numeric_limits<T>::max());  // 2^63 for i64
       if (s.is_floating()) {
-        const double d = std::trunc(s.to_double());
-        return d >= lo && d < hi_excl;
+        const double d = s.to_double();  // NaN fails every comparison
+        return d >= lo && d <= hi && d < 0x1p63;
       }
       const std::int64_t v = s.to_int();
       return v >= static_cast<std::int64_t>(std::numeric_limits<T>::min()) &&
@@ -36,11 +47,24 @@ ScalarSlot checked_slot(const char* op, DType t, Scalar s, const char* what) {
       return !std::isfinite(d) || std::isfinite(ScalarSlot(t, s).as_double());
     }
   });
-  if (!fits) {
-    if (s.is_floating()) FORGE_FAIL(out_of_range, op, what, " ", s.to_double(), " does not fit in ", dtype_name(t));
-    FORGE_FAIL(out_of_range, op, what, " ", s.to_int(), " does not fit in ", dtype_name(t));
+}
+
+ScalarSlot checked_slot(const char* op, DType t, Scalar s, const char* what) {
+  if (!scalar_fits(t, s)) [[unlikely]] {
+    const char* hint = t == DType::boolean ? " (only 0 and 1 do)" : "";
+    if (s.is_floating()) {
+      char text[32];  // the shortest text that reads back as the same double
+      const auto end = std::to_chars(text, text + sizeof text, s.to_double()).ptr;
+      FORGE_FAIL(out_of_range, op, what, " ", std::string_view(text, static_cast<std::size_t>(end - text)),
+                 " does not fit in ", dtype_name(t), hint);
+    }
+    FORGE_FAIL(out_of_range, op, what, " ", s.to_int(), " does not fit in ", dtype_name(t), hint);
   }
   return ScalarSlot(t, s);
+}
+
+ScalarSlot operand_slot(const char* op, DType compute, Scalar s) {
+  return is_floating(compute) ? ScalarSlot(compute, s) : checked_slot(op, compute, s, "scalar");
 }
 
 void check_out(const char* op, const Tensor& out, const Tensor& in, const Shape& shape, DType result) {
@@ -155,7 +179,7 @@ Tensor binary(const char* op, Binary kind, const Tensor& a, const Tensor& b) {
 Tensor binary_scalar(const char* op, Binary kind, const Tensor& t, Scalar s, bool scalar_first) {
   detail::check_input(op, t, scalar_first ? "b" : "a");
   const DType compute = compute_dtype(op, kind, result_type(t.dtype(), s), t.dtype() == DType::boolean || s.is_bool());
-  ScalarSlot slot(compute, s);
+  ScalarSlot slot = detail::operand_slot(op, compute, s);
   Tensor out = detail::allocate(t.runtime(), t.shape(), result_dtype(kind, compute), op);
   const Arg ta{&t}, sa{nullptr, &slot};
   launch(kind, compute, out, scalar_first ? sa : ta, scalar_first ? ta : sa);
@@ -195,7 +219,7 @@ Tensor& binary_scalar_into(const char* op, Binary kind, Tensor& out, const Tenso
   const DType compute = compute_dtype(op, kind, result_type(a.dtype(), s), a.dtype() == DType::boolean || s.is_bool());
   detail::check_out(op, out, a, a.shape(), result_dtype(kind, compute));
   detail::check_no_partial_overlap(op, out, a, "a");
-  ScalarSlot slot(compute, s);
+  ScalarSlot slot = detail::operand_slot(op, compute, s);
   launch(kind, compute, out, Arg{&a}, Arg{nullptr, &slot});
   out.buffer()->bump_version();
   return out;
@@ -412,7 +436,7 @@ Tensor where(const Tensor& cond, const Tensor& a, Scalar b) {
   check_bool("where", cond, "cond");
   const Shape shape = broadcast_shapes(cond.shape(), a.shape(), "where");
   const DType dtype = result_type(a.dtype(), b);
-  ScalarSlot slot(dtype, b);
+  ScalarSlot slot = detail::checked_slot("where", dtype, b, "b");
   Tensor out = detail::allocate(cond.runtime(), shape, dtype, "where");
   launch_where(dtype, out, cond, Arg{&a}, Arg{nullptr, &slot});
   detail::adopt_output(out);

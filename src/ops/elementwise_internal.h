@@ -19,8 +19,9 @@ constexpr bool can_cast(DType from, DType to) noexcept {
 }
 
 // A scalar stored as one element of a dtype, for the kernels to read with
-// stride 0. Integers wrap into narrower integer dtypes (libtorch's cast of a
-// wrapped number); a float scalar is truncated into an integer dtype.
+// stride 0. Unchecked: integers wrap into narrower integer dtypes and a float
+// is truncated into an integer dtype; ops build theirs with checked_slot or
+// operand_slot (Note [Scalar conversion] in elementwise.cpp).
 struct ScalarSlot {
   alignas(8) std::byte bytes[8] = {};
   DType dtype = DType::f32;
@@ -64,9 +65,17 @@ struct ScalarSlot {
   cpu::Operand operand(const Shape& shape) noexcept { return {bytes, dtype, Strides::filled(shape.rank(), 0)}; }
 };
 
-// `s` in dtype t, refusing a value t cannot hold (libtorch's checked scalar
-// conversion for fill values and bounds): out_of_range naming `what`.
+// Whether `s` is representable in dtype t (Note [Scalar conversion]).
+bool scalar_fits(DType t, Scalar s);
+
+// `s` in dtype t, refusing a value t cannot hold (Note [Scalar conversion]):
+// out_of_range naming the op, `what`, the value and the dtype.
 ScalarSlot checked_slot(const char* op, DType t, Scalar s, const char* what);
+
+// The scalar operand of an op computing in `compute`: checked when that is an
+// integer or bool dtype; a float compute dtype takes any value (it computes
+// as libtorch does, in floating point).
+ScalarSlot operand_slot(const char* op, DType compute, Scalar s);
 
 // `out` (already checked writable) is of the inputs' context and of `shape`,
 // and its dtype a `result` value may be cast into.

@@ -2,14 +2,14 @@
 // the rest (in place when out is x). pad is one index-mapped copy: each padded
 // dim gets a table from output index to source index (-1: the fill value).
 
-#include <cstring>
 #include <vector>
 
 #include "autograd/record.h"
 #include "autograd/rules/nn.h"
-#include "backend/cpu/convert.h"
 #include "backend/cpu/indexing_kernels.h"
+#include "core/checked_int.h"
 #include "forge/ops.h"
+#include "ops/elementwise_internal.h"
 #include "ops/nn_internal.h"
 
 namespace forge {
@@ -69,17 +69,25 @@ Shape pad_shape(const char* op, const Tensor& x, const Dims& pad, PadMode mode) 
                     "cannot replicate-pad dimension ", d, " of size 0");
       }
     }
-    std::int64_t n = 0;
-    FORGE_CHECK(!__builtin_add_overflow(size, before, &n) && !__builtin_add_overflow(n, after, &n), invalid_argument,
-                op, "padded size of dimension ", d, " overflows");
-    FORGE_CHECK(n >= 0, invalid_argument, op, "padding (", before, ", ", after, ") of dimension ", d, " of size ",
-                size, " gives a negative size ", n);
-    s[d] = n;
+    // The kernel reads source index i - before for every output index i in [0, n).
+    const detail::CheckedInt n = detail::CheckedInt(size) + before + after;
+    const detail::CheckedInt first = detail::CheckedInt(0) - before, last = n - 1 - before;
+    FORGE_CHECK(!n.overflowed() && !first.overflowed() && !last.overflowed(), invalid_argument, op, "padding (",
+                before, ", ", after, ") of dimension ", d, " of size ", size, " overflows int64");
+    FORGE_CHECK(n.value() >= 0, invalid_argument, op, "padding (", before, ", ", after, ") of dimension ", d,
+                " of size ", size, " gives a negative size ", n.value());
+    s[d] = n.value();
   }
   return s;
 }
 
-void pad_kernel(Tensor& out, const Tensor& x, const Dims& pad, PadMode mode, double value) {
+// The constant mode's fill value, checked against x's dtype (Note [Scalar
+// conversion]); the other modes never read it.
+detail::ScalarSlot fill_value(const char* op, const Tensor& x, PadMode mode, Scalar value) {
+  return mode == PadMode::constant ? detail::checked_slot(op, x.dtype(), value, "value") : detail::ScalarSlot();
+}
+
+void pad_kernel(Tensor& out, const Tensor& x, const Dims& pad, PadMode mode, const detail::ScalarSlot& fill) {
   if (out.numel() == 0) return;
   const int r = x.dim();
   std::size_t need = 0;
@@ -103,13 +111,7 @@ void pad_kernel(Tensor& out, const Tensor& x, const Dims& pad, PadMode mode, dou
     maps[d] = m;
     at += static_cast<std::size_t>(n);
   }
-  alignas(8) unsigned char fill[8] = {};
-  dispatch_dtype(x.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    const T v = cpu::from_double<T>(value);
-    std::memcpy(fill, &v, sizeof(T));
-  });
-  cpu::mapped_copy(out.runtime(), out.shape(), detail::operand(out), detail::operand(x), maps, 0, fill);
+  cpu::mapped_copy(out.runtime(), out.shape(), detail::operand(out), detail::operand(x), maps, 0, fill.bytes);
 }
 
 }  // namespace
@@ -131,25 +133,27 @@ Tensor& tril_into(Tensor& out, const Tensor& x, std::int64_t diagonal) {
   return triangle_into("tril_into", out, x, diagonal, false);
 }
 
-Tensor pad(const Tensor& x, const Dims& pad, PadMode mode, double value) {
+Tensor pad(const Tensor& x, const Dims& pad, PadMode mode, Scalar value) {
   const char* op = "pad";
   detail::check_input(op, x, "x");
   const Shape shape = pad_shape(op, x, pad, mode);
+  const detail::ScalarSlot fill = fill_value(op, x, mode, value);
   Tensor out = detail::allocate(x.runtime(), shape, x.dtype(), op);
-  pad_kernel(out, x, pad, mode, value);
+  pad_kernel(out, x, pad, mode, fill);
   detail::adopt_output(out);
   FORGE_RECORD(pad, out, x, pad, mode);
   return out;
 }
 
-Tensor& pad_into(Tensor& out, const Tensor& x, const Dims& pad, PadMode mode, double value) {
+Tensor& pad_into(Tensor& out, const Tensor& x, const Dims& pad, PadMode mode, Scalar value) {
   const char* op = "pad_into";
   detail::check_input(op, x, "x");
   detail::check_writable(op, out, "out");
   detail::check_same_runtime(op, out, x);
   detail::check_out_geometry(op, out, pad_shape(op, x, pad, mode), x.dtype());
   detail::check_no_overlap(op, out, x, "x");
-  pad_kernel(out, x, pad, mode, value);
+  const detail::ScalarSlot fill = fill_value(op, x, mode, value);
+  pad_kernel(out, x, pad, mode, fill);
   out.buffer()->bump_version();
   return out;
 }

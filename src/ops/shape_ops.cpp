@@ -274,7 +274,8 @@ std::vector<Tensor> split(const Tensor& x, std::int64_t split_size, std::int64_t
   FORGE_CHECK(split_size >= 0, invalid_argument, op, "split_size must be non-negative, got ", split_size);
   FORGE_CHECK(split_size > 0 || size == 0, invalid_argument, op, "split_size 0 cannot split dimension ", d,
               " of size ", size);
-  const std::int64_t n = split_size == 0 ? 1 : std::max<std::int64_t>(1, (size + split_size - 1) / split_size);
+  // ceil(size / split_size) pieces, at least one; written so that a huge split_size cannot overflow.
+  const std::int64_t n = split_size == 0 || size == 0 ? 1 : (size - 1) / split_size + 1;
   std::vector<Tensor> pieces;
   pieces.reserve(static_cast<std::size_t>(n));
   for (std::int64_t i = 0; i < n; ++i) {

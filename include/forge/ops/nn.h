@@ -121,9 +121,10 @@ Tensor& tril_into(Tensor& out, const Tensor& x, std::int64_t diagonal = 0);
 
 enum class PadMode { constant, reflect, replicate };
 // pad lists (before, after) pairs starting from the last dim, as in libtorch's
-// F::pad; negative amounts crop (constant mode). Any dtype in constant mode.
-Tensor pad(const Tensor& x, const Dims& pad, PadMode mode = PadMode::constant, double value = 0.0);
+// F::pad; negative amounts crop (constant mode). Any dtype in constant mode;
+// the fill value must fit it (out_of_range otherwise, as for full).
+Tensor pad(const Tensor& x, const Dims& pad, PadMode mode = PadMode::constant, Scalar value = 0.0);
 Tensor& pad_into(Tensor& out, const Tensor& x, const Dims& pad, PadMode mode = PadMode::constant,
-                 double value = 0.0);
+                 Scalar value = 0.0);
 
 }  // namespace forge

@@ -2,8 +2,8 @@
 // libtorch's conventions where the derivative is undefined: abs'(0) = 0,
 // relu'(0) = 0, sign' = 0. Where the formula allows, a rule saves its output
 // rather than its input. relu, sigmoid, tanh, the gelus and silu run one
-// fused kernel over packed f32/f64 (backend/cpu/unary_backward_kernels.h);
-// the rest, and those on other layouts, compose public ops. 16-bit floats
+// fused kernel over packed f32/f64 (backend/cpu/unary_backward_kernels.h),
+// packing other layouts first; the rest compose public ops. 16-bit floats
 // compute in f32 (Vjp::set casts the result back).
 
 #include "autograd/rules/unary.h"
@@ -17,18 +17,16 @@ namespace forge::autograd::rules {
 namespace {
 
 constexpr double kTwoOverSqrtPi = 1.12837916709551257389615890312154517;
-constexpr double kSqrt1_2 = 0.707106781186547524400844362104849039;
-constexpr double kInvSqrt2Pi = 0.398942280401432677939946059934381868;
-constexpr double kSqrt2OverPi = 0.797884560802865355879892119868763737;
-constexpr double kGeluKappa = 0.044715;
 
-// g * f'(saved) in one pass when both are packed f32/f64 of one shape;
-// undefined otherwise (the caller composes public ops).
-Tensor fused(cpu::UnaryBackward op, const Tensor& g, const Tensor& saved) {
-  const DType dtype = g.dtype();
-  if ((dtype != DType::f32 && dtype != DType::f64) || saved.dtype() != dtype || saved.shape() != g.shape() ||
-      !g.is_contiguous() || !saved.is_contiguous())
-    return Tensor();
+// g * f'(saved) in one pass of the fused kernel: f32 or f64, packed, one
+// shape. Other layouts are packed and 16-bit dtypes widened to f32 first, so
+// every path computes the same tail-safe formulas (Note [Activation tails]
+// in backend/cpu/vec_math.h); the result comes back in f32 for 16-bit
+// inputs, and Vjp::set casts it to the input's dtype.
+Tensor fused(cpu::UnaryBackward op, const Tensor& g_in, const Tensor& saved_in) {
+  const DType dtype = g_in.dtype() == DType::f64 && saved_in.dtype() == DType::f64 ? DType::f64 : DType::f32;
+  const Tensor g = g_in.to(dtype).contiguous();
+  const Tensor saved = saved_in.to(dtype).contiguous();  // of g's shape: x or the output
   Tensor out = detail::allocate(g.runtime(), g.shape(), dtype, "backward");
   cpu::unary_backward_flat(g.runtime(), op, dtype, g.numel(), detail::first_element(out), detail::first_element(g),
                            detail::first_element(saved));
@@ -36,44 +34,14 @@ Tensor fused(cpu::UnaryBackward op, const Tensor& g, const Tensor& saved) {
   return out;
 }
 
-Tensor relu_vjp(const Tensor& g, const Tensor& out) {
-  if (Tensor r = fused(cpu::UnaryBackward::relu, g, out); r.defined()) return r;
-  return forge::masked_fill(wide(g), forge::le(out, 0), 0);  // threshold_backward: a NaN output passes g
-}
-
-Tensor sigmoid_vjp(const Tensor& g, const Tensor& out) {
-  if (Tensor r = fused(cpu::UnaryBackward::sigmoid, g, out); r.defined()) return r;
-  const Tensor y = wide(out);
-  return wide(g) * y * (1.0 - y);
-}
-
-Tensor tanh_vjp(const Tensor& g, const Tensor& out) {
-  if (Tensor r = fused(cpu::UnaryBackward::tanh, g, out); r.defined()) return r;
-  return wide(g) * (1.0 - forge::square(wide(out)));
-}
-
+Tensor relu_vjp(const Tensor& g, const Tensor& out) { return fused(cpu::UnaryBackward::relu, g, out); }
+Tensor sigmoid_vjp(const Tensor& g, const Tensor& out) { return fused(cpu::UnaryBackward::sigmoid, g, out); }
+Tensor tanh_vjp(const Tensor& g, const Tensor& out) { return fused(cpu::UnaryBackward::tanh, g, out); }
 Tensor gelu_vjp(const Tensor& g, const Tensor& x_saved, GeluApproximation approximate) {
-  const bool erf_form = approximate == GeluApproximation::none;
-  if (Tensor r = fused(erf_form ? cpu::UnaryBackward::gelu : cpu::UnaryBackward::gelu_tanh, g, x_saved); r.defined())
-    return r;
-  const Tensor x = wide(x_saved);
-  if (erf_form) {
-    const Tensor cdf = (forge::erf(x * kSqrt1_2) + 1.0) * 0.5;
-    const Tensor pdf = forge::exp(forge::square(x) * -0.5) * kInvSqrt2Pi;
-    return wide(g) * (cdf + x * pdf);
-  }
-  const Tensor x2 = forge::square(x);
-  const Tensor t = forge::tanh((x + x2 * x * kGeluKappa) * kSqrt2OverPi);
-  const Tensor right = x * 0.5 * (1.0 - forge::square(t)) * kSqrt2OverPi * (x2 * (3 * kGeluKappa) + 1.0);
-  return wide(g) * ((t + 1.0) * 0.5 + right);
+  return fused(approximate == GeluApproximation::none ? cpu::UnaryBackward::gelu : cpu::UnaryBackward::gelu_tanh, g,
+               x_saved);
 }
-
-Tensor silu_vjp(const Tensor& g, const Tensor& x_saved) {
-  if (Tensor r = fused(cpu::UnaryBackward::silu, g, x_saved); r.defined()) return r;
-  const Tensor x = wide(x_saved);
-  const Tensor s = forge::sigmoid(x);
-  return wide(g) * s * (x * (1.0 - s) + 1.0);
-}
+Tensor silu_vjp(const Tensor& g, const Tensor& x_saved) { return fused(cpu::UnaryBackward::silu, g, x_saved); }
 
 }  // namespace
 

@@ -322,8 +322,11 @@ void conv2d_backward_typed(Runtime& rt, const Conv2dBackwardProblem& p) {
 template <typename Fn>
 void for_each_plane(Runtime& rt, const Window2d& w, Fn&& fn) {
   const std::int64_t planes = w.n * w.c;
-  const std::int64_t per_plane = std::max<std::int64_t>(1, w.out_h * w.out_w * w.kernel_h * w.kernel_w);
-  const std::int64_t grain = std::max<std::int64_t>(1, kGrainElements / per_plane);
+  // Taps per plane, for the grain only: saturate rather than overflow on huge windows.
+  std::int64_t per_plane = 1;
+  for (const std::int64_t f : {w.out_h, w.out_w, w.kernel_h, w.kernel_w})
+    if (__builtin_mul_overflow(per_plane, f, &per_plane)) per_plane = std::numeric_limits<std::int64_t>::max();
+  const std::int64_t grain = std::max<std::int64_t>(1, kGrainElements / std::max<std::int64_t>(1, per_plane));
   rt.parallel_for(planes, grain, [&](std::int64_t first, std::int64_t last) {
     for (std::int64_t i = first; i < last; ++i) fn(i / w.c, i % w.c);
   });

@@ -13,6 +13,9 @@
 namespace forge::cpu {
 
 // The geometry of a 2-D window sweep: input [N, C, H, W], output [N, ?, oH, oW].
+// The kernels form indices and borders from these without overflow checks:
+// callers keep, per axis, size + 2 * pad + dilation * (kernel - 1) + 1 +
+// stride + dilation within int64 (Note [window arithmetic] in ops/conv.cpp).
 struct Window2d {
   std::int64_t n = 0, c = 0, h = 0, w = 0;
   std::int64_t out_h = 0, out_w = 0;

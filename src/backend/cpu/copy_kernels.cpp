@@ -31,12 +31,23 @@ void copy_cast(Runtime& rt, const Shape& shape, const Operand& dst, const Operan
 }
 
 void fill(Runtime& rt, const Shape& shape, const Operand& dst, double value) {
+  alignas(8) std::byte element[8] = {};
+  dispatch_dtype(dst.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T v = from_double<T>(value);
+    std::memcpy(element, &v, sizeof v);
+  });
+  fill(rt, shape, dst, element);
+}
+
+void fill(Runtime& rt, const Shape& shape, const Operand& dst, const std::byte* element) {
   const Strides* const strides[1] = {&dst.strides};
   const StridedLoop<1> loop(shape, strides);
   const std::int64_t sd = loop.strides[0].back();
   dispatch_dtype(dst.dtype, [&](auto tag) {
     using T = decltype(tag);
-    const T v = from_double<T>(value);
+    T v;
+    std::memcpy(&v, element, sizeof v);
     for_each_run(rt, loop, [&](const std::int64_t (&off)[1], std::int64_t n) {
       T* d = reinterpret_cast<T*>(dst.data) + off[0];
       for (std::int64_t i = 0; i < n; ++i) d[i * sd] = v;

@@ -27,6 +27,8 @@ struct Operand {
 void copy_cast(Runtime& rt, const Shape& shape, const Operand& dst, const Operand& src);
 // dst[i] = value converted to dst's dtype.
 void fill(Runtime& rt, const Shape& shape, const Operand& dst, double value);
+// The same with the value already one element of dst's dtype (its bytes).
+void fill(Runtime& rt, const Shape& shape, const Operand& dst, const std::byte* element);
 
 enum class BinaryOp { add, mul };
 // out = a (op) b; all three operands share `dtype`.

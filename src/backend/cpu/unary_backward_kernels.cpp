@@ -1,10 +1,13 @@
 // Fused activation VJPs. f32 gelu, gelu_tanh and silu run on 16-lane vectors
 // (vec_math.h); relu, sigmoid, tanh and every f64 form are plain loops the
 // compiler vectorizes. The formulas are libtorch's (relu's threshold_backward
-// lets a NaN output pass the gradient, as there).
+// lets a NaN output pass the gradient, as there), rearranged for the gelus
+// and silu so that their tails do not cancel to 0 (Note [Activation tails]
+// in vec_math.h).
 
 #include "backend/cpu/unary_backward_kernels.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <type_traits>
@@ -20,6 +23,18 @@ constexpr double kInvSqrt2Pi = 0.398942280401432677939946059934381868;  // 1 / s
 constexpr double kSqrt2OverPi = 0.797884560802865355879892119868763737;
 constexpr double kGeluKappa = 0.044715;
 
+// sigmoid(z) and sigmoid(z) sigmoid(-z) from e = e^-|z|, neither cancelling
+// (Note [Activation tails] in vec_math.h).
+template <typename C>
+struct Logistic {
+  C sig, sig_both;
+  explicit Logistic(C z) noexcept {
+    const C e = std::exp(-std::abs(z)), r = C(1) / (C(1) + e);
+    sig = z < C(0) ? e * r : r;
+    sig_both = e * r * r;
+  }
+};
+
 template <UnaryBackward Op, typename C>
 inline C derivative_times(C g, C s) noexcept {
   if constexpr (Op == UnaryBackward::relu) {
@@ -29,17 +44,17 @@ inline C derivative_times(C g, C s) noexcept {
   } else if constexpr (Op == UnaryBackward::tanh) {
     return g * (C(1) - s * s);
   } else if constexpr (Op == UnaryBackward::gelu) {
-    const C cdf = C(0.5) * (C(1) + std::erf(s * C(kSqrt1_2)));
+    const C cdf = C(0.5) * std::erfc(-s * C(kSqrt1_2));
     const C pdf = std::exp(C(-0.5) * s * s) * C(kInvSqrt2Pi);
     return g * (cdf + s * pdf);
   } else if constexpr (Op == UnaryBackward::gelu_tanh) {
     const C s2 = s * s;
-    const C t = std::tanh(C(kSqrt2OverPi) * (s + C(kGeluKappa) * s2 * s));
-    const C right = C(0.5) * s * (C(1) - t * t) * C(kSqrt2OverPi) * (C(1) + C(3 * kGeluKappa) * s2);
-    return g * (C(0.5) * (C(1) + t) + right);
+    const Logistic<C> l(C(2 * kSqrt2OverPi) * (s + C(kGeluKappa) * s2 * s));
+    const C s2c = std::min(s2, C(1e36));  // keeps z' finite where sig_both is 0
+    return g * (l.sig + s * l.sig_both * C(2 * kSqrt2OverPi) * (C(1) + C(3 * kGeluKappa) * s2c));
   } else {
-    const C sig = C(1) / (C(1) + std::exp(-s));
-    return g * sig * (C(1) + s * (C(1) - sig));
+    const Logistic<C> l(s);
+    return g * (l.sig + s * l.sig_both);
   }
 }
 
@@ -49,20 +64,9 @@ inline constexpr bool kVectorF32 = Op == UnaryBackward::gelu || Op == UnaryBackw
 
 template <UnaryBackward Op>
 inline vec::vf derivative_times_vec(vec::vf g, vec::vf s) noexcept {
-  if constexpr (Op == UnaryBackward::gelu) {
-    const vec::vf cdf = 0.5f * (1.0f + vec::erf(s * static_cast<float>(kSqrt1_2)));
-    const vec::vf pdf = vec::exp(-0.5f * s * s) * static_cast<float>(kInvSqrt2Pi);
-    return g * (cdf + s * pdf);
-  } else if constexpr (Op == UnaryBackward::gelu_tanh) {
-    constexpr auto kBeta = static_cast<float>(kSqrt2OverPi);
-    const vec::vf s2 = s * s;
-    const vec::vf t = vec::tanh(kBeta * (s + static_cast<float>(kGeluKappa) * s2 * s));
-    const vec::vf right = 0.5f * s * (1.0f - t * t) * kBeta * (1.0f + static_cast<float>(3 * kGeluKappa) * s2);
-    return g * (0.5f * (1.0f + t) + right);
-  } else {
-    const vec::vf sig = vec::sigmoid(s);
-    return g * sig * (1.0f + s * (1.0f - sig));
-  }
+  if constexpr (Op == UnaryBackward::gelu) return g * vec::gelu_erf_grad(s);
+  else if constexpr (Op == UnaryBackward::gelu_tanh) return g * vec::gelu_tanh_grad(s);
+  else return g * vec::silu_grad(s);
 }
 
 template <UnaryBackward Op, typename C>

@@ -82,16 +82,21 @@ inline C apply(C x, const Prepared<C>& p) noexcept {
   } else if constexpr (Op == Unary::tanh) {
     return std::tanh(x);
   } else if constexpr (Op == Unary::sigmoid) {
-    return C(1) / (C(1) + std::exp(-x));
+    // From e^-|x|, as vec::sigmoid (Note [Activation tails] in vec_math.h).
+    const C e = std::exp(-std::abs(x)), r = C(1) / (C(1) + e);
+    return x < C(0) ? e * r : r;
   } else if constexpr (Op == Unary::leaky_relu) {
     return x > C(0) ? x : x * p.p0;
   } else if constexpr (Op == Unary::gelu) {
-    return C(0.5) * x * (C(1) + std::erf(x * C(0.707106781186547524400844362104849039)));
+    return C(0.5) * x * std::erfc(-x * C(0.707106781186547524400844362104849039));  // x Phi(x)
   } else if constexpr (Op == Unary::gelu_tanh) {
-    const C inner = C(0.797884560802865355879892119868763737) * (x + C(0.044715) * x * x * x);
-    return C(0.5) * x * (C(1) + std::tanh(inner));
+    // 0.5 x (1 + tanh u) = x sigmoid(2u)
+    const C z = C(1.59576912160573071175978423973752747) * (x + C(0.044715) * x * x * x);
+    const C e = std::exp(-std::abs(z)), r = C(1) / (C(1) + e);
+    return x * (z < C(0) ? e * r : r);
   } else if constexpr (Op == Unary::silu) {
-    return x / (C(1) + std::exp(-x));
+    const C e = std::exp(-std::abs(x));
+    return (x < C(0) ? x * e : x) / (C(1) + e);
   } else if constexpr (Op == Unary::softplus) {
     const C bx = x * p.p0;
     return bx > p.p1 ? x : std::log1p(std::exp(bx)) / p.p0;
