@@ -36,6 +36,7 @@ namespace optim = forge::optim;
 
 namespace {
 
+using forge_test::caller_list;
 using forge_test::Results;
 
 // What walking one family found.
@@ -84,8 +85,14 @@ Tally creation(int threads, Fault fault) {
        {"randn", [](ExecContext& ctx, Inputs&) { return Results{ctx.randn({128, 300}, DType::f64)}; }},
        {"from_vector",
         [](ExecContext& ctx, Inputs&) {
-          return Results{ctx.from_vector<float>(std::vector<float>(999, 1.5f), {27, 37}),
-                         ctx.from_vector<bool>({true, false, true})};
+          std::vector<float> values;
+          std::vector<bool> flags;
+          {
+            const forge_test::heap::Pause caller;  // the caller's vectors
+            values.assign(999, 1.5f);
+            flags = {true, false, true};
+          }
+          return Results{ctx.from_vector<float>(values, {27, 37}), ctx.from_vector<bool>(flags)};
         }},
        {"casts", [](ExecContext&, Inputs& in) {
           return Results{in[0].to(DType::f16), in[0].to(DType::bf16), in[0].to(DType::f64), in[0].to(DType::i32),
@@ -158,8 +165,11 @@ Tally shape_ops(int threads, Fault fault) {
   };
   return walk_calls(
       "shape ops", threads, fault, setup,
-      {{"cat", [](ExecContext&, Inputs& in) { return Results{forge::cat({in[0], in[1].t().t()}, 1)}; }},
-       {"stack", [](ExecContext&, Inputs& in) { return Results{forge::stack({in[0], in[1], in[0]}, 1)}; }},
+      {{"cat", [](ExecContext&, Inputs& in) {
+          const Tensor b = in[1].t().t();
+          return Results{forge::cat(caller_list({in[0], b}), 1)};
+        }},
+       {"stack", [](ExecContext&, Inputs& in) { return Results{forge::stack(caller_list({in[0], in[1], in[0]}), 1)}; }},
        {"split (views)", [](ExecContext&, Inputs& in) { return forge::split(in[0], 10, 1); }},
        {"repeat", [](ExecContext&, Inputs& in) { return Results{forge::repeat(in[0], {2, 3})}; }},
        {"flip", [](ExecContext&, Inputs& in) { return Results{forge::flip(in[0], {0, 1})}; }},

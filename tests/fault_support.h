@@ -77,6 +77,13 @@ class Results {
   std::size_t size_ = 0;
 };
 
+// A list argument built by the caller (cat's, stack's): its allocation is
+// the caller's, so a heap walk does not count or fail it.
+inline std::vector<forge::Tensor> caller_list(std::initializer_list<forge::Tensor> ts) {
+  const heap::Pause caller;
+  return std::vector<forge::Tensor>(ts);
+}
+
 // Plain inputs: the tensors a call reads.
 struct Inputs {
   std::vector<forge::Tensor> t;

@@ -92,14 +92,14 @@ class ExecContext {
 };
 
 template <typename T>
-Tensor ExecContext::from_vector(const std::vector<T>& values, const Shape& shape) {
+Tensor ExecContext::from_vector(const std::vector<T>& values, const Shape& shape) try {
   if constexpr (std::is_same_v<T, bool>) {
     std::vector<std::uint8_t> bytes(values.begin(), values.end());
     return from_host_checked(bytes.data(), bytes.size(), shape, DType::boolean);
   } else {
     return from_host_checked(values.data(), values.size(), shape, dtype_v<T>);
   }
-}
+} FORGE_CATCH_OOM("from_vector")
 
 // Free creation functions on the current context (ExecContext::current()).
 Tensor empty(const Shape& shape, DType dtype = DType::f32);

@@ -266,7 +266,7 @@ void copy_to_contiguous(const Tensor& src, void* dst, DType dst_dtype);
 }  // namespace detail
 
 template <typename T>
-std::vector<T> Tensor::to_vector() const {
+std::vector<T> Tensor::to_vector() const try {
   const auto n = static_cast<std::size_t>(defined() ? numel() : 0);
   if constexpr (std::is_same_v<T, bool>) {  // std::vector<bool> has no data()
     std::vector<std::uint8_t> bytes(n);
@@ -277,7 +277,7 @@ std::vector<T> Tensor::to_vector() const {
     if (n) detail::copy_to_contiguous(*this, out.data(), dtype_v<T>);
     return out;
   }
-}
+} FORGE_CATCH_OOM("to_vector")
 
 template <typename T>
 T Tensor::item() const {

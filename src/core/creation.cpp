@@ -34,25 +34,25 @@ void check_ends(const char* op, double first, double last, DType dtype) {
 
 }  // namespace
 
-Tensor ExecContext::empty(const Shape& shape, DType dtype) {
+Tensor ExecContext::empty(const Shape& shape, DType dtype) try {
   Tensor t = fresh(*this, "empty", shape, dtype);
   detail::adopt_output(t);
   return t;
-}
+} FORGE_CATCH_OOM("empty")
 
-Tensor ExecContext::filled(const char* op, const Shape& shape, Scalar value, DType dtype) {
+Tensor ExecContext::filled(const char* op, const Shape& shape, Scalar value, DType dtype) try {
   detail::ScalarSlot element = detail::checked_slot(op, dtype, value, "value");
   Tensor t = fresh(*this, op, shape, dtype);
   cpu::fill(runtime(), shape, detail::operand(t), element.data());
   detail::adopt_output(t);
   return t;
-}
+} FORGE_CATCH_OOM(op)
 
 Tensor ExecContext::full(const Shape& shape, Scalar value, DType dtype) { return filled("full", shape, value, dtype); }
 Tensor ExecContext::zeros(const Shape& shape, DType dtype) { return filled("zeros", shape, 0.0, dtype); }
 Tensor ExecContext::ones(const Shape& shape, DType dtype) { return filled("ones", shape, 1.0, dtype); }
 
-Tensor ExecContext::arange(double start, double end, double step, DType dtype) {
+Tensor ExecContext::arange(double start, double end, double step, DType dtype) try {
   FORGE_CHECK(step != 0 && std::isfinite(step), invalid_argument, "arange", "step must be finite and nonzero, got ",
               step);
   FORGE_CHECK(std::isfinite(start) && std::isfinite(end), invalid_argument, "arange", "bounds must be finite, got [",
@@ -68,9 +68,9 @@ Tensor ExecContext::arange(double start, double end, double step, DType dtype) {
   generate(t, [&](std::int64_t i) { return start + static_cast<double>(i) * step; });
   detail::adopt_output(t);
   return t;
-}
+} FORGE_CATCH_OOM("arange")
 
-Tensor ExecContext::linspace(double start, double end, std::int64_t steps, DType dtype) {
+Tensor ExecContext::linspace(double start, double end, std::int64_t steps, DType dtype) try {
   FORGE_CHECK(steps >= 0, invalid_argument, "linspace", "number of steps must be non-negative, got ", steps);
   if (steps > 0) check_ends("linspace", start, steps > 1 ? end : start, dtype);
   Tensor t = fresh(*this, "linspace", Shape{steps}, dtype);
@@ -82,18 +82,18 @@ Tensor ExecContext::linspace(double start, double end, std::int64_t steps, DType
   });
   detail::adopt_output(t);
   return t;
-}
+} FORGE_CATCH_OOM("linspace")
 
-Tensor ExecContext::eye(std::int64_t n, std::int64_t m, DType dtype) {
+Tensor ExecContext::eye(std::int64_t n, std::int64_t m, DType dtype) try {
   if (m < 0) m = n;
   FORGE_CHECK(n >= 0, invalid_argument, "eye", "n must be non-negative, got ", n);
   Tensor t = fresh(*this, "eye", Shape{n, m}, dtype);
   generate(t, [&](std::int64_t i) { return (i / (m == 0 ? 1 : m)) == (i % (m == 0 ? 1 : m)) ? 1.0 : 0.0; });
   detail::adopt_output(t);
   return t;
-}
+} FORGE_CATCH_OOM("eye")
 
-Tensor ExecContext::rand(const Shape& shape, DType dtype) {
+Tensor ExecContext::rand(const Shape& shape, DType dtype) try {
   FORGE_CHECK(is_floating(dtype), dtype, "rand", "needs a floating dtype, got ", dtype_name(dtype));
   Tensor t = fresh(*this, "rand", shape, dtype);
   // Draw with the target's own precision (11 bits for f16, 8 for bf16, 24 for
@@ -105,9 +105,9 @@ Tensor ExecContext::rand(const Shape& shape, DType dtype) {
   generate(t, [&](std::int64_t) { return static_cast<double>(gen() >> (64 - bits)) * unit; });
   detail::adopt_output(t);
   return t;
-}
+} FORGE_CATCH_OOM("rand")
 
-Tensor ExecContext::randn(const Shape& shape, DType dtype) {
+Tensor ExecContext::randn(const Shape& shape, DType dtype) try {
   FORGE_CHECK(is_floating(dtype), dtype, "randn", "needs a floating dtype, got ", dtype_name(dtype));
   Tensor t = fresh(*this, "randn", shape, dtype);
   const Runtime::GeneratorLease lease = runtime().lease_generator("randn");
@@ -128,9 +128,9 @@ Tensor ExecContext::randn(const Shape& shape, DType dtype) {
   });
   detail::adopt_output(t);
   return t;
-}
+} FORGE_CATCH_OOM("randn")
 
-Tensor ExecContext::from_host_checked(const void* data, std::size_t count, const Shape& shape, DType dtype) {
+Tensor ExecContext::from_host_checked(const void* data, std::size_t count, const Shape& shape, DType dtype) try {
   const std::int64_t n = detail::checked_numel("from_vector", shape, dtype);
   FORGE_CHECK(static_cast<std::size_t>(n) == count, shape, "from_vector", count, " values do not fill shape ", shape,
               " (", n, " elements)");
@@ -138,9 +138,9 @@ Tensor ExecContext::from_host_checked(const void* data, std::size_t count, const
   if (n > 0) std::memcpy(detail::first_element(t), data, count * dtype_size(dtype));
   detail::adopt_output(t);
   return t;
-}
+} FORGE_CATCH_OOM("from_vector")
 
-Tensor ExecContext::from_blob(void* data, const Shape& shape, DType dtype, std::function<void()> on_release) {
+Tensor ExecContext::from_blob(void* data, const Shape& shape, DType dtype, std::function<void()> on_release) try {
   const std::int64_t n = detail::checked_numel("from_blob", shape, dtype);
   FORGE_CHECK(data != nullptr || n == 0, invalid_argument, "from_blob", "null data for shape ", shape);
   FORGE_CHECK(reinterpret_cast<std::uintptr_t>(data) % dtype_size(dtype) == 0, invalid_argument, "from_blob",
@@ -149,7 +149,7 @@ Tensor ExecContext::from_blob(void* data, const Shape& shape, DType dtype, std::
       Buffer::borrow(data, static_cast<std::size_t>(n) * dtype_size(dtype), device(), std::move(on_release));
   return Tensor(Ref<TensorImpl>::adopt(new TensorImpl(detail::internal, Ref<Runtime>::share(&runtime()), std::move(buffer), shape,
                                                       contiguous_strides(shape), 0, dtype)));
-}
+} FORGE_CATCH_OOM("from_blob")
 
 Tensor empty(const Shape& shape, DType dtype) { return ExecContext::current_or_throw("empty").empty(shape, dtype); }
 Tensor zeros(const Shape& shape, DType dtype) { return ExecContext::current_or_throw("zeros").zeros(shape, dtype); }

@@ -131,13 +131,13 @@ void print_matrix(std::ostream& out, const double* v, std::int64_t rows, std::in
 
 }  // namespace
 
-std::string Tensor::str() const {
+std::string Tensor::str() const try {
   std::ostringstream out;
   out << *this;
   return out.str();
-}
+} FORGE_CATCH_OOM("print")
 
-std::ostream& operator<<(std::ostream& out, const Tensor& t) {
+std::ostream& operator<<(std::ostream& out, const Tensor& t) try {
   if (!t.defined()) return out << "[ Tensor (undefined) ]";
   if (t.buffer()->stale()) return out << "[ stale arena output " << t.shape() << " ]";
   const std::ios_base::fmtflags flags = out.flags();
@@ -183,6 +183,6 @@ std::ostream& operator<<(std::ostream& out, const Tensor& t) {
   out.flags(flags);
   out.precision(precision);
   return out;
-}
+} FORGE_CATCH_OOM("print")
 
 }  // namespace forge

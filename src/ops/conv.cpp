@@ -255,17 +255,17 @@ Tensor& pool_into(const char* op, Tensor& out, const Tensor& x, const Pool2dOpti
 
 }  // namespace
 
-Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dOptions& options) {
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dOptions& options) try {
   ConvPlan pl = plan_conv("conv2d", x, weight, bias, options);
   Tensor out = detail::allocate(x.runtime(), pl.out_shape, x.dtype(), "conv2d");
   compute_conv("conv2d", pl, x, weight, bias, out);
   detail::adopt_output(out);
   FORGE_RECORD(conv2d, out, x, weight, bias, options);
   return out;
-}
+} FORGE_CATCH_OOM("conv2d")
 
 Tensor& conv2d_into(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias,
-                    const Conv2dOptions& options) {
+                    const Conv2dOptions& options) try {
   detail::check_writable("conv2d_into", out, "out");
   ConvPlan pl = plan_conv("conv2d_into", x, weight, bias, options);
   check_out("conv2d_into", out, x, pl.out_shape);
@@ -275,25 +275,25 @@ Tensor& conv2d_into(Tensor& out, const Tensor& x, const Tensor& weight, const Te
   compute_conv("conv2d_into", pl, x, weight, bias, out);
   out.buffer()->bump_version();
   return out;
-}
+} FORGE_CATCH_OOM("conv2d_into")
 
 // The pools and conv2d record themselves when autograd needs it (rules in
 // src/autograd/rules/conv.cpp); the _into forms do not.
-Tensor max_pool2d(const Tensor& x, const Pool2dOptions& options) {
+Tensor max_pool2d(const Tensor& x, const Pool2dOptions& options) try {
   Tensor out = pool("max_pool2d", x, options, true);
   FORGE_RECORD(max_pool2d, out, x, options);
   return out;
-}
-Tensor avg_pool2d(const Tensor& x, const Pool2dOptions& options) {
+} FORGE_CATCH_OOM("max_pool2d")
+Tensor avg_pool2d(const Tensor& x, const Pool2dOptions& options) try {
   Tensor out = pool("avg_pool2d", x, options, false);
   FORGE_RECORD(avg_pool2d, out, x, options);
   return out;
-}
-Tensor& max_pool2d_into(Tensor& out, const Tensor& x, const Pool2dOptions& options) {
+} FORGE_CATCH_OOM("avg_pool2d")
+Tensor& max_pool2d_into(Tensor& out, const Tensor& x, const Pool2dOptions& options) try {
   return pool_into("max_pool2d_into", out, x, options, true);
-}
-Tensor& avg_pool2d_into(Tensor& out, const Tensor& x, const Pool2dOptions& options) {
+} FORGE_CATCH_OOM("max_pool2d_into")
+Tensor& avg_pool2d_into(Tensor& out, const Tensor& x, const Pool2dOptions& options) try {
   return pool_into("avg_pool2d_into", out, x, options, false);
-}
+} FORGE_CATCH_OOM("avg_pool2d_into")
 
 }  // namespace forge

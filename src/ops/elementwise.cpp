@@ -253,154 +253,154 @@ void launch_where(DType compute, const Tensor& out, const Tensor& cond, const Ar
 
 // Each differentiable op records itself when autograd needs it (FORGE_RECORD;
 // the rules are in src/autograd/rules/elementwise.cpp).
-Tensor add(const Tensor& a, const Tensor& b) {
+Tensor add(const Tensor& a, const Tensor& b) try {
   Tensor out = binary("add", Binary::add, a, b);
   FORGE_RECORD(add, out, a, b);
   return out;
-}
-Tensor add(const Tensor& a, Scalar b) {
+} FORGE_CATCH_OOM("add")
+Tensor add(const Tensor& a, Scalar b) try {
   Tensor out = binary_scalar("add", Binary::add, a, b, false);
   FORGE_RECORD(add, out, a, b);
   return out;
-}
-Tensor sub(const Tensor& a, const Tensor& b) {
+} FORGE_CATCH_OOM("add")
+Tensor sub(const Tensor& a, const Tensor& b) try {
   Tensor out = binary("sub", Binary::sub, a, b);
   FORGE_RECORD(sub, out, a, b);
   return out;
-}
-Tensor sub(const Tensor& a, Scalar b) {
+} FORGE_CATCH_OOM("sub")
+Tensor sub(const Tensor& a, Scalar b) try {
   Tensor out = binary_scalar("sub", Binary::sub, a, b, false);
   FORGE_RECORD(sub, out, a, b);
   return out;
-}
-Tensor sub(Scalar a, const Tensor& b) {
+} FORGE_CATCH_OOM("sub")
+Tensor sub(Scalar a, const Tensor& b) try {
   Tensor out = binary_scalar("sub", Binary::sub, b, a, true);
   FORGE_RECORD(sub, out, a, b);
   return out;
-}
-Tensor mul(const Tensor& a, const Tensor& b) {
+} FORGE_CATCH_OOM("sub")
+Tensor mul(const Tensor& a, const Tensor& b) try {
   Tensor out = binary("mul", Binary::mul, a, b);
   FORGE_RECORD(mul, out, a, b);
   return out;
-}
-Tensor mul(const Tensor& a, Scalar b) {
+} FORGE_CATCH_OOM("mul")
+Tensor mul(const Tensor& a, Scalar b) try {
   Tensor out = binary_scalar("mul", Binary::mul, a, b, false);
   FORGE_RECORD(mul, out, a, b);
   return out;
-}
-Tensor div(const Tensor& a, const Tensor& b) {
+} FORGE_CATCH_OOM("mul")
+Tensor div(const Tensor& a, const Tensor& b) try {
   Tensor out = binary("div", Binary::div, a, b);
   FORGE_RECORD(div, out, a, b);
   return out;
-}
-Tensor div(const Tensor& a, Scalar b) {
+} FORGE_CATCH_OOM("div")
+Tensor div(const Tensor& a, Scalar b) try {
   Tensor out = binary_scalar("div", Binary::div, a, b, false);
   FORGE_RECORD(div, out, a, b);
   return out;
-}
-Tensor div(Scalar a, const Tensor& b) {
+} FORGE_CATCH_OOM("div")
+Tensor div(Scalar a, const Tensor& b) try {
   Tensor out = binary_scalar("div", Binary::div, b, a, true);
   FORGE_RECORD(div, out, a, b);
   return out;
-}
-Tensor pow(const Tensor& a, const Tensor& b) {
+} FORGE_CATCH_OOM("div")
+Tensor pow(const Tensor& a, const Tensor& b) try {
   Tensor out = binary("pow", Binary::pow, a, b);
   FORGE_RECORD(pow, out, a, b);
   return out;
-}
-Tensor pow(const Tensor& a, Scalar b) {
+} FORGE_CATCH_OOM("pow")
+Tensor pow(const Tensor& a, Scalar b) try {
   if (a.defined()) check_int_pow("pow", a.dtype(), b);
   Tensor out = binary_scalar("pow", Binary::pow, a, b, false);
   FORGE_RECORD(pow, out, a, b);
   return out;
-}
-Tensor pow(Scalar a, const Tensor& b) {
+} FORGE_CATCH_OOM("pow")
+Tensor pow(Scalar a, const Tensor& b) try {
   Tensor out = binary_scalar("pow", Binary::pow, b, a, true);
   FORGE_RECORD(pow, out, a, b);
   return out;
-}
-Tensor maximum(const Tensor& a, const Tensor& b) {
+} FORGE_CATCH_OOM("pow")
+Tensor maximum(const Tensor& a, const Tensor& b) try {
   Tensor out = binary("maximum", Binary::maximum, a, b);
   FORGE_RECORD(maximum, out, a, b);
   return out;
-}
-Tensor minimum(const Tensor& a, const Tensor& b) {
+} FORGE_CATCH_OOM("maximum")
+Tensor minimum(const Tensor& a, const Tensor& b) try {
   Tensor out = binary("minimum", Binary::minimum, a, b);
   FORGE_RECORD(minimum, out, a, b);
   return out;
-}
+} FORGE_CATCH_OOM("minimum")
 
-Tensor& add_into(Tensor& out, const Tensor& a, const Tensor& b) {
+Tensor& add_into(Tensor& out, const Tensor& a, const Tensor& b) try {
   return binary_into("add_into", Binary::add, out, a, b);
-}
-Tensor& add_into(Tensor& out, const Tensor& a, Scalar b) {
+} FORGE_CATCH_OOM("add_into")
+Tensor& add_into(Tensor& out, const Tensor& a, Scalar b) try {
   return binary_scalar_into("add_into", Binary::add, out, a, b);
-}
-Tensor& sub_into(Tensor& out, const Tensor& a, const Tensor& b) {
+} FORGE_CATCH_OOM("add_into")
+Tensor& sub_into(Tensor& out, const Tensor& a, const Tensor& b) try {
   return binary_into("sub_into", Binary::sub, out, a, b);
-}
-Tensor& sub_into(Tensor& out, const Tensor& a, Scalar b) {
+} FORGE_CATCH_OOM("sub_into")
+Tensor& sub_into(Tensor& out, const Tensor& a, Scalar b) try {
   return binary_scalar_into("sub_into", Binary::sub, out, a, b);
-}
-Tensor& mul_into(Tensor& out, const Tensor& a, const Tensor& b) {
+} FORGE_CATCH_OOM("sub_into")
+Tensor& mul_into(Tensor& out, const Tensor& a, const Tensor& b) try {
   return binary_into("mul_into", Binary::mul, out, a, b);
-}
-Tensor& mul_into(Tensor& out, const Tensor& a, Scalar b) {
+} FORGE_CATCH_OOM("mul_into")
+Tensor& mul_into(Tensor& out, const Tensor& a, Scalar b) try {
   return binary_scalar_into("mul_into", Binary::mul, out, a, b);
-}
-Tensor& div_into(Tensor& out, const Tensor& a, const Tensor& b) {
+} FORGE_CATCH_OOM("mul_into")
+Tensor& div_into(Tensor& out, const Tensor& a, const Tensor& b) try {
   return binary_into("div_into", Binary::div, out, a, b);
-}
-Tensor& div_into(Tensor& out, const Tensor& a, Scalar b) {
+} FORGE_CATCH_OOM("div_into")
+Tensor& div_into(Tensor& out, const Tensor& a, Scalar b) try {
   return binary_scalar_into("div_into", Binary::div, out, a, b);
-}
-Tensor& pow_into(Tensor& out, const Tensor& a, const Tensor& b) {
+} FORGE_CATCH_OOM("div_into")
+Tensor& pow_into(Tensor& out, const Tensor& a, const Tensor& b) try {
   return binary_into("pow_into", Binary::pow, out, a, b);
-}
-Tensor& pow_into(Tensor& out, const Tensor& a, Scalar b) {
+} FORGE_CATCH_OOM("pow_into")
+Tensor& pow_into(Tensor& out, const Tensor& a, Scalar b) try {
   if (a.defined()) check_int_pow("pow_into", a.dtype(), b);
   return binary_scalar_into("pow_into", Binary::pow, out, a, b);
-}
-Tensor& maximum_into(Tensor& out, const Tensor& a, const Tensor& b) {
+} FORGE_CATCH_OOM("pow_into")
+Tensor& maximum_into(Tensor& out, const Tensor& a, const Tensor& b) try {
   return binary_into("maximum_into", Binary::maximum, out, a, b);
-}
-Tensor& minimum_into(Tensor& out, const Tensor& a, const Tensor& b) {
+} FORGE_CATCH_OOM("maximum_into")
+Tensor& minimum_into(Tensor& out, const Tensor& a, const Tensor& b) try {
   return binary_into("minimum_into", Binary::minimum, out, a, b);
-}
+} FORGE_CATCH_OOM("minimum_into")
 
 // ---- comparisons and logic ----
 
-Tensor eq(const Tensor& a, const Tensor& b) { return binary("eq", Binary::eq, a, b); }
-Tensor eq(const Tensor& a, Scalar b) { return binary_scalar("eq", Binary::eq, a, b, false); }
-Tensor ne(const Tensor& a, const Tensor& b) { return binary("ne", Binary::ne, a, b); }
-Tensor ne(const Tensor& a, Scalar b) { return binary_scalar("ne", Binary::ne, a, b, false); }
-Tensor lt(const Tensor& a, const Tensor& b) { return binary("lt", Binary::lt, a, b); }
-Tensor lt(const Tensor& a, Scalar b) { return binary_scalar("lt", Binary::lt, a, b, false); }
-Tensor le(const Tensor& a, const Tensor& b) { return binary("le", Binary::le, a, b); }
-Tensor le(const Tensor& a, Scalar b) { return binary_scalar("le", Binary::le, a, b, false); }
-Tensor gt(const Tensor& a, const Tensor& b) { return binary("gt", Binary::gt, a, b); }
-Tensor gt(const Tensor& a, Scalar b) { return binary_scalar("gt", Binary::gt, a, b, false); }
-Tensor ge(const Tensor& a, const Tensor& b) { return binary("ge", Binary::ge, a, b); }
-Tensor ge(const Tensor& a, Scalar b) { return binary_scalar("ge", Binary::ge, a, b, false); }
-Tensor logical_and(const Tensor& a, const Tensor& b) { return binary("logical_and", Binary::logical_and, a, b); }
-Tensor logical_or(const Tensor& a, const Tensor& b) { return binary("logical_or", Binary::logical_or, a, b); }
+Tensor eq(const Tensor& a, const Tensor& b) try { return binary("eq", Binary::eq, a, b); } FORGE_CATCH_OOM("eq")
+Tensor eq(const Tensor& a, Scalar b) try { return binary_scalar("eq", Binary::eq, a, b, false); } FORGE_CATCH_OOM("eq")
+Tensor ne(const Tensor& a, const Tensor& b) try { return binary("ne", Binary::ne, a, b); } FORGE_CATCH_OOM("ne")
+Tensor ne(const Tensor& a, Scalar b) try { return binary_scalar("ne", Binary::ne, a, b, false); } FORGE_CATCH_OOM("ne")
+Tensor lt(const Tensor& a, const Tensor& b) try { return binary("lt", Binary::lt, a, b); } FORGE_CATCH_OOM("lt")
+Tensor lt(const Tensor& a, Scalar b) try { return binary_scalar("lt", Binary::lt, a, b, false); } FORGE_CATCH_OOM("lt")
+Tensor le(const Tensor& a, const Tensor& b) try { return binary("le", Binary::le, a, b); } FORGE_CATCH_OOM("le")
+Tensor le(const Tensor& a, Scalar b) try { return binary_scalar("le", Binary::le, a, b, false); } FORGE_CATCH_OOM("le")
+Tensor gt(const Tensor& a, const Tensor& b) try { return binary("gt", Binary::gt, a, b); } FORGE_CATCH_OOM("gt")
+Tensor gt(const Tensor& a, Scalar b) try { return binary_scalar("gt", Binary::gt, a, b, false); } FORGE_CATCH_OOM("gt")
+Tensor ge(const Tensor& a, const Tensor& b) try { return binary("ge", Binary::ge, a, b); } FORGE_CATCH_OOM("ge")
+Tensor ge(const Tensor& a, Scalar b) try { return binary_scalar("ge", Binary::ge, a, b, false); } FORGE_CATCH_OOM("ge")
+Tensor logical_and(const Tensor& a, const Tensor& b) try { return binary("logical_and", Binary::logical_and, a, b); } FORGE_CATCH_OOM("logical_and")
+Tensor logical_or(const Tensor& a, const Tensor& b) try { return binary("logical_or", Binary::logical_or, a, b); } FORGE_CATCH_OOM("logical_or")
 
-Tensor& eq_into(Tensor& out, const Tensor& a, const Tensor& b) { return binary_into("eq_into", Binary::eq, out, a, b); }
-Tensor& ne_into(Tensor& out, const Tensor& a, const Tensor& b) { return binary_into("ne_into", Binary::ne, out, a, b); }
-Tensor& lt_into(Tensor& out, const Tensor& a, const Tensor& b) { return binary_into("lt_into", Binary::lt, out, a, b); }
-Tensor& le_into(Tensor& out, const Tensor& a, const Tensor& b) { return binary_into("le_into", Binary::le, out, a, b); }
-Tensor& gt_into(Tensor& out, const Tensor& a, const Tensor& b) { return binary_into("gt_into", Binary::gt, out, a, b); }
-Tensor& ge_into(Tensor& out, const Tensor& a, const Tensor& b) { return binary_into("ge_into", Binary::ge, out, a, b); }
-Tensor& logical_and_into(Tensor& out, const Tensor& a, const Tensor& b) {
+Tensor& eq_into(Tensor& out, const Tensor& a, const Tensor& b) try { return binary_into("eq_into", Binary::eq, out, a, b); } FORGE_CATCH_OOM("eq_into")
+Tensor& ne_into(Tensor& out, const Tensor& a, const Tensor& b) try { return binary_into("ne_into", Binary::ne, out, a, b); } FORGE_CATCH_OOM("ne_into")
+Tensor& lt_into(Tensor& out, const Tensor& a, const Tensor& b) try { return binary_into("lt_into", Binary::lt, out, a, b); } FORGE_CATCH_OOM("lt_into")
+Tensor& le_into(Tensor& out, const Tensor& a, const Tensor& b) try { return binary_into("le_into", Binary::le, out, a, b); } FORGE_CATCH_OOM("le_into")
+Tensor& gt_into(Tensor& out, const Tensor& a, const Tensor& b) try { return binary_into("gt_into", Binary::gt, out, a, b); } FORGE_CATCH_OOM("gt_into")
+Tensor& ge_into(Tensor& out, const Tensor& a, const Tensor& b) try { return binary_into("ge_into", Binary::ge, out, a, b); } FORGE_CATCH_OOM("ge_into")
+Tensor& logical_and_into(Tensor& out, const Tensor& a, const Tensor& b) try {
   return binary_into("logical_and_into", Binary::logical_and, out, a, b);
-}
-Tensor& logical_or_into(Tensor& out, const Tensor& a, const Tensor& b) {
+} FORGE_CATCH_OOM("logical_and_into")
+Tensor& logical_or_into(Tensor& out, const Tensor& a, const Tensor& b) try {
   return binary_into("logical_or_into", Binary::logical_or, out, a, b);
-}
+} FORGE_CATCH_OOM("logical_or_into")
 
 // logical_not(x) is x == 0 compared in x's own dtype (NaN is not 0).
-Tensor logical_not(const Tensor& x) { return binary_scalar("logical_not", Binary::eq, x, 0, false); }
-Tensor& logical_not_into(Tensor& out, const Tensor& x) {
+Tensor logical_not(const Tensor& x) try { return binary_scalar("logical_not", Binary::eq, x, 0, false); } FORGE_CATCH_OOM("logical_not")
+Tensor& logical_not_into(Tensor& out, const Tensor& x) try {
   detail::check_writable("logical_not_into", out, "out");
   detail::check_input("logical_not_into", x, "x");
   detail::check_out("logical_not_into", out, x, x.shape(), DType::boolean);
@@ -409,11 +409,11 @@ Tensor& logical_not_into(Tensor& out, const Tensor& x) {
   launch(Binary::eq, x.dtype(), out, Arg{&x}, Arg{nullptr, &zero});
   out.buffer()->bump_version();
   return out;
-}
+} FORGE_CATCH_OOM("logical_not_into")
 
 // ---- selection ----
 
-Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) try {
   detail::check_input("where", cond, "cond");
   detail::check_input("where", a, "a");
   detail::check_input("where", b, "b");
@@ -427,9 +427,9 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   detail::adopt_output(out);
   FORGE_RECORD(where, out, cond, a, b);
   return out;
-}
+} FORGE_CATCH_OOM("where")
 
-Tensor where(const Tensor& cond, const Tensor& a, Scalar b) {
+Tensor where(const Tensor& cond, const Tensor& a, Scalar b) try {
   detail::check_input("where", cond, "cond");
   detail::check_input("where", a, "a");
   detail::check_same_runtime("where", cond, a);
@@ -442,9 +442,9 @@ Tensor where(const Tensor& cond, const Tensor& a, Scalar b) {
   detail::adopt_output(out);
   FORGE_RECORD(where, out, cond, a, b);
   return out;
-}
+} FORGE_CATCH_OOM("where")
 
-Tensor& where_into(Tensor& out, const Tensor& cond, const Tensor& a, const Tensor& b) {
+Tensor& where_into(Tensor& out, const Tensor& cond, const Tensor& a, const Tensor& b) try {
   detail::check_writable("where_into", out, "out");
   detail::check_input("where_into", cond, "cond");
   detail::check_input("where_into", a, "a");
@@ -461,7 +461,7 @@ Tensor& where_into(Tensor& out, const Tensor& cond, const Tensor& a, const Tenso
   launch_where(dtype, out, cond, Arg{&a}, Arg{&b});
   out.buffer()->bump_version();
   return out;
-}
+} FORGE_CATCH_OOM("where_into")
 
 namespace {
 void check_mask(const char* op, const Tensor& x, const Tensor& mask) {
@@ -474,7 +474,7 @@ void check_mask(const char* op, const Tensor& x, const Tensor& mask) {
 }
 }  // namespace
 
-Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value) {
+Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value) try {
   check_mask("masked_fill", x, mask);
   ScalarSlot slot = detail::checked_slot("masked_fill", x.dtype(), value, "value");
   Tensor out = detail::allocate(x.runtime(), x.shape(), x.dtype(), "masked_fill");
@@ -482,9 +482,9 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value) {
   detail::adopt_output(out);
   FORGE_RECORD(masked_fill, out, x, mask, value);
   return out;
-}
+} FORGE_CATCH_OOM("masked_fill")
 
-Tensor& masked_fill_into(Tensor& out, const Tensor& x, const Tensor& mask, Scalar value) {
+Tensor& masked_fill_into(Tensor& out, const Tensor& x, const Tensor& mask, Scalar value) try {
   detail::check_writable("masked_fill_into", out, "out");
   check_mask("masked_fill_into", x, mask);
   detail::check_out("masked_fill_into", out, x, x.shape(), x.dtype());
@@ -494,7 +494,7 @@ Tensor& masked_fill_into(Tensor& out, const Tensor& x, const Tensor& mask, Scala
   launch_where(x.dtype(), out, mask, Arg{nullptr, &slot}, Arg{&x});
   out.buffer()->bump_version();
   return out;
-}
+} FORGE_CATCH_OOM("masked_fill_into")
 
 // ---- Tensor methods ----
 

@@ -116,24 +116,24 @@ void pad_kernel(Tensor& out, const Tensor& x, const Dims& pad, PadMode mode, con
 
 }  // namespace
 
-Tensor triu(const Tensor& x, std::int64_t diagonal) {
+Tensor triu(const Tensor& x, std::int64_t diagonal) try {
   Tensor out = triangle("triu", x, diagonal, true);
   FORGE_RECORD(triu, out, x, diagonal);
   return out;
-}
-Tensor tril(const Tensor& x, std::int64_t diagonal) {
+} FORGE_CATCH_OOM("triu")
+Tensor tril(const Tensor& x, std::int64_t diagonal) try {
   Tensor out = triangle("tril", x, diagonal, false);
   FORGE_RECORD(tril, out, x, diagonal);
   return out;
-}
-Tensor& triu_into(Tensor& out, const Tensor& x, std::int64_t diagonal) {
+} FORGE_CATCH_OOM("tril")
+Tensor& triu_into(Tensor& out, const Tensor& x, std::int64_t diagonal) try {
   return triangle_into("triu_into", out, x, diagonal, true);
-}
-Tensor& tril_into(Tensor& out, const Tensor& x, std::int64_t diagonal) {
+} FORGE_CATCH_OOM("triu_into")
+Tensor& tril_into(Tensor& out, const Tensor& x, std::int64_t diagonal) try {
   return triangle_into("tril_into", out, x, diagonal, false);
-}
+} FORGE_CATCH_OOM("tril_into")
 
-Tensor pad(const Tensor& x, const Dims& pad, PadMode mode, Scalar value) {
+Tensor pad(const Tensor& x, const Dims& pad, PadMode mode, Scalar value) try {
   const char* op = "pad";
   detail::check_input(op, x, "x");
   const Shape shape = pad_shape(op, x, pad, mode);
@@ -143,9 +143,9 @@ Tensor pad(const Tensor& x, const Dims& pad, PadMode mode, Scalar value) {
   detail::adopt_output(out);
   FORGE_RECORD(pad, out, x, pad, mode);
   return out;
-}
+} FORGE_CATCH_OOM("pad")
 
-Tensor& pad_into(Tensor& out, const Tensor& x, const Dims& pad, PadMode mode, Scalar value) {
+Tensor& pad_into(Tensor& out, const Tensor& x, const Dims& pad, PadMode mode, Scalar value) try {
   const char* op = "pad_into";
   detail::check_input(op, x, "x");
   detail::check_writable(op, out, "out");
@@ -156,7 +156,7 @@ Tensor& pad_into(Tensor& out, const Tensor& x, const Dims& pad, PadMode mode, Sc
   pad_kernel(out, x, pad, mode, fill);
   out.buffer()->bump_version();
   return out;
-}
+} FORGE_CATCH_OOM("pad_into")
 
 Tensor Tensor::triu(std::int64_t diagonal) const { return forge::triu(*this, diagonal); }
 Tensor Tensor::tril(std::int64_t diagonal) const { return forge::tril(*this, diagonal); }
