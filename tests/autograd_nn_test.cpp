@@ -78,6 +78,36 @@ TEST_CASE("autograd nn: rms_norm with and without weight") {
                   {transposed_leaf(ctx, 4, 3)});
 }
 
+// Normalizing c x equals normalizing x (eps aside), so with c a power of two
+// the gradients of c x are x's divided by c, and the parameters' are x's.
+// c = 2^700 puts the rows' squares beyond f64's range.
+TEST_CASE("autograd nn: norm gradients of f64 rows beyond 1e154 are the rescaled rows'") {
+  TestContext ctx;
+  const double c = std::ldexp(1.0, 700);
+  const Tensor small = ctx.randn({3, 6}, DType::f64), g = ctx.randn({3, 6}, DType::f64);
+  for (bool rms : {false, true}) {
+    INFO((rms ? "rms_norm" : "layer_norm"));
+    auto grads = [&](const Tensor& x0, double eps) {
+      Tensor x = x0.clone().requires_grad_();
+      Tensor w = ctx.full({6}, 1.5, DType::f64).requires_grad_(),
+             b = ctx.full({6}, 0.5, DType::f64).requires_grad_();
+      const Tensor y = rms ? forge::rms_norm(x, {6}, w, eps) : forge::layer_norm(x, {6}, w, b, eps);
+      forge::autograd::backward({y}, {g});
+      return std::vector<Tensor>{x.grad(), w.grad(), rms ? Tensor() : b.grad()};
+    };
+    const auto huge = grads(small * c, 1e-5), want = grads(small, 0.0);
+    const auto dx = huge[0].to_vector<double>(), dx_want = want[0].to_vector<double>();
+    for (std::size_t i = 0; i < dx.size(); ++i)
+      CHECK(dx[i] * c == Approx(dx_want[i]).epsilon(1e-10).margin(1e-12));
+    for (std::size_t k = 1; k < huge.size(); ++k) {
+      if (!huge[k].defined()) continue;
+      const auto p = huge[k].to_vector<double>(), p_want = want[k].to_vector<double>();
+      for (std::size_t i = 0; i < p.size(); ++i)
+        CHECK(p[i] == Approx(p_want[i]).epsilon(1e-10).margin(1e-12));
+    }
+  }
+}
+
 TEST_CASE("autograd nn: embedding adds repeated rows into the weight gradient") {
   TestContext ctx;
   const Tensor idx = indices(ctx, {1, 3, 1, 0, 3, 3}, {2, 3});

@@ -11,6 +11,7 @@
 
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/reduce_kernels.h"
+#include "backend/cpu/row_moments.h"
 #include "forge/buffer_pool.h"
 
 namespace forge::cpu {
@@ -55,19 +56,14 @@ void norm_row(const NormBackward& p, std::int64_t r, double* dw, double* db) {
   const T* x = reinterpret_cast<const T*>(p.x) + r * n;
   const T* g = reinterpret_cast<const T*>(p.g) + r * n;
   const T* w = reinterpret_cast<const T*>(p.w);
-  double mean = 0, var = 0;
-  if (!p.rms) {
-    for (std::int64_t j = 0; j < n; ++j) mean += x[j];
-    mean /= static_cast<double>(n);
-  }
-  for (std::int64_t j = 0; j < n; ++j) {
-    const double d = x[j] - mean;
-    var += d * d;
-  }
-  const double rstd = 1.0 / std::sqrt(var / static_cast<double>(n) + p.eps);
+  // Statistics of x * scale (scale 1 unless an f64 row overflows them):
+  // xhat = (x * scale - mean) * rstd, and 1/std of x itself is scale * rstd.
+  const RowMoments m = safe_row_moments(x, n, !p.rms);
+  const double scale = m.scale, mean = m.mean;
+  const double rstd = 1.0 / std::sqrt(m.var + p.eps * scale * scale);
   double sum_gy = 0, sum_gyx = 0;
   for (std::int64_t j = 0; j < n; ++j) {
-    const double xhat = (x[j] - mean) * rstd;
+    const double xhat = (x[j] * scale - mean) * rstd;
     const double gy = w ? static_cast<double>(g[j]) * w[j] : static_cast<double>(g[j]);
     sum_gy += gy;
     sum_gyx += gy * xhat;
@@ -78,9 +74,9 @@ void norm_row(const NormBackward& p, std::int64_t r, double* dw, double* db) {
   const double a = p.rms ? 0.0 : sum_gy / static_cast<double>(n), b = sum_gyx / static_cast<double>(n);
   T* dx = reinterpret_cast<T*>(p.dx) + r * n;
   for (std::int64_t j = 0; j < n; ++j) {
-    const double xhat = (x[j] - mean) * rstd;
+    const double xhat = (x[j] * scale - mean) * rstd;
     const double gy = w ? static_cast<double>(g[j]) * w[j] : static_cast<double>(g[j]);
-    dx[j] = static_cast<T>(rstd * (gy - a - xhat * b));
+    dx[j] = static_cast<T>(scale * rstd * (gy - a - xhat * b));
   }
 }
 
