@@ -118,6 +118,32 @@ TEST_CASE("autograd nn: embedding adds repeated rows into the weight gradient") 
   CHECK(w.grad().to_vector<double>() == std::vector<double>{1, 1, 2, 2, 0, 0, 3, 3});
 }
 
+TEST_CASE("autograd nn: embedding's padding row is looked up but gets no gradient") {
+  TestContext ctx;
+  const Tensor idx = indices(ctx, {1, 3, 1, 0, 3, 3}, {2, 3});
+  for (std::int64_t padding : {3, -1, 0, -4}) {  // -1 is row 3, -4 row 0
+    INFO("padding_idx " << padding);
+    Tensor w = ctx.randn({4, 2}).requires_grad_();
+    const Tensor out = forge::embedding(w, idx, padding);
+    CHECK(out.to_vector<double>() == forge::embedding(w.detach(), idx).to_vector<double>());
+    out.sum().backward();
+    const std::vector<double> counts = {1, 1, 2, 2, 0, 0, 3, 3};
+    std::vector<double> want = counts;
+    const std::size_t row = static_cast<std::size_t>(padding < 0 ? padding + 4 : padding);
+    want[2 * row] = want[2 * row + 1] = 0;
+    CHECK(w.grad().to_vector<double>() == want);
+  }
+  // The padding row's zero is a choice, not a derivative: gradcheck the
+  // other rows, with a padding row that no index names.
+  check_gradients([](const std::vector<Tensor>& in) { return forge::embedding(in[0], in[1], 2); },
+                  {leaf(ctx, {4, 3}), idx});
+  const Tensor w = ctx.zeros({4, 2});
+  FORGE_REQUIRE_ERROR(out_of_range, "embedding", (void)forge::embedding(w, idx, 4));
+  const std::string msg =
+      FORGE_REQUIRE_ERROR(out_of_range, "embedding", (void)forge::embedding(w, idx, -5));
+  CHECK_THAT(msg, Catch::Contains("padding_idx -5 is out of range for 4 rows"));
+}
+
 TEST_CASE("autograd nn: index_select and gather with repeated indices") {
   TestContext ctx;
   const Tensor idx = indices(ctx, {2, 0, 2}, {3});

@@ -34,8 +34,11 @@ Tensor& rms_norm_into(Tensor& out, const Tensor& x, const Shape& normalized_shap
                       std::optional<double> eps = std::nullopt);
 
 // ---- indexing ----
-// The rows of weight [V, D] named by indices (any shape): [..., D].
-Tensor embedding(const Tensor& weight, const Tensor& indices);
+// The rows of weight [V, D] named by indices (any shape): [..., D]. Row
+// padding_idx (in [-V, V); negative counts from the end) is looked up as any
+// other but gets no gradient, as in libtorch.
+Tensor embedding(const Tensor& weight, const Tensor& indices,
+                 std::optional<std::int64_t> padding_idx = std::nullopt);
 // x's entries at index [n] along dim.
 Tensor index_select(const Tensor& x, std::int64_t dim, const Tensor& index);
 // out[i][j][k] = x[index[i][j][k]][j][k] for dim 0, and so on; index has x's rank.
