@@ -185,6 +185,51 @@ TEST_CASE("autograd nn: cross_entropy in every reduction, with ignore_index and 
                   {leaf(ctx, {5}), indices(ctx, {3}, {})});
 }
 
+TEST_CASE(
+    "autograd nn: cross_entropy and nll_loss over [N, C, d1, ...] in every reduction and layout") {
+  TestContext ctx;
+  // Targets [2, 3, 2] over 4 classes at dim 1, two of them ignored (-1).
+  const Tensor target = indices(ctx, {1, 3, 0, 2, -1, 1, 3, 3, 2, -1, 0, 0}, {2, 3, 2});
+  // [N, d1, d2, C] moved to [N, C, d1, d2]: a transformer's logits as libtorch takes them.
+  Tensor moved = ctx.randn({2, 3, 2, 4}, DType::f64).permute({0, 3, 1, 2});
+  moved.requires_grad_();
+  Tensor stepped =
+      ctx.randn({2, 4, 3, 5}, DType::f64).slice(3, 0, 4, 2);  // [2, 4, 3, 2], last stride 2
+  stepped.requires_grad_();
+  for (Reduction r : {Reduction::none, Reduction::mean, Reduction::sum}) {
+    for (double ls : {0.0, 0.3}) {
+      INFO("reduction " << static_cast<int>(r) << " label_smoothing " << ls);
+      const forge::CrossEntropyOptions o{.reduction = r, .ignore_index = -1, .label_smoothing = ls};
+      const GradFn f = [o](const std::vector<Tensor>& in) {
+        return forge::cross_entropy(in[0], in[1], o);
+      };
+      check_gradients(f, {leaf(ctx, {2, 4, 3, 2}), target});
+      check_gradients(f, {moved, target});
+      check_gradients(f, {stepped, target});
+    }
+    const GradFn nll = [r](const std::vector<Tensor>& in) {
+      return forge::nll_loss(in[0], in[1], r, -1);
+    };
+    check_gradients(nll, {leaf(ctx, {2, 4, 3, 2}), target});
+    check_gradients(nll, {moved, target});
+  }
+  // [B, T, V] logits through transpose(1, 2): the gradient is written in
+  // the input's own layout, so that it flows back as packed [B, T, V] rows.
+  const Tensor logits = ctx.randn({2, 3, 5}).requires_grad_();
+  const Tensor viewed = logits.transpose(1, 2);
+  const Tensor ce = forge::cross_entropy(viewed, indices(ctx, {0, 1, 2, 3, 4, 0}, {2, 3}));
+  CHECK(forge::autograd::grad({ce}, {viewed})[0].strides() == viewed.strides());
+  // One spatial dim, and spatial dims of size 0 (an empty mean is NaN; its gradient empty).
+  check_gradients(
+      [](const std::vector<Tensor>& in) { return forge::cross_entropy(in[0], in[1]); },
+      {leaf(ctx, {3, 5, 4}), indices(ctx, {0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 0, 1}, {3, 4})});
+  Tensor empty = ctx.randn({2, 4, 0}, DType::f64).requires_grad_();
+  const Tensor loss = forge::cross_entropy(empty, ctx.zeros({2, 0}, DType::i64));
+  CHECK(std::isnan(loss.item<double>()));
+  loss.backward();
+  CHECK(empty.grad().shape() == Shape{2, 4, 0});
+}
+
 TEST_CASE("autograd nn: cross_entropy's gradient is softmax minus the one-hot, over the counted rows") {
   TestContext ctx;
   Tensor x = ctx.randn({3, 4}).requires_grad_();

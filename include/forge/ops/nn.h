@@ -61,9 +61,13 @@ struct CrossEntropyOptions {
   std::int64_t ignore_index = -100;  // targets equal to it add nothing and do not count in the mean
   double label_smoothing = 0.0;      // in [0, 1]
 };
-// logits [N, C] (or [C]) with class-index targets [N] (or []).
+// logits [N, C], [C] or [N, C, d1, ..., dk] with class-index targets [N], []
+// or [N, d1, ..., dk]: the classes are dim 1, as in libtorch (a transformer's
+// [B, T, V] logits go in as logits.transpose(1, 2), a view). reduction none
+// gives the targets' shape; mean averages over the counted targets.
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& options = {});
-// log_probs [N, C] with class-index targets [N].
+// log_probs [N, C], [C] or [N, C, d1, ..., dk] with class-index targets as
+// cross_entropy's.
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, Reduction reduction = Reduction::mean,
                 std::int64_t ignore_index = -100);
 // (a - b)^2; a and b broadcast.
