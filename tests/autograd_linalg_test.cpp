@@ -227,7 +227,18 @@ std::string describe(const ProductCase& c, char letter, std::int64_t value) {
   return s + " with " + letter + " = " + std::to_string(value);
 }
 
-constexpr char kProductDims[] = {'B', 'm', 'k', 'n'};
+// Calls fn(case, inputs) for every case with each dim letter it uses set to value.
+template <typename Fn>
+void for_each_product(TestContext& ctx, std::int64_t value, Fn&& fn) {
+  for (const ProductCase& c : product_cases()) {
+    for (char letter : {'B', 'm', 'k', 'n'}) {
+      const std::vector<Tensor> in = product_inputs(ctx, c, letter, value);
+      if (in.empty()) continue;
+      INFO(describe(c, letter, value));
+      fn(c, in);
+    }
+  }
+}
 
 }  // namespace
 
@@ -235,36 +246,26 @@ constexpr char kProductDims[] = {'B', 'm', 'k', 'n'};
 // contraction is empty, and beta times the output gradient summed for a bias.
 TEST_CASE("autograd linalg: a zero-size dim anywhere gives gradients of the inputs' shapes") {
   TestContext ctx;
-  for (const ProductCase& c : product_cases()) {
-    for (char letter : kProductDims) {
-      const std::vector<Tensor> in = product_inputs(ctx, c, letter, 0);
-      if (in.empty()) continue;
-      INFO(describe(c, letter, 0));
-      const Tensor out = c.fn(in);
-      forge::autograd::backward({out}, {forge::ones(out.shape(), DType::f64)});
-      for (std::size_t i = 0; i < in.size(); ++i) {
-        INFO("input " << i);
-        REQUIRE(in[i].grad().defined());
-        CHECK(in[i].grad().shape() == in[i].shape());
-        // With a unit output gradient, a bias element gathers beta from each
-        // output element it was added to; every other gradient is zero.
-        const bool bias = static_cast<int>(i) == c.bias && in[i].numel() > 0;
-        const double expected =
-            bias ? c.beta * static_cast<double>(out.numel() / in[i].numel()) : 0.0;
-        for (double v : in[i].grad().to_vector<double>()) CHECK(v == expected);
-      }
+  for_each_product(ctx, 0, [](const ProductCase& c, const std::vector<Tensor>& in) {
+    const Tensor out = c.fn(in);
+    forge::autograd::backward({out}, {forge::ones(out.shape(), DType::f64)});
+    for (std::size_t i = 0; i < in.size(); ++i) {
+      INFO("input " << i);
+      REQUIRE(in[i].grad().defined());
+      CHECK(in[i].grad().shape() == in[i].shape());
+      // With a unit output gradient, a bias element gathers beta from each
+      // output element it was added to; every other gradient is zero.
+      const bool bias = static_cast<int>(i) == c.bias && in[i].numel() > 0;
+      const double expected =
+          bias ? c.beta * static_cast<double>(out.numel() / in[i].numel()) : 0.0;
+      for (double v : in[i].grad().to_vector<double>()) CHECK(v == expected);
     }
-  }
+  });
 }
 
 TEST_CASE("autograd linalg: the non-empty neighbours of the zero-size cases pass gradcheck") {
   TestContext ctx;
-  for (const ProductCase& c : product_cases()) {
-    for (char letter : kProductDims) {
-      const std::vector<Tensor> in = product_inputs(ctx, c, letter, 1);
-      if (in.empty()) continue;
-      INFO(describe(c, letter, 1));
-      check_gradients(c.fn, in);
-    }
-  }
+  for_each_product(ctx, 1, [](const ProductCase& c, const std::vector<Tensor>& in) {
+    check_gradients(c.fn, in);
+  });
 }
