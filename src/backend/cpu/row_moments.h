@@ -7,8 +7,9 @@
 // which overflows for finite rows: squares beyond |x| ~ 1.8e19, sums near
 // 3.4e38, and f64 squares beyond ~1e154. A row whose fast mean or variance
 // comes out non-finite is measured again here: every value multiplied by the
-// power of two that brings the row's largest magnitude into [1, 2) (exact for
-// every value but those 2^-1000 times smaller, which add nothing), summed in
+// power of two that brings the row's largest magnitude into [1, 2) (exact
+// for every value above 2^-1000 times the largest, and the ones below add
+// nothing), summed in
 // f64, and normalized as (x * scale - mean) / sqrt(var + eps * scale^2), the
 // same value with nothing overflowing. So every finite row gives finite
 // results; a row holding inf or NaN still gives NaN, as in libtorch. The
