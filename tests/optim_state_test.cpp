@@ -256,6 +256,11 @@ TEST_CASE("optim: clip_grad_norm_ applies a non-finite norm as libtorch, or refu
           (g[0] == 1 && g[2] == -2 && b.grad().to_vector<double>() == std::vector<double>{3, -4}));
     }
   }
+  // Finite f32 gradients whose 2-norm passes f32's range: libtorch's f32 sum
+  // gives inf (and zeroes them); the f64 sum gives the norm and clips.
+  a.set_grad(ctx.from_vector<float>({3e38f, 3e38f, 0}, {3}));
+  CHECK(optim::clip_grad_norm_({a}, 1.0, 2.0, true) == Approx(3e38 * std::sqrt(2.0)).epsilon(1e-6));
+  CHECK(a.grad().to_vector<double>()[0] == Approx(1 / std::sqrt(2.0)).epsilon(1e-6));
   // A finite norm passes error_if_nonfinite, and a norm within 1e-6 below
   // max_norm is still scaled by max_norm / (norm + 1e-6) < 1.
   b.set_grad(ctx.from_vector<double>({3, -4}, {2}));
