@@ -1,9 +1,13 @@
 // Gradients of the linear-algebra ops (rules/linalg.cpp): every NumPy case of
 // matmul, broadcast batch dims, transposed (non-contiguous) operands, linear
-// with and without bias at ranks 1 to 3, addmm's beta and alpha, outer, dot.
+// with and without bias at ranks 1 to 3, addmm's beta and alpha, outer, dot,
+// and every product with a zero-size dim in each place it can take.
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "forge/forge.h"
@@ -129,4 +133,139 @@ TEST_CASE("autograd linalg: products of tensors that want no gradient record not
     CHECK_FALSE(forge::mm(a, b).requires_grad());
   }
   CHECK(forge::mm(a, b).requires_grad());
+}
+
+namespace {
+
+// A product op with its inputs' shapes spelled in dim letters: B (batch),
+// m (rows), k (contraction), n (columns), or a digit for a fixed size. The
+// input at `bias` (if any) is added as beta * bias.
+struct ProductCase {
+  const char* name;
+  std::vector<std::string> inputs;
+  forge_test::GradFn fn;
+  int bias = -1;
+  double beta = 1.0;
+};
+
+std::vector<ProductCase> product_cases() {
+  const forge_test::GradFn linear = [](const std::vector<Tensor>& in) {
+    return forge::linear(in[0], in[1]);
+  };
+  const forge_test::GradFn linear_bias = [](const std::vector<Tensor>& in) {
+    return forge::linear(in[0], in[1], in[2]);
+  };
+  const forge_test::GradFn addmm = [](const std::vector<Tensor>& in) {
+    return forge::addmm(in[0], in[1], in[2], 0.5, -2.0);
+  };
+  const forge_test::GradFn mm = [](const std::vector<Tensor>& in) {
+    return forge::mm(in[0], in[1]);
+  };
+  const forge_test::GradFn bmm = [](const std::vector<Tensor>& in) {
+    return forge::bmm(in[0], in[1]);
+  };
+  const forge_test::GradFn outer = [](const std::vector<Tensor>& in) {
+    return forge::outer(in[0], in[1]);
+  };
+  const forge_test::GradFn dot = [](const std::vector<Tensor>& in) {
+    return forge::dot(in[0], in[1]);
+  };
+  return {
+      {"matmul", {"k", "k"}, kMatmul},
+      {"matmul", {"k", "kn"}, kMatmul},
+      {"matmul", {"mk", "k"}, kMatmul},
+      {"matmul", {"k", "Bkn"}, kMatmul},
+      {"matmul", {"Bmk", "k"}, kMatmul},
+      {"matmul", {"mk", "kn"}, kMatmul},
+      {"matmul", {"Bmk", "kn"}, kMatmul},
+      {"matmul", {"mk", "Bkn"}, kMatmul},
+      {"matmul", {"Bmk", "Bkn"}, kMatmul},
+      {"matmul", {"B1mk", "2kn"}, kMatmul},  // broadcast batch dims
+      {"matmul", {"21mk", "Bkn"}, kMatmul},
+      {"mm", {"mk", "kn"}, mm},
+      {"bmm", {"Bmk", "Bkn"}, bmm},
+      {"linear", {"k", "nk"}, linear},
+      {"linear", {"mk", "nk"}, linear},
+      {"linear", {"Bmk", "nk"}, linear},
+      {"linear", {"k", "nk", "n"}, linear_bias, 2},
+      {"linear", {"mk", "nk", "n"}, linear_bias, 2},
+      {"linear", {"Bmk", "nk", "n"}, linear_bias, 2},
+      {"addmm", {"n", "mk", "kn"}, addmm, 0, 0.5},
+      {"addmm", {"mn", "mk", "kn"}, addmm, 0, 0.5},
+      {"outer", {"m", "n"}, outer},
+      {"dot", {"k", "k"}, dot},
+  };
+}
+
+// `dims` spelled out with B, m, k, n = 2, 3, 4, 5, except `letter` = value.
+Shape product_shape(const std::string& dims, char letter, std::int64_t value) {
+  const std::string letters = "Bmkn";  // sizes 2, 3, 4, 5 in this order
+  Shape s;
+  for (char c : dims) {
+    const std::size_t at = letters.find(c);
+    s.push_back(c == letter          ? value
+                : at != letters.npos ? static_cast<std::int64_t>(at) + 2
+                                     : c - '0');
+  }
+  return s;
+}
+
+// The inputs of c (f64 leaves) with `letter` = value, or none when no input uses the letter.
+std::vector<Tensor> product_inputs(TestContext& ctx, const ProductCase& c, char letter,
+                                   std::int64_t value) {
+  std::vector<Tensor> in;
+  if (std::none_of(c.inputs.begin(), c.inputs.end(),
+                   [&](const std::string& d) { return d.find(letter) != d.npos; }))
+    return in;
+  for (const std::string& d : c.inputs) in.push_back(leaf(ctx, product_shape(d, letter, value)));
+  return in;
+}
+
+std::string describe(const ProductCase& c, char letter, std::int64_t value) {
+  std::string s = c.name;
+  for (const std::string& d : c.inputs) s += " [" + d + "]";
+  return s + " with " + letter + " = " + std::to_string(value);
+}
+
+// Calls fn(case, inputs) for every case with each dim letter it uses set to value.
+template <typename Fn>
+void for_each_product(TestContext& ctx, std::int64_t value, Fn&& fn) {
+  for (const ProductCase& c : product_cases()) {
+    for (char letter : {'B', 'm', 'k', 'n'}) {
+      const std::vector<Tensor> in = product_inputs(ctx, c, letter, value);
+      if (in.empty()) continue;
+      INFO(describe(c, letter, value));
+      fn(c, in);
+    }
+  }
+}
+
+}  // namespace
+
+// libtorch gives each input a gradient of its own shape: zeros where the
+// contraction is empty, and beta times the output gradient summed for a bias.
+TEST_CASE("autograd linalg: a zero-size dim anywhere gives gradients of the inputs' shapes") {
+  TestContext ctx;
+  for_each_product(ctx, 0, [](const ProductCase& c, const std::vector<Tensor>& in) {
+    const Tensor out = c.fn(in);
+    forge::autograd::backward({out}, {forge::ones(out.shape(), DType::f64)});
+    for (std::size_t i = 0; i < in.size(); ++i) {
+      INFO("input " << i);
+      REQUIRE(in[i].grad().defined());
+      CHECK(in[i].grad().shape() == in[i].shape());
+      // With a unit output gradient, a bias element gathers beta from each
+      // output element it was added to; every other gradient is zero.
+      const bool bias = static_cast<int>(i) == c.bias && in[i].numel() > 0;
+      const double expected =
+          bias ? c.beta * static_cast<double>(out.numel() / in[i].numel()) : 0.0;
+      for (double v : in[i].grad().to_vector<double>()) CHECK(v == expected);
+    }
+  });
+}
+
+TEST_CASE("autograd linalg: the non-empty neighbours of the zero-size cases pass gradcheck") {
+  TestContext ctx;
+  for_each_product(ctx, 1, [](const ProductCase& c, const std::vector<Tensor>& in) {
+    check_gradients(c.fn, in);
+  });
 }

@@ -78,6 +78,36 @@ TEST_CASE("autograd nn: rms_norm with and without weight") {
                   {transposed_leaf(ctx, 4, 3)});
 }
 
+// Normalizing c x equals normalizing x (eps aside), so with c a power of two
+// the gradients of c x are x's divided by c, and the parameters' are x's.
+// c = 2^700 puts the rows' squares beyond f64's range.
+TEST_CASE("autograd nn: norm gradients of f64 rows beyond 1e154 are the rescaled rows'") {
+  TestContext ctx;
+  const double c = std::ldexp(1.0, 700);
+  const Tensor small = ctx.randn({3, 6}, DType::f64), g = ctx.randn({3, 6}, DType::f64);
+  for (bool rms : {false, true}) {
+    INFO((rms ? "rms_norm" : "layer_norm"));
+    auto grads = [&](const Tensor& x0, double eps) {
+      Tensor x = x0.clone().requires_grad_();
+      Tensor w = ctx.full({6}, 1.5, DType::f64).requires_grad_(),
+             b = ctx.full({6}, 0.5, DType::f64).requires_grad_();
+      const Tensor y = rms ? forge::rms_norm(x, {6}, w, eps) : forge::layer_norm(x, {6}, w, b, eps);
+      forge::autograd::backward({y}, {g});
+      return std::vector<Tensor>{x.grad(), w.grad(), rms ? Tensor() : b.grad()};
+    };
+    const auto huge = grads(small * c, 1e-5), want = grads(small, 0.0);
+    const auto dx = huge[0].to_vector<double>(), dx_want = want[0].to_vector<double>();
+    for (std::size_t i = 0; i < dx.size(); ++i)
+      CHECK(dx[i] * c == Approx(dx_want[i]).epsilon(1e-10).margin(1e-12));
+    for (std::size_t k = 1; k < huge.size(); ++k) {
+      if (!huge[k].defined()) continue;
+      const auto p = huge[k].to_vector<double>(), p_want = want[k].to_vector<double>();
+      for (std::size_t i = 0; i < p.size(); ++i)
+        CHECK(p[i] == Approx(p_want[i]).epsilon(1e-10).margin(1e-12));
+    }
+  }
+}
+
 TEST_CASE("autograd nn: embedding adds repeated rows into the weight gradient") {
   TestContext ctx;
   const Tensor idx = indices(ctx, {1, 3, 1, 0, 3, 3}, {2, 3});
@@ -86,6 +116,32 @@ TEST_CASE("autograd nn: embedding adds repeated rows into the weight gradient") 
   Tensor w = ctx.zeros({4, 2}, DType::f32).requires_grad_();
   forge::embedding(w, idx).sum().backward();
   CHECK(w.grad().to_vector<double>() == std::vector<double>{1, 1, 2, 2, 0, 0, 3, 3});
+}
+
+TEST_CASE("autograd nn: embedding's padding row is looked up but gets no gradient") {
+  TestContext ctx;
+  const Tensor idx = indices(ctx, {1, 3, 1, 0, 3, 3}, {2, 3});
+  for (std::int64_t padding : {3, -1, 0, -4}) {  // -1 is row 3, -4 row 0
+    INFO("padding_idx " << padding);
+    Tensor w = ctx.randn({4, 2}).requires_grad_();
+    const Tensor out = forge::embedding(w, idx, padding);
+    CHECK(out.to_vector<double>() == forge::embedding(w.detach(), idx).to_vector<double>());
+    out.sum().backward();
+    const std::vector<double> counts = {1, 1, 2, 2, 0, 0, 3, 3};
+    std::vector<double> want = counts;
+    const std::size_t row = static_cast<std::size_t>(padding < 0 ? padding + 4 : padding);
+    want[2 * row] = want[2 * row + 1] = 0;
+    CHECK(w.grad().to_vector<double>() == want);
+  }
+  // The padding row's zero is a choice, not a derivative: gradcheck the
+  // other rows, with a padding row that no index names.
+  check_gradients([](const std::vector<Tensor>& in) { return forge::embedding(in[0], in[1], 2); },
+                  {leaf(ctx, {4, 3}), idx});
+  const Tensor w = ctx.zeros({4, 2});
+  FORGE_REQUIRE_ERROR(out_of_range, "embedding", (void)forge::embedding(w, idx, 4));
+  const std::string msg =
+      FORGE_REQUIRE_ERROR(out_of_range, "embedding", (void)forge::embedding(w, idx, -5));
+  CHECK_THAT(msg, Catch::Contains("padding_idx -5 is out of range for 4 rows"));
 }
 
 TEST_CASE("autograd nn: index_select and gather with repeated indices") {
@@ -127,6 +183,51 @@ TEST_CASE("autograd nn: cross_entropy in every reduction, with ignore_index and 
   // One row: logits [C], target [].
   check_gradients([](const std::vector<Tensor>& in) { return forge::cross_entropy(in[0], in[1]); },
                   {leaf(ctx, {5}), indices(ctx, {3}, {})});
+}
+
+TEST_CASE(
+    "autograd nn: cross_entropy and nll_loss over [N, C, d1, ...] in every reduction and layout") {
+  TestContext ctx;
+  // Targets [2, 3, 2] over 4 classes at dim 1, two of them ignored (-1).
+  const Tensor target = indices(ctx, {1, 3, 0, 2, -1, 1, 3, 3, 2, -1, 0, 0}, {2, 3, 2});
+  // [N, d1, d2, C] moved to [N, C, d1, d2]: a transformer's logits as libtorch takes them.
+  Tensor moved = ctx.randn({2, 3, 2, 4}, DType::f64).permute({0, 3, 1, 2});
+  moved.requires_grad_();
+  Tensor stepped =
+      ctx.randn({2, 4, 3, 5}, DType::f64).slice(3, 0, 4, 2);  // [2, 4, 3, 2], last stride 2
+  stepped.requires_grad_();
+  for (Reduction r : {Reduction::none, Reduction::mean, Reduction::sum}) {
+    for (double ls : {0.0, 0.3}) {
+      INFO("reduction " << static_cast<int>(r) << " label_smoothing " << ls);
+      const forge::CrossEntropyOptions o{.reduction = r, .ignore_index = -1, .label_smoothing = ls};
+      const GradFn f = [o](const std::vector<Tensor>& in) {
+        return forge::cross_entropy(in[0], in[1], o);
+      };
+      check_gradients(f, {leaf(ctx, {2, 4, 3, 2}), target});
+      check_gradients(f, {moved, target});
+      check_gradients(f, {stepped, target});
+    }
+    const GradFn nll = [r](const std::vector<Tensor>& in) {
+      return forge::nll_loss(in[0], in[1], r, -1);
+    };
+    check_gradients(nll, {leaf(ctx, {2, 4, 3, 2}), target});
+    check_gradients(nll, {moved, target});
+  }
+  // [B, T, V] logits through transpose(1, 2): the gradient is written in
+  // the input's own layout, so that it flows back as packed [B, T, V] rows.
+  const Tensor logits = ctx.randn({2, 3, 5}).requires_grad_();
+  const Tensor viewed = logits.transpose(1, 2);
+  const Tensor ce = forge::cross_entropy(viewed, indices(ctx, {0, 1, 2, 3, 4, 0}, {2, 3}));
+  CHECK(forge::autograd::grad({ce}, {viewed})[0].strides() == viewed.strides());
+  // One spatial dim, and spatial dims of size 0 (an empty mean is NaN; its gradient empty).
+  check_gradients(
+      [](const std::vector<Tensor>& in) { return forge::cross_entropy(in[0], in[1]); },
+      {leaf(ctx, {3, 5, 4}), indices(ctx, {0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 0, 1}, {3, 4})});
+  Tensor empty = ctx.randn({2, 4, 0}, DType::f64).requires_grad_();
+  const Tensor loss = forge::cross_entropy(empty, ctx.zeros({2, 0}, DType::i64));
+  CHECK(std::isnan(loss.item<double>()));
+  loss.backward();
+  CHECK(empty.grad().shape() == Shape{2, 4, 0});
 }
 
 TEST_CASE("autograd nn: cross_entropy's gradient is softmax minus the one-hot, over the counted rows") {

@@ -65,22 +65,34 @@ struct Expected {
   }
 };
 
+// Rows in the targets' row-major order: [C] is one row, [N, C, d1, ...] one
+// per target index (n, d1, ...), its classes along dim 1.
 template <typename RowFn>
 Expected expected_rows(const Tensor& input, const Tensor& target, std::int64_t ignore_index, RowFn&& row) {
   Expected e;
-  const bool batched = input.dim() == 2;
-  const std::int64_t n = batched ? input.size(0) : 1, c = input.size(-1);
-  for (std::int64_t i = 0; i < n; ++i) {
-    const auto t = static_cast<std::int64_t>(batched ? at(target, {i}) : at(target, {}));
+  const int class_dim = input.dim() == 1 ? 0 : 1;
+  const std::int64_t c = input.size(class_dim);
+  auto one = [&](const Dims& tidx) {
+    const auto t = static_cast<std::int64_t>(at(target, tidx));
+    Dims xidx;
+    for (int d = 0; d < input.dim(); ++d)
+      xidx.push_back(d == class_dim ? 0 : tidx[d < class_dim ? d : d - 1]);
     std::vector<double> x(static_cast<std::size_t>(c));
-    for (std::int64_t j = 0; j < c; ++j) x[static_cast<std::size_t>(j)] = batched ? at(input, {i, j}) : at(input, {j});
+    for (std::int64_t j = 0; j < c; ++j) {
+      xidx[class_dim] = j;
+      x[static_cast<std::size_t>(j)] = at(input, xidx);
+    }
     if (t == ignore_index) {
       e.rows.push_back(0);
     } else {
       e.rows.push_back(row(x, t));
       ++e.counted;
     }
-  }
+  };
+  if (target.dim() == 0)
+    one(Dims{});
+  else
+    each_index(target.shape(), one);
   return e;
 }
 
@@ -100,10 +112,18 @@ void check_loss(const Tensor& out, const Expected& e, Reduction r, const Shape& 
   REQUIRE(out.dtype() == t);
   if (r == Reduction::none) {
     REQUIRE(out.shape() == target_shape);
-    for (std::size_t i = 0; i < e.rows.size(); ++i) {
-      const double got = out.dim() == 0 ? at(out, {}) : at(out, {static_cast<std::int64_t>(i)});
-      if (!close(got, e.rows[i], t)) FAIL_CHECK("row " << i << " got " << got << " want " << e.rows[i]);
-    }
+    std::size_t i = 0;
+    auto one = [&](const Dims& idx) {
+      const double got = at(out, idx);
+      if (!close(got, e.rows[i], t))
+        FAIL_CHECK("row " << i << " got " << got << " want " << e.rows[i]);
+      ++i;
+    };
+    if (out.dim() == 0)
+      one(Dims{});
+    else
+      each_index(out.shape(), one);
+    CHECK(i == e.rows.size());
   } else {
     REQUIRE(out.shape() == Shape{});
     const double got = at(out, {}), want = e.reduced(r);
@@ -143,6 +163,71 @@ TEST_CASE("cross_entropy: every float dtype, reduction, ignore_index and label_s
     forge::cross_entropy_into(into, logits, target, options);
     check_loss(into, e, r, target.shape(), t);
   }
+}
+
+TEST_CASE("cross_entropy and nll_loss: [N, C, d1, ...] inputs with [N, d1, ...] targets", "[loss]") {
+  TestContext ctx;
+  std::mt19937_64 rng(205);
+  const double smoothings[] = {0.0, 0.1, 1.0};
+  for (int iter = 0; iter < 160; ++iter) {
+    const DType t = kFloatDTypes[iter % 4];
+    const Reduction r = kReductions[(iter / 4) % 3];
+    const double ls = smoothings[rng() % 3];
+    const std::int64_t ignore = rng() % 2 ? -100 : 1;
+    // [N, C, d1, ..., dk], k in 1..3, any extent 0 to 5 but C >= 1.
+    Shape shape = random_shape(rng, 3 + static_cast<int>(iter % 3));
+    shape[1] = pick(rng, 1, 6);
+    // Packed, stepped, offset, or a [N, d1, ..., C] tensor with C moved to
+    // dim 1 (a transformer's [B, T, V] logits as libtorch takes them).
+    const int layout = static_cast<int>(rng() % 4);
+    Tensor input;
+    if (layout == 3) {
+      Shape last = shape;
+      last.erase(1);
+      last.push_back(shape[1]);
+      Dims order{0, last.rank() - 1};
+      for (int d = 1; d + 1 < last.rank(); ++d) order.push_back(d);
+      input = make(ctx, rng, last, t, packed).permute(order);
+    } else {
+      input = make(ctx, rng, shape, t, layout == 0 ? packed : layout == 1 ? stepped : offset);
+    }
+    Shape target_shape = shape;
+    target_shape.erase(1);
+    const Tensor target = make_with(ctx, target_shape, DType::i64, packed, [&] {
+      return static_cast<double>(rng() % 4 == 0 ? ignore : pick(rng, 0, shape[1] - 1));
+    });
+    INFO("iter " << iter << " dtype " << forge::dtype_name(t) << " input " << input.shape()
+                 << " strides " << input.strides() << " smoothing " << ls << " ignore " << ignore
+                 << " reduction " << static_cast<int>(r));
+    const forge::CrossEntropyOptions options{
+        .reduction = r, .ignore_index = ignore, .label_smoothing = ls};
+    const Expected ce =
+        expected_rows(input, target, ignore, [&](const std::vector<double>& x, std::int64_t k) {
+          return reference_cross_entropy(x, k, ls);
+        });
+    check_loss(forge::cross_entropy(input, target, options), ce, r, target_shape, t);
+    const Expected nll =
+        expected_rows(input, target, ignore, [](const std::vector<double>& x, std::int64_t k) {
+          return -x[static_cast<std::size_t>(k)];
+        });
+    check_loss(forge::nll_loss(input, target, r, ignore), nll, r, target_shape, t);
+    Tensor into = ctx.zeros(r == Reduction::none ? target_shape : Shape{}, t);
+    if (r == Reduction::none && into.dim() >= 2)  // a strided out
+      into = ctx.zeros(target_shape, t).transpose(0, 1).contiguous().transpose(0, 1);
+    forge::cross_entropy_into(into, input, target, options);
+    check_loss(into, ce, r, target_shape, t);
+  }
+  // The target must have the input's dims but the class dim.
+  const Tensor x = ctx.zeros({2, 3, 4});
+  const std::string msg = FORGE_REQUIRE_ERROR(
+      shape, "cross_entropy", (void)forge::cross_entropy(x, ctx.zeros({2, 3}, DType::i64)));
+  CHECK(contains(msg, "needs [2, 4] (the classes are dim 1)"));
+  FORGE_REQUIRE_ERROR(shape, "nll_loss",
+                      (void)forge::nll_loss(x, ctx.zeros({2, 4, 1}, DType::i64)));
+  const Tensor bad = ctx.from_vector(std::vector<std::int64_t>{0, 1, 2, 0, 1, 2, 3, 0}, {2, 4});
+  const std::string range =
+      FORGE_REQUIRE_ERROR(out_of_range, "nll_loss", (void)forge::nll_loss(x, bad));
+  CHECK(contains(range, "target 3 at position [1, 2] is out of range for 3 classes"));
 }
 
 TEST_CASE("cross_entropy: a mean over only ignored targets is NaN, as in libtorch", "[loss]") {

@@ -113,6 +113,22 @@ TEST_CASE("nn: layers equal the functional ops they wrap") {
   CHECK(same_bits(nn::ReLU().forward(v), relu(v)));
 }
 
+TEST_CASE("nn: Embedding's padding row starts at zeros and gets no gradient, as in libtorch") {
+  TestContext ctx;
+  nn::Embedding emb(ctx, 5, 3, -2);  // row 3
+  REQUIRE(emb.padding_idx() == std::optional<std::int64_t>(3));
+  CHECK(emb.weight().select(0, 3).to_vector<double>() == std::vector<double>{0, 0, 0});
+  CHECK(emb.weight().select(0, 2).abs().sum().item<double>() > 0);
+  const Tensor idx = ctx.from_vector<std::int64_t>({3, 4, 3, 1}, {4});
+  emb.forward(idx).sum().backward();
+  const auto g = emb.weight().grad().to_vector<double>();
+  const std::vector<double> want = {0, 0, 0, 1, 1, 1, 0, 0, 0, 0, 0, 0, 1, 1, 1};
+  CHECK(g == want);
+  CHECK(nn::Embedding(ctx, 5, 3).padding_idx() == std::nullopt);
+  FORGE_REQUIRE_ERROR(out_of_range, "nn.Embedding", nn::Embedding(ctx, 5, 3, 5));
+  FORGE_REQUIRE_ERROR(out_of_range, "nn.Embedding", nn::Embedding(ctx, 5, 3, -6));
+}
+
 TEST_CASE("nn: building modules takes nothing from the pool") {
   TestContext ctx;
   const PoolStats before = ctx.stats();

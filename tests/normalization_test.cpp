@@ -209,6 +209,88 @@ TEST_CASE("normalization: layer_norm and rms_norm match a double reference, with
   }
 }
 
+namespace {
+
+// reference_norm in long double, whose range holds the squares of f64 values
+// up to 1e300 (x87's 15-bit exponent).
+std::vector<double> wide_reference_norm(const std::vector<double>& xs, std::int64_t n,
+                                        const std::vector<double>& w, const std::vector<double>& b,
+                                        double eps, bool rms) {
+  std::vector<double> out(xs.size());
+  for (std::size_t r = 0; r < xs.size() / static_cast<std::size_t>(n); ++r) {
+    const double* x = xs.data() + r * static_cast<std::size_t>(n);
+    long double mean = 0, var = 0;
+    if (!rms) {
+      for (std::int64_t i = 0; i < n; ++i) mean += x[i];
+      mean /= static_cast<long double>(n);
+    }
+    for (std::int64_t i = 0; i < n; ++i) var += (x[i] - mean) * (x[i] - mean);
+    const long double rstd = 1 / std::sqrt(var / static_cast<long double>(n) + eps);
+    for (std::int64_t i = 0; i < n; ++i) {
+      const auto k = static_cast<std::size_t>(i);
+      out[r * static_cast<std::size_t>(n) + k] =
+          static_cast<double>((x[i] - mean) * rstd * w[k] + (rms ? 0 : b[k]));
+    }
+  }
+  return out;
+}
+
+// rows x n values of magnitude in [lo, hi] and random signs; row 0 stays
+// ordinary (in [-2, 2]) so that huge rows sit next to a fast one.
+std::vector<double> huge_rows(std::mt19937_64& rng, std::int64_t rows, std::int64_t n, double lo,
+                              double hi) {
+  std::vector<double> v = randoms(rng, rows * n, lo, hi);
+  std::bernoulli_distribution sign(0.5);
+  for (std::size_t i = 0; i < v.size(); ++i)
+    v[i] = i < static_cast<std::size_t>(n) ? v[i] / hi * 2 : sign(rng) ? -v[i] : v[i];
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "normalization: finite rows whose squares or sums overflow still give finite, correct results",
+    "[normalization]") {
+  TestContext ctx;
+  std::mt19937_64 rng(5);
+  struct Case {
+    DType dtype;
+    double lo, hi;  // magnitudes
+    double tol;
+  };
+  // f32 squares overflow above ~1.8e19 and sums near 3.4e38; f64 squares above ~1e154.
+  const Case cases[] = {{DType::f32, 1e37, 3e38, 3e-5},
+                        {DType::f32, 1e20, 1e30, 3e-5},
+                        {DType::bf16, 1e37, 3e38, 3e-2},
+                        {DType::f64, 1e200, 1e300, 1e-12}};
+  for (const Case& c : cases) {
+    for (std::int64_t n : {7, 1000, 5000}) {  // 5000: more than one block of partial sums
+      INFO(forge::dtype_name(c.dtype)
+           << " rows of " << n << " in [" << c.lo << ", " << c.hi << "]");
+      const Tensor x = ctx.from_vector(huge_rows(rng, 3, n, c.lo, c.hi), {3, n}).to(c.dtype);
+      const Tensor w = ctx.from_vector(randoms(rng, n, 0.5, 2), {n}).to(c.dtype);
+      const Tensor b = ctx.from_vector(randoms(rng, n, -1, 1), {n}).to(c.dtype);
+      const auto xs = x.to_vector<double>(), ws = w.to_vector<double>(), bs = b.to_vector<double>();
+      const double rms_eps = c.dtype == DType::f64   ? 2.220446049250313e-16
+                             : c.dtype == DType::f32 ? 1.1920928955078125e-07
+                                                     : 0.0078125;  // the dtype's epsilon
+      check_close(forge::layer_norm(x, {n}, w, b).to_vector<double>(),
+                  wide_reference_norm(xs, n, ws, bs, 1e-5, false), c.tol);
+      check_close(forge::rms_norm(x, {n}, w).to_vector<double>(),
+                  wide_reference_norm(xs, n, ws, bs, rms_eps, true), c.tol);
+    }
+  }
+  // A constant row of 3e38 (its f32 sum overflows) has no deviation: exactly the bias.
+  const Tensor flat = ctx.full({2, 4096}, 3e38);
+  const Tensor bias = ctx.full({4096}, 0.25);
+  for (double v : forge::layer_norm(flat, {4096}, Tensor(), bias).to_vector<double>())
+    CHECK(v == 0.25);
+  // A row that holds inf or NaN is not finite: NaN, as in libtorch.
+  const Tensor special =
+      ctx.from_vector(std::vector<float>{1, INFINITY, 2, 3, 1, NAN, 2, 3}, {2, 4});
+  for (double v : forge::layer_norm(special, {4}).to_vector<double>()) CHECK(std::isnan(v));
+}
+
 TEST_CASE("normalization: _into forms write packed and strided outputs, and exactly in place", "[normalization]") {
   TestContext ctx;
   std::mt19937_64 rng(3);

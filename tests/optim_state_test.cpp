@@ -211,16 +211,62 @@ TEST_CASE("optim: clip_grad_norm_ measures all gradients as one vector and scale
   set();
   CHECK(optim::clip_grad_norm_({a, b}, 100.0, 1.0) == Approx(19).epsilon(1e-15));
 
-  // A non-finite norm comes back and the gradients stay as they are.
-  a.set_grad(ctx.from_vector<double>({std::numeric_limits<double>::infinity(), 1}, {2}));
-  CHECK(std::isinf(optim::clip_grad_norm_({a, b}, 1.0)));
-  CHECK(a.grad().to_vector<double>()[1] == 1);
-  a.set_grad(ctx.from_vector<double>({std::nan(""), 1}, {2}));
-  CHECK(std::isnan(optim::clip_grad_norm_({a, b}, 1.0, optim::kInfNorm)));
-
   FORGE_REQUIRE_ERROR(invalid_argument, "clip_grad_norm_", optim::clip_grad_norm_({a}, -1.0));
   FORGE_REQUIRE_ERROR(invalid_argument, "clip_grad_norm_", optim::clip_grad_norm_({a}, 1.0, 0.0));
   FORGE_REQUIRE_ERROR(invalid_argument, "clip_grad_norm_", optim::clip_grad_norm_({Tensor()}, 1.0));
+  a.zero_grad();
+  b.zero_grad();
+}
+
+// libtorch 1.13 (checked against it): the coefficient min(max_norm / (norm +
+// 1e-6), 1) is applied whatever the norm.
+TEST_CASE("optim: clip_grad_norm_ applies a non-finite norm as libtorch, or refuses it") {
+  TestContext ctx;
+  const double inf = std::numeric_limits<double>::infinity();
+  Tensor a = ctx.zeros({3}).requires_grad_();
+  Tensor b = ctx.zeros({2}, DType::f64).requires_grad_();
+  auto set = [&](double special) {
+    a.set_grad(ctx.from_vector<float>({1, static_cast<float>(special), -2}, {3}));
+    b.set_grad(ctx.from_vector<double>({3, -4}, {2}));
+  };
+  for (double norm_type : {2.0, 1.0, optim::kInfNorm}) {
+    INFO("norm_type " << norm_type);
+    // An infinite norm: the coefficient is 0, so finite entries become
+    // (signed) zeros and the infinite one NaN.
+    set(inf);
+    CHECK(optim::clip_grad_norm_({a, b}, 1.0, norm_type) == inf);
+    const auto ga = a.grad().to_vector<double>(), gb = b.grad().to_vector<double>();
+    CHECK((ga[0] == 0 && !std::signbit(ga[0]) && std::isnan(ga[1]) && ga[2] == 0 &&
+           std::signbit(ga[2])));
+    CHECK((gb[0] == 0 && gb[1] == 0 && std::signbit(gb[1])));
+    // A NaN norm: every entry becomes NaN.
+    set(std::nan(""));
+    CHECK(std::isnan(optim::clip_grad_norm_({a, b}, 1.0, norm_type)));
+    for (double v : a.grad().to_vector<double>()) CHECK(std::isnan(v));
+    for (double v : b.grad().to_vector<double>()) CHECK(std::isnan(v));
+    // error_if_nonfinite refuses either before touching a gradient.
+    for (double special : {inf, std::nan("")}) {
+      set(special);
+      const std::string msg =
+          FORGE_REQUIRE_ERROR(invalid_argument, "clip_grad_norm_",
+                              optim::clip_grad_norm_({a, b}, 1.0, norm_type, true));
+      CHECK_THAT(msg, Catch::Contains(std::isnan(special) ? "nan, so" : "is inf, so"));
+      const auto g = a.grad().to_vector<double>();
+      CHECK(
+          (g[0] == 1 && g[2] == -2 && b.grad().to_vector<double>() == std::vector<double>{3, -4}));
+    }
+  }
+  // Finite f32 gradients whose 2-norm passes f32's range: libtorch's f32 sum
+  // gives inf (and zeroes them); the f64 sum gives the norm and clips.
+  a.set_grad(ctx.from_vector<float>({3e38f, 3e38f, 0}, {3}));
+  CHECK(optim::clip_grad_norm_({a}, 1.0, 2.0, true) == Approx(3e38 * std::sqrt(2.0)).epsilon(1e-6));
+  CHECK(a.grad().to_vector<double>()[0] == Approx(1 / std::sqrt(2.0)).epsilon(1e-6));
+  // A finite norm passes error_if_nonfinite, and a norm within 1e-6 below
+  // max_norm is still scaled by max_norm / (norm + 1e-6) < 1.
+  b.set_grad(ctx.from_vector<double>({3, -4}, {2}));
+  CHECK(optim::clip_grad_norm_({b}, 5.0000001, 2.0, true) == 5);
+  CHECK(b.grad().to_vector<double>()[0] == Approx(3 * 5.0000001 / (5 + 1e-6)).epsilon(1e-15));
+  CHECK(b.grad().to_vector<double>()[0] < 3);
   a.zero_grad();
   b.zero_grad();
 }

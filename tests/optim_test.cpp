@@ -1,15 +1,16 @@
 // SGD, Adam and AdamW: three steps against the update formulas evaluated here
 // in scalar double arithmetic, where their state lives, and bad options.
 
-#include <catch2/catch.hpp>
+#include "forge/optim.h"
 
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "forge/forge.h"
-#include "forge/optim.h"
 #include "support.h"
 
 using forge::DType;
@@ -263,4 +264,38 @@ TEST_CASE("optim: SGD refuses bad options") {
   Tensor q = other.from_vector<double>({1}, {1}).requires_grad_();
   FORGE_REQUIRE_ERROR(device, "SGD", forge::optim::SGD({p, q}));
   FORGE_REQUIRE_ERROR(invalid_argument, "AdamW", forge::optim::AdamW({p}, {.eps = -1}));
+}
+
+TEST_CASE(
+    "optim: a parameter listed twice or two views whose bytes meet are refused, naming both") {
+  TestContext ctx;
+  Tensor p = ctx.randn({3}, DType::f64).requires_grad_();
+  Tensor q = ctx.randn({2, 2}).requires_grad_();
+  std::string msg = FORGE_REQUIRE_ERROR(invalid_argument, "SGD", forge::optim::SGD({p, q, p}));
+  CHECK_THAT(msg, Catch::Contains("parameter 2 is parameter 0 listed again"));
+  Tensor empty = ctx.zeros({0}).requires_grad_();
+  msg = FORGE_REQUIRE_ERROR(invalid_argument, "Adam", forge::optim::Adam({empty, q, empty}));
+  CHECK_THAT(msg, Catch::Contains("parameter 2 is parameter 0 listed again"));
+
+  // Two leaves over one buffer: elements [0, 6) and [4, 10) share two.
+  const Tensor base = ctx.zeros({10}, DType::f64);
+  Tensor head = base.narrow(0, 0, 6).requires_grad_(), tail = base.narrow(0, 4, 6).requires_grad_();
+  msg = FORGE_REQUIRE_ERROR(invalid_argument, "AdamW", forge::optim::AdamW({p, tail, head}));
+  CHECK_THAT(msg, Catch::Contains("parameters 1 and 2 overlap") && Catch::Contains("[32, 80)") &&
+                      Catch::Contains("[0, 48)"));
+  // Rows 1-2 and 2-3 of a matrix, with unrelated parameters between them.
+  const Tensor m = ctx.zeros({4, 3});
+  Tensor rows12 = m.narrow(0, 1, 2).requires_grad_(), rows23 = m.narrow(0, 2, 2).requires_grad_();
+  msg = FORGE_REQUIRE_ERROR(invalid_argument, "SGD", forge::optim::SGD({rows23, q, rows12}));
+  CHECK_THAT(msg, Catch::Contains("parameters 0 and 2 overlap"));
+
+  // Views that only touch are disjoint: each element is stepped once.
+  Tensor left = base.narrow(0, 0, 5).requires_grad_(),
+         right = base.narrow(0, 5, 5).requires_grad_();
+  forge::optim::SGD sgd({right, left}, {.lr = 0.5});
+  left.set_grad(ctx.ones({5}, DType::f64));
+  right.set_grad(ctx.full({5}, 2.0, DType::f64));
+  sgd.step();
+  CHECK(base.to_vector<double>() ==
+        std::vector<double>{-0.5, -0.5, -0.5, -0.5, -0.5, -1, -1, -1, -1, -1});
 }

@@ -76,16 +76,26 @@ Tensor Conv2d::forward(const Tensor& x) {
   return conv2d(x, weight(), bias(), o);
 }
 
-Embedding::Embedding(ExecContext& ctx, std::int64_t num_embeddings, std::int64_t embedding_dim) {
+Embedding::Embedding(ExecContext& ctx, std::int64_t num_embeddings, std::int64_t embedding_dim,
+                     std::optional<std::int64_t> padding_idx) {
   const char* op = "nn.Embedding";
   FORGE_CHECK(num_embeddings > 0 && embedding_dim > 0, invalid_argument, op, "sizes (", num_embeddings, ", ",
               embedding_dim, ") must be positive");
+  if (padding_idx) {
+    const std::int64_t p = *padding_idx;
+    FORGE_CHECK(p >= -num_embeddings && p < num_embeddings, out_of_range, op, "padding_idx ", p,
+                " is out of range for ", num_embeddings, " embeddings");
+    padding_idx_ = p < 0 ? p + num_embeddings : p;
+  }
   Tensor w = detail::owned_empty(ctx, Shape{num_embeddings, embedding_dim}, DType::f32, op);
   init::normal_(w);
+  if (padding_idx_) w.select(0, *padding_idx_).zero_();
   register_parameter("weight", w);
 }
 
-Tensor Embedding::forward(const Tensor& indices) { return embedding(weight(), indices); }
+Tensor Embedding::forward(const Tensor& indices) {
+  return embedding(weight(), indices, padding_idx_);
+}
 
 LayerNorm::LayerNorm(ExecContext& ctx, const Shape& normalized_shape, double eps, bool elementwise_affine)
     : shape_(normalized_shape), eps_(eps), affine_(elementwise_affine) {

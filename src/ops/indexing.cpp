@@ -104,6 +104,16 @@ Shape embedding_shape(const char* op, const Tensor& weight, const Tensor& indice
   return s;
 }
 
+// padding_idx wrapped into [0, rows), or -1 for none (weight already checked 2-D).
+std::int64_t padding_row(const char* op, const Tensor& weight,
+                         std::optional<std::int64_t> padding_idx) {
+  if (!padding_idx) return -1;
+  const std::int64_t rows = weight.size(0), p = *padding_idx;
+  FORGE_CHECK(p >= -rows && p < rows, out_of_range, op, "padding_idx ", p, " is out of range for ",
+              rows, " rows");
+  return p < 0 ? p + rows : p;
+}
+
 void embedding_kernel(Tensor& out, const Tensor& weight, const Tensor& indices) {
   if (out.numel() == 0) return;
   ScratchLease<std::int64_t> scratch;
@@ -261,14 +271,16 @@ void one_hot_kernel(Tensor& out, const Tensor& indices) {
 
 }  // namespace
 
-Tensor embedding(const Tensor& weight, const Tensor& indices) {
+Tensor embedding(const Tensor& weight, const Tensor& indices,
+                 std::optional<std::int64_t> padding_idx) {
   const char* op = "embedding";
   check_pair(op, weight, "weight", indices, "indices");
   const Shape shape = embedding_shape(op, weight, indices);
+  const std::int64_t padding = padding_row(op, weight, padding_idx);
   Tensor out = detail::allocate(weight.runtime(), shape, weight.dtype(), op);
   embedding_kernel(out, weight, indices);
   detail::adopt_output(out);
-  FORGE_RECORD(embedding, out, weight, indices);
+  FORGE_RECORD(embedding, out, weight, indices, padding);
   return out;
 }
 

@@ -1,5 +1,8 @@
 // cross_entropy, nll_loss, mse_loss.
 //
+// - The input is [C], [N, C] or [N, C, d1, ..., dk] (classes at dim 1, as in
+//   libtorch) with targets of the other dims; a row is one target's classes,
+//   read through the class stride wherever it lies (cpu::ClassRows).
 // - cross_entropy is fused per row: max, then sum(exp(x - max)) and sum(x),
 //   in f32 (f64 for f64 input); no log_softmax is materialized.
 //   loss = (1 - ls) * (lse - x[t]) + ls * (lse - mean(x)), libtorch 1.13's
@@ -23,6 +26,7 @@
 #include "autograd/record.h"
 #include "autograd/rules/nn.h"
 #include "backend/cpu/convert.h"
+#include "backend/cpu/nn_backward_kernels.h"
 #include "forge/ops.h"
 #include "ops/nn_internal.h"
 
@@ -36,7 +40,6 @@ void check_reduction(const char* op, Reduction r) {
 
 // What a class-index loss is computed over.
 struct RowLoss {
-  std::int64_t rows;
   std::int64_t classes;
   Shape out_shape;
 };
@@ -49,13 +52,17 @@ RowLoss plan_rows(const char* op, const Tensor& input, const char* input_name, c
   check_reduction(op, reduction);
   detail::check_floating(op, input, input_name);
   detail::check_index_dtype(op, target, "target");
-  FORGE_CHECK(input.dim() == 1 || input.dim() == 2, shape, op, input_name, " must be [N, C] or [C], got shape ",
-              input.shape());
-  const bool batched = input.dim() == 2;
-  const Shape want = batched ? Shape{input.shape()[0]} : Shape{};
-  FORGE_CHECK(target.shape() == want, shape, op, "target has shape ", target.shape(), " but ", input_name,
-              " of shape ", input.shape(), " needs ", want);
-  RowLoss plan{batched ? input.shape()[0] : 1, input.shape()[input.dim() - 1], Shape{}};
+  FORGE_CHECK(input.dim() >= 1, shape, op, input_name,
+              " must be [C], [N, C] or [N, C, d1, ...], got shape ", input.shape());
+  // The class dim is 1 (0 for [C]); the target has the input's other dims.
+  const int class_dim = input.dim() == 1 ? 0 : 1;
+  Shape want;
+  for (int d = 0; d < input.dim(); ++d)
+    if (d != class_dim) want.push_back(input.shape()[d]);
+  FORGE_CHECK(target.shape() == want, shape, op, "target has shape ", target.shape(), " but ",
+              input_name, " of shape ", input.shape(), " needs ", want, " (the classes are dim ",
+              class_dim, ")");
+  RowLoss plan{input.shape()[class_dim], Shape{}};
   if (auto bad = detail::find_bad_index(target, plan.classes, ignore_index)) {
     FORGE_FAIL(out_of_range, op, "target ", bad->value, " at position ", bad->position, " is out of range for ",
                plan.classes, " classes (ignore_index is ", ignore_index, ")");
@@ -67,19 +74,19 @@ RowLoss plan_rows(const char* op, const Tensor& input, const char* input_name, c
 // Per-row losses into `losses` (0 for ignored rows), computed by
 // row_fn(row pointer, column stride, target) -> double.
 template <typename RowFn>
-void for_each_row(Runtime& rt, const Tensor& input, const std::int64_t* targets, std::int64_t ignore_index,
-                  double* losses, RowFn&& row_fn) {
-  const std::int64_t rows = input.dim() == 2 ? input.shape()[0] : 1, classes = input.shape()[input.dim() - 1];
-  const std::int64_t rs = input.dim() == 2 ? input.strides()[0] : 0, cs = input.strides()[input.dim() - 1];
+void for_each_row(Runtime& rt, const Tensor& input, const cpu::ClassRows& rows,
+                  const std::int64_t* targets, std::int64_t ignore_index, double* losses,
+                  RowFn&& row_fn) {
+  const std::int64_t classes = rows.classes, cs = rows.class_stride;
   const std::int64_t grain = std::max<std::int64_t>(1, cpu::kGrainElements / std::max<std::int64_t>(classes, 1));
   dispatch_dtype(input.dtype(), [&](auto tag) {
     using T = decltype(tag);
     if constexpr (std::is_floating_point_v<T> || cpu::is_half_v<T>) {
       const T* base = reinterpret_cast<const T*>(detail::first_element(input));
-      rt.parallel_for(rows, grain, [&](std::int64_t begin, std::int64_t end) {
+      rt.parallel_for(rows.rows, grain, [&](std::int64_t begin, std::int64_t end) {
         for (std::int64_t i = begin; i < end; ++i) {
           const std::int64_t t = targets[i];
-          losses[i] = t == ignore_index ? 0.0 : row_fn(base + i * rs, cs, classes, t);
+          losses[i] = t == ignore_index ? 0.0 : row_fn(base + rows.offset(i), cs, classes, t);
         }
       });
     }
@@ -124,10 +131,10 @@ double cross_entropy_row(const T* x, std::int64_t cs, std::int64_t n, std::int64
 void finish(Tensor& out, const double* losses, std::int64_t rows, const std::int64_t* targets,
             std::int64_t ignore_index, Reduction reduction) {
   Runtime& rt = out.runtime();
-  if (reduction == Reduction::none) {
-    const Shape shape{rows};
-    const cpu::Operand dst{detail::first_element(out), out.dtype(), out.dim() == 0 ? Strides{0} : out.strides()};
-    cpu::copy_cast(rt, shape, dst, {reinterpret_cast<std::byte*>(const_cast<double*>(losses)), DType::f64, Strides{1}});
+  if (reduction == Reduction::none) {  // out has the targets' shape; losses are in its row-major order
+    const cpu::Operand src{reinterpret_cast<std::byte*>(const_cast<double*>(losses)), DType::f64,
+                           contiguous_strides(out.shape())};
+    cpu::copy_cast(rt, out.shape(), detail::operand(out), src);
     return;
   }
   double total = 0;
@@ -144,7 +151,8 @@ template <typename RowFn>
 void class_loss_kernel(Tensor& out, const Tensor& input, const Tensor& target, std::int64_t ignore_index,
                        Reduction reduction, RowFn&& row_fn) {
   Runtime& rt = input.runtime();
-  const std::int64_t rows = input.dim() == 2 ? input.shape()[0] : 1;
+  const cpu::ClassRows layout(input.shape(), input.strides());
+  const std::int64_t rows = layout.rows;
   ScratchLease<std::int64_t> target_scratch;
   const std::int64_t* targets = detail::index_values(target, target_scratch);
   // Small batches keep their row losses on the stack: no pool round trip.
@@ -156,7 +164,7 @@ void class_loss_kernel(Tensor& out, const Tensor& input, const Tensor& target, s
     lease = rt.pool().scratch<double>(static_cast<std::size_t>(rows));
     losses = lease.data();
   }
-  for_each_row(rt, input, targets, ignore_index, losses, row_fn);
+  for_each_row(rt, input, layout, targets, ignore_index, losses, row_fn);
   finish(out, losses, rows, targets, ignore_index, reduction);
 }
 

@@ -9,7 +9,12 @@
 
 namespace forge::optim {
 
-double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type) {
+// libtorch 1.13's rule: the gradients are multiplied by min(max_norm / (norm
+// + 1e-6), 1) whatever the norm, so an infinite norm multiplies them by 0
+// (finite entries become 0, infinite ones NaN) and a NaN norm makes them all
+// NaN; error_if_nonfinite refuses such a norm before touching anything.
+double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type,
+                       bool error_if_nonfinite) {
   const char* op = "clip_grad_norm_";
   FORGE_CHECK(max_norm >= 0, invalid_argument, op, "max_norm ", max_norm, " is negative");
   FORGE_CHECK(norm_type > 0, invalid_argument, op, "norm_type ", norm_type, " must be positive (or infinite)");
@@ -32,10 +37,12 @@ double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
     total = inf ? (part > total || std::isnan(part) ? part : total) : total + part;
   }
   const double norm = inf ? total : std::pow(total, 1 / norm_type);
-  if (std::isfinite(norm) && norm > max_norm) {
-    const double coef = max_norm / (norm + 1e-6);
+  FORGE_CHECK(std::isfinite(norm) || !error_if_nonfinite, invalid_argument, op,
+              "the total norm of order ", norm_type, " of the gradients is ", norm,
+              ", so it cannot be clipped; pass error_if_nonfinite = false to scale them by it anyway");
+  const double coef = max_norm / (norm + 1e-6);
+  if (!(coef >= 1.0))  // below 1, or NaN
     for (Tensor& g : grads) g.mul_(coef);
-  }
   return norm;
 }
 

@@ -1,10 +1,13 @@
 #include "forge/optim/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <set>
+#include <unordered_map>
 
 #include "core/internal.h"
 #include "core/tensor_internal.h"
@@ -48,6 +51,41 @@ std::string state_key(std::size_t param, const std::string& slot) {
   return "state." + std::to_string(param) + "." + slot;
 }
 
+// A step updates each entry in place, so two entries that share bytes would
+// be updated twice per step (or each with the other's gradient): refuse a
+// parameter listed twice and views whose bytes meet. Parameters are
+// contiguous, each holding bytes [offset, offset + nbytes) of its buffer;
+// sorted by (buffer, first byte), disjoint spans each end before the next begins.
+void check_disjoint(const char* op, const std::vector<Tensor>& params) {
+  std::unordered_map<const TensorImpl*, std::size_t> seen;
+  struct Span {
+    const Buffer* buffer;
+    std::size_t begin, end, index;
+  };
+  std::vector<Span> spans;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const Tensor& p = params[i];
+    const auto [at, fresh] = seen.emplace(p.impl(), i);
+    FORGE_CHECK(fresh, invalid_argument, op, "parameter ", i, " is parameter ", at->second,
+                " listed again; list each parameter once");
+    const std::size_t begin = static_cast<std::size_t>(p.offset()) * p.element_size();
+    if (p.nbytes() > 0) spans.push_back({p.buffer().get(), begin, begin + p.nbytes(), i});
+  }
+  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) {
+    if (a.buffer != b.buffer) return std::less<const Buffer*>()(a.buffer, b.buffer);
+    return a.begin < b.begin;
+  });
+  for (std::size_t k = 1; k < spans.size(); ++k) {
+    const Span &prev = spans[k - 1], &cur = spans[k];
+    if (prev.buffer != cur.buffer || cur.begin >= prev.end) continue;
+    const Span &first = prev.index < cur.index ? prev : cur,
+               &second = prev.index < cur.index ? cur : prev;
+    FORGE_FAIL(invalid_argument, op, "parameters ", first.index, " and ", second.index,
+               " overlap in memory (bytes [", first.begin, ", ", first.end, ") and [", second.begin,
+               ", ", second.end, ") of one buffer); a step would update the shared elements twice");
+  }
+}
+
 }  // namespace
 
 Optimizer::Optimizer(std::vector<Tensor> params, std::string name) : params_(std::move(params)), name_(std::move(name)) {
@@ -65,6 +103,7 @@ Optimizer::Optimizer(std::vector<Tensor> params, std::string name) : params_(std
     FORGE_CHECK(p.requires_grad() && p.is_leaf(), invalid_argument, op, "parameter ", i,
                 " must be a leaf that requires grad");
   }
+  check_disjoint(op, params_);
   param_steps_.assign(params_.size(), 0);
 }
 

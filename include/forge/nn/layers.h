@@ -62,13 +62,21 @@ class Conv2d : public Module {
   Conv2dOptions options_;
 };
 
-// A lookup table [num_embeddings, dim] initialized from N(0, 1); forward takes integer indices.
+// A lookup table [num_embeddings, dim] initialized from N(0, 1); forward takes
+// integer indices. As in libtorch, row padding_idx (negative counts from the
+// end) starts at zeros and gets no gradient.
 class Embedding : public Module {
  public:
-  Embedding(ExecContext& ctx, std::int64_t num_embeddings, std::int64_t embedding_dim);
+  Embedding(ExecContext& ctx, std::int64_t num_embeddings, std::int64_t embedding_dim,
+            std::optional<std::int64_t> padding_idx = std::nullopt);
   Tensor forward(const Tensor& indices) override;
   const char* type_name() const override { return "Embedding"; }
   const Tensor& weight() const { return parameter("weight"); }
+  // The padding row, in [0, num_embeddings), if any.
+  std::optional<std::int64_t> padding_idx() const { return padding_idx_; }
+
+ private:
+  std::optional<std::int64_t> padding_idx_;
 };
 
 // Normalizes over the trailing normalized_shape; weight ones, bias zeros.

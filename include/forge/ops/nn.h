@@ -34,8 +34,11 @@ Tensor& rms_norm_into(Tensor& out, const Tensor& x, const Shape& normalized_shap
                       std::optional<double> eps = std::nullopt);
 
 // ---- indexing ----
-// The rows of weight [V, D] named by indices (any shape): [..., D].
-Tensor embedding(const Tensor& weight, const Tensor& indices);
+// The rows of weight [V, D] named by indices (any shape): [..., D]. Row
+// padding_idx (in [-V, V); negative counts from the end) is looked up as any
+// other but gets no gradient, as in libtorch.
+Tensor embedding(const Tensor& weight, const Tensor& indices,
+                 std::optional<std::int64_t> padding_idx = std::nullopt);
 // x's entries at index [n] along dim.
 Tensor index_select(const Tensor& x, std::int64_t dim, const Tensor& index);
 // out[i][j][k] = x[index[i][j][k]][j][k] for dim 0, and so on; index has x's rank.
@@ -58,9 +61,13 @@ struct CrossEntropyOptions {
   std::int64_t ignore_index = -100;  // targets equal to it add nothing and do not count in the mean
   double label_smoothing = 0.0;      // in [0, 1]
 };
-// logits [N, C] (or [C]) with class-index targets [N] (or []).
+// logits [N, C], [C] or [N, C, d1, ..., dk] with class-index targets [N], []
+// or [N, d1, ..., dk]: the classes are dim 1, as in libtorch (a transformer's
+// [B, T, V] logits go in as logits.transpose(1, 2), a view). reduction none
+// gives the targets' shape; mean averages over the counted targets.
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& options = {});
-// log_probs [N, C] with class-index targets [N].
+// log_probs [N, C], [C] or [N, C, d1, ..., dk] with class-index targets as
+// cross_entropy's.
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, Reduction reduction = Reduction::mean,
                 std::int64_t ignore_index = -100);
 // (a - b)^2; a and b broadcast.

@@ -11,10 +11,14 @@ namespace forge::optim {
 inline constexpr double kInfNorm = std::numeric_limits<double>::infinity();
 
 // The norm of all the parameters' gradients taken together, as one vector
-// (norm_type p > 0, or kInfNorm for the largest magnitude); parameters without
-// a .grad are skipped. When it exceeds max_norm, every gradient is multiplied
-// in place by max_norm / (norm + 1e-6) (as libtorch). A non-finite norm is
-// returned and the gradients are left as they are. Returns the norm before clipping.
-double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type = 2.0);
+// (norm_type p > 0, or kInfNorm for the largest magnitude; summed in f64);
+// parameters without a .grad are skipped. As libtorch 1.13, every gradient is
+// then multiplied in place by min(max_norm / (norm + 1e-6), 1): an infinite
+// norm zeroes the finite entries and turns infinite ones into NaN, a NaN norm
+// makes every entry NaN. With error_if_nonfinite, a non-finite norm is
+// invalid_argument instead and no gradient changes. Returns the norm before
+// clipping (0 when no parameter has a .grad).
+double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type = 2.0,
+                       bool error_if_nonfinite = false);
 
 }  // namespace forge::optim

@@ -50,7 +50,10 @@ class Optimizer {
 
  protected:
   // params: a non-empty list of contiguous f32/f64 CPU leaves that require
-  // grad, all of one context. `name` prefixes every error.
+  // grad, all of one context, no two sharing a byte (a parameter listed twice,
+  // or views of one buffer whose elements meet, is invalid_argument naming
+  // both indices: a step would update the shared elements twice). `name`
+  // prefixes every error.
   Optimizer(std::vector<Tensor> params, std::string name);
 
   // Allocates zeroed state tensors named `slots` for every parameter (once,

@@ -15,12 +15,15 @@ namespace {
 
 Tensor mT(const Tensor& t) { return t.transpose(-2, -1); }
 
-// t [..., c] as rows [numel / c, c] (t itself when 2-D, else a view when
-// t's layout allows it).
+// t [..., c] as rows [product of the leading dims, c] (t itself when 2-D,
+// else a view when t's layout allows it). The row count is the product of
+// the leading dims, not numel / c: with c == 0 the rows still number
+// [2, 3, 0] -> [6, 0], and a gradient contracted over them keeps its shape.
 Tensor as_rows(const Tensor& t) {
   if (t.dim() == 2) return t;
-  const std::int64_t c = t.shape().back();
-  return t.reshape(Shape{c == 0 ? 0 : t.numel() / c, c});
+  std::int64_t rows = 1;
+  for (int d = 0; d + 1 < t.dim(); ++d) rows *= t.shape()[d];
+  return t.reshape(Shape{rows, t.shape().back()});
 }
 
 // The gradient of b [..., k, n] in a [..., m, k] @ b: a^T @ g, as one GEMM

@@ -1,7 +1,11 @@
 // VJPs of the losses: one short function per op (see record.h). The class
-// losses run one fused pass over the rows (backend/cpu/nn_backward_kernels.h):
+// losses run one fused pass over the rows of [C], [N, C] or [N, C, d1, ...]
+// inputs (backend/cpu/nn_backward_kernels.h):
 // cross_entropy's gradient (softmax - smoothed one-hot) * scale is written
 // without materializing the softmax or the target distribution.
+
+#include <algorithm>
+#include <vector>
 
 #include "autograd/record.h"
 #include "autograd/rules/nn.h"
@@ -13,32 +17,58 @@
 namespace forge::autograd::rules {
 namespace {
 
-// The gradient of a class loss over an input of `shape` ([N, C] or [C]) and
-// `dtype`: the kernel fills a packed tensor in f32 (f64 for f64) and Vjp::set
-// casts back. input: the logits (cross_entropy) or undefined (nll_loss).
+// A dense tensor of x's shape laid out in x's memory order (its dims from
+// the largest stride to the smallest), so that cross_entropy's gradient of
+// [B, V, T] logits viewed from [B, T, V] is written, and flows back, as
+// packed [B, T, V] rows. Packed when x overlaps itself or has gaps.
+Tensor like_layout(const Tensor& x, DType dtype) {
+  Runtime& rt = x.runtime();
+  if (x.is_contiguous() || x.numel() == 0)
+    return detail::allocate(rt, x.shape(), dtype, "backward");
+  std::vector<int> order(static_cast<std::size_t>(x.dim()));  // x's dims, outermost in memory first
+  for (int d = 0; d < x.dim(); ++d) order[static_cast<std::size_t>(d)] = d;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int a, int b) { return x.strides()[a] > x.strides()[b]; });
+  Shape permuted;
+  for (int d : order) permuted.push_back(x.shape()[d]);
+  const Strides packed = contiguous_strides(permuted);
+  Dims back = Dims::filled(x.dim(), 0);  // permuted dim k is x's dim order[k]
+  for (int k = 0; k < x.dim(); ++k) {
+    const int d = order[static_cast<std::size_t>(k)];
+    if (x.shape()[d] != 1 && x.strides()[d] != packed[k])
+      return detail::allocate(rt, x.shape(), dtype, "backward");
+    back[d] = k;
+  }
+  return detail::allocate(rt, permuted, dtype, "backward").permute(back);
+}
+
+// The gradient of a class loss over an input of `shape` ([C], [N, C] or [N,
+// C, d1, ...]) and `dtype`: the kernel fills it in f32 (f64 for f64) and
+// Vjp::set casts back. input: the logits (cross_entropy; the gradient takes
+// their layout) or undefined (nll_loss; packed).
 template <typename Kernel>
 Tensor class_loss_grad(const Shape& shape, DType dtype, const Tensor& input, const Tensor& target, const Tensor& grad,
                        Reduction reduction, std::int64_t ignore_index, double smoothing, Kernel&& kernel) {
   const DType cd = dtype == DType::f64 ? DType::f64 : DType::f32;
   const Tensor x = input.defined() ? input.to(cd) : Tensor();
-  const Tensor g = grad.to(cd);
-  Tensor dx = detail::allocate(grad.runtime(), shape, cd, "backward");
+  // Per-row gradients (reduction none) in the targets' row-major order.
+  const Tensor g = reduction == Reduction::none ? grad.to(cd).contiguous() : grad.to(cd);
+  Tensor dx =
+      x.defined() ? like_layout(x, cd) : detail::allocate(grad.runtime(), shape, cd, "backward");
   detail::adopt_output(dx);
   ScratchLease<std::int64_t> scratch;
   cpu::ClassLossBackward p;
   p.dtype = cd;
-  p.rows = shape.rank() == 2 ? shape[0] : 1;
-  p.classes = shape.back();
+  p.dx_rows = cpu::ClassRows(dx.shape(), dx.strides());
   if (x.defined()) {
-    p.rs = x.dim() == 2 ? x.strides()[0] : 0;
-    p.cs = x.strides().back();
+    p.x_rows = cpu::ClassRows(x.shape(), x.strides());
     p.x = detail::first_element(x);
   }
   p.targets = detail::index_values(target, scratch);
   p.ignore_index = ignore_index;
   p.label_smoothing = smoothing;
   p.g = detail::first_element(g);
-  p.g_stride = reduction == Reduction::none && g.dim() == 1 ? g.strides()[0] : 0;
+  p.g_stride = reduction == Reduction::none && g.dim() > 0 ? 1 : 0;
   p.mean = reduction == Reduction::mean;
   p.dx = detail::first_element(dx);
   if (dx.numel() > 0) kernel(grad.runtime(), p);

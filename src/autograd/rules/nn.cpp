@@ -138,14 +138,18 @@ void rms_norm(const Tensor& out, const Tensor& x, const Shape& normalized_shape,
          [normalized_shape, eps](Vjp& v) { norm_grad(v, normalized_shape, eps, true); });
 }
 
-// The weight's gradient adds each output row into the row it was read from.
-void embedding(const Tensor& out, const Tensor& weight, const Tensor& indices) {
-  record(out, "embedding", inputs(weight), saves(indices), [](Vjp& v) {
+// The weight's gradient adds each output row into the row it was read from;
+// the padding row's stays zero (libtorch).
+void embedding(const Tensor& out, const Tensor& weight, const Tensor& indices,
+               std::int64_t padding_row) {
+  record(out, "embedding", inputs(weight), saves(indices), [padding_row](Vjp& v) {
     const Shape& ws = v.input_shape(0);
     const Tensor& g = v.grad();
     const Tensor rows = g.reshape(Shape{v.saved(0).numel(), ws[1]});
     const Tensor index = v.saved(0).reshape(Shape{rows.shape()[0], 1}).expand(rows.shape());
-    v.set(0, forge::scatter_add(zeros_like_shape(g, ws, g.dtype()), 0, index, rows));
+    Tensor gw = forge::scatter_add(zeros_like_shape(g, ws, g.dtype()), 0, index, rows);
+    if (padding_row >= 0) gw.select(0, padding_row).zero_();
+    v.set(0, gw);
   });
 }
 

@@ -11,6 +11,7 @@
 
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/reduce_kernels.h"
+#include "backend/cpu/row_moments.h"
 #include "forge/buffer_pool.h"
 
 namespace forge::cpu {
@@ -55,19 +56,14 @@ void norm_row(const NormBackward& p, std::int64_t r, double* dw, double* db) {
   const T* x = reinterpret_cast<const T*>(p.x) + r * n;
   const T* g = reinterpret_cast<const T*>(p.g) + r * n;
   const T* w = reinterpret_cast<const T*>(p.w);
-  double mean = 0, var = 0;
-  if (!p.rms) {
-    for (std::int64_t j = 0; j < n; ++j) mean += x[j];
-    mean /= static_cast<double>(n);
-  }
-  for (std::int64_t j = 0; j < n; ++j) {
-    const double d = x[j] - mean;
-    var += d * d;
-  }
-  const double rstd = 1.0 / std::sqrt(var / static_cast<double>(n) + p.eps);
+  // Statistics of x * scale (scale 1 unless an f64 row overflows them):
+  // xhat = (x * scale - mean) * rstd, and 1/std of x itself is scale * rstd.
+  const RowMoments m = safe_row_moments(x, n, !p.rms);
+  const double scale = m.scale, mean = m.mean;
+  const double rstd = 1.0 / std::sqrt(m.var + p.eps * scale * scale);
   double sum_gy = 0, sum_gyx = 0;
   for (std::int64_t j = 0; j < n; ++j) {
-    const double xhat = (x[j] - mean) * rstd;
+    const double xhat = (x[j] * scale - mean) * rstd;
     const double gy = w ? static_cast<double>(g[j]) * w[j] : static_cast<double>(g[j]);
     sum_gy += gy;
     sum_gyx += gy * xhat;
@@ -78,9 +74,9 @@ void norm_row(const NormBackward& p, std::int64_t r, double* dw, double* db) {
   const double a = p.rms ? 0.0 : sum_gy / static_cast<double>(n), b = sum_gyx / static_cast<double>(n);
   T* dx = reinterpret_cast<T*>(p.dx) + r * n;
   for (std::int64_t j = 0; j < n; ++j) {
-    const double xhat = (x[j] - mean) * rstd;
+    const double xhat = (x[j] * scale - mean) * rstd;
     const double gy = w ? static_cast<double>(g[j]) * w[j] : static_cast<double>(g[j]);
-    dx[j] = static_cast<T>(rstd * (gy - a - xhat * b));
+    dx[j] = static_cast<T>(scale * rstd * (gy - a - xhat * b));
   }
 }
 
@@ -132,35 +128,43 @@ double loss_scale(const ClassLossBackward& p, std::int64_t i, double inv_count) 
 double inverse_count(const ClassLossBackward& p) {
   if (!p.mean) return 1.0;
   std::int64_t counted = 0;
-  for (std::int64_t i = 0; i < p.rows; ++i) counted += p.targets[i] != p.ignore_index;
+  for (std::int64_t i = 0; i < p.dx_rows.rows; ++i) counted += p.targets[i] != p.ignore_index;
   return 1.0 / static_cast<double>(counted);  // no counted rows: inf, as the forward's 0 / 0
+}
+
+// One row of cross_entropy's gradient into d (class stride ds: an
+// std::integral_constant 1 for the packed case, so it compiles as such).
+template <typename T, typename Stride>
+void cross_entropy_row(const ClassLossBackward& p, std::int64_t i, double inv, T* d, Stride ds) {
+  const std::int64_t C = p.dx_rows.classes, t = p.targets[i];
+  if (t == p.ignore_index) {
+    for (std::int64_t j = 0; j < C; ++j) d[j * ds] = T{0};
+    return;
+  }
+  const T* x = reinterpret_cast<const T*>(p.x) + p.x_rows.offset(i);
+  const std::int64_t cs = p.x_rows.class_stride;
+  T m = -std::numeric_limits<T>::infinity();
+  for (std::int64_t j = 0; j < C; ++j) m = std::max(m, x[j * cs]);
+  double s = 0;
+  for (std::int64_t j = 0; j < C; ++j) {
+    d[j * ds] = exp_t(static_cast<T>(x[j * cs] - m));
+    s += d[j * ds];
+  }
+  const double scale = loss_scale<T>(p, i, inv), ls = p.label_smoothing;
+  const T a = static_cast<T>(scale / s), b = static_cast<T>(scale * ls / static_cast<double>(C));
+  for (std::int64_t j = 0; j < C; ++j) d[j * ds] = d[j * ds] * a - b;
+  d[t * ds] -= static_cast<T>(scale * (1.0 - ls));
 }
 
 template <typename T>
 void cross_entropy_typed(Runtime& rt, const ClassLossBackward& p) {
   const double inv = inverse_count(p);
-  const std::int64_t C = p.classes;
-  const double ls = p.label_smoothing;
-  rt.parallel_for(p.rows, row_grain(C), [&](std::int64_t begin, std::int64_t end) {
+  const ClassRows& r = p.dx_rows;
+  rt.parallel_for(r.rows, row_grain(r.classes), [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t i = begin; i < end; ++i) {
-      T* d = reinterpret_cast<T*>(p.dx) + i * C;
-      const std::int64_t t = p.targets[i];
-      if (t == p.ignore_index) {
-        std::fill(d, d + C, T{0});
-        continue;
-      }
-      const T* x = reinterpret_cast<const T*>(p.x) + i * p.rs;
-      T m = -std::numeric_limits<T>::infinity();
-      for (std::int64_t j = 0; j < C; ++j) m = std::max(m, x[j * p.cs]);
-      double s = 0;
-      for (std::int64_t j = 0; j < C; ++j) {
-        d[j] = exp_t(static_cast<T>(x[j * p.cs] - m));
-        s += d[j];
-      }
-      const double scale = loss_scale<T>(p, i, inv);
-      const T a = static_cast<T>(scale / s), b = static_cast<T>(scale * ls / static_cast<double>(C));
-      for (std::int64_t j = 0; j < C; ++j) d[j] = d[j] * a - b;
-      d[t] -= static_cast<T>(scale * (1.0 - ls));
+      T* d = reinterpret_cast<T*>(p.dx) + r.offset(i);
+      if (r.class_stride == 1) cross_entropy_row(p, i, inv, d, std::integral_constant<std::int64_t, 1>{});
+      else cross_entropy_row(p, i, inv, d, r.class_stride);
     }
   });
 }
@@ -168,15 +172,36 @@ void cross_entropy_typed(Runtime& rt, const ClassLossBackward& p) {
 template <typename T>
 void nll_loss_typed(const ClassLossBackward& p) {
   const double inv = inverse_count(p);
+  const ClassRows& r = p.dx_rows;
   T* d = reinterpret_cast<T*>(p.dx);
-  std::fill(d, d + p.rows * p.classes, T{0});
-  for (std::int64_t i = 0; i < p.rows; ++i) {
+  std::fill(d, d + r.rows * r.classes, T{0});
+  for (std::int64_t i = 0; i < r.rows; ++i) {
     const std::int64_t t = p.targets[i];
-    if (t != p.ignore_index) d[i * p.classes + t] = static_cast<T>(-loss_scale<T>(p, i, inv));
+    if (t != p.ignore_index)
+      d[r.offset(i) + t * r.class_stride] = static_cast<T>(-loss_scale<T>(p, i, inv));
   }
 }
 
 }  // namespace
+
+ClassRows::ClassRows(const Shape& shape, const Strides& strides) {
+  const int class_dim = shape.rank() == 1 ? 0 : 1;
+  classes = shape[class_dim];
+  class_stride = strides[class_dim];
+  for (int d = 0; d < shape.rank(); ++d) {
+    if (d == class_dim) continue;
+    rows *= shape[d];
+    if (shape[d] == 1) continue;
+    if (rank > 0 && stride[rank - 1] == strides[d] * shape[d]) {  // merges with the dim before
+      size[rank - 1] *= shape[d];
+      stride[rank - 1] = strides[d];
+    } else {
+      size[rank] = shape[d];
+      stride[rank] = strides[d];
+      ++rank;
+    }
+  }
+}
 
 void softmax_backward(Runtime& rt, DType dtype, std::int64_t rows, std::int64_t n, const std::byte* y,
                       const std::byte* g, std::byte* dx, bool log) {

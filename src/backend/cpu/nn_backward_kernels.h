@@ -36,15 +36,41 @@ struct NormBackward {
 };
 void norm_backward(Runtime& rt, const NormBackward& p);
 
-// The gradient of cross_entropy or nll_loss with respect to its [rows, classes]
-// input (read through row stride rs and column stride cs), written packed
-// into dx. Row i's output gradient is g[i * g_stride] (g_stride 0: one value
-// for all rows), divided by the number of rows not ignored when `mean`.
-// cross_entropy: (softmax(x_i) - q_i) * scale with q_i the target one-hot
-// smoothed by label_smoothing; nll_loss: -scale at the target class.
+// The rows of a class loss's input [C], [N, C] or [N, C, d1, ..., dk]: every
+// index but the class dim's, in row-major order (one row, N rows, or
+// N * d1 * ... * dk rows, matching the target's elements), and where each
+// starts. Row dims that are contiguous with each other are merged, so a
+// packed [N, C] or a [B, V, T] view of [B, T, V] logits walks one row
+// stride. Also the forward's (ops/loss.cpp) map of its input.
+struct ClassRows {
+  std::int64_t rows = 1, classes = 0, class_stride = 0;
+  int rank = 0;  // row dims after merging
+  std::int64_t size[kMaxRank] = {}, stride[kMaxRank] = {};
+
+  ClassRows() = default;
+  ClassRows(const Shape& shape, const Strides& strides);
+  // Element offset of row i's first class.
+  std::int64_t offset(std::int64_t i) const noexcept {
+    if (rank == 1) return i * stride[0];
+    std::int64_t off = 0;
+    for (int d = rank - 1; d >= 0; --d) {
+      off += i % size[d] * stride[d];
+      i /= size[d];
+    }
+    return off;
+  }
+};
+
+// The gradient of cross_entropy or nll_loss with respect to its input (x,
+// laid out as x_rows), written into dx (laid out as dx_rows). Row i's output
+// gradient is g[i * g_stride] (g_stride 0: one value for all rows), divided
+// by the number of rows not ignored when `mean`. cross_entropy: (softmax(x_i)
+// - q_i) * scale with q_i the target one-hot smoothed by label_smoothing;
+// nll_loss: -scale at the target class, zeros elsewhere (dx is dense: all of
+// its dx_rows.rows * classes elements from dx on are its own).
 struct ClassLossBackward {
   DType dtype = DType::f32;
-  std::int64_t rows = 0, classes = 0, rs = 0, cs = 1;
+  ClassRows x_rows, dx_rows;
   const std::byte* x = nullptr;  // unused by nll_loss
   const std::int64_t* targets = nullptr;
   std::int64_t ignore_index = -100;

@@ -3,7 +3,8 @@
 //   later passes find it in L1. softmax: max, then exp(x - max) written and
 //   summed, then scaled; layer_norm: mean, then the mean squared deviation
 //   (two passes, f32 lanes folded into f64 every kStatBlock elements), then
-//   the write.
+//   the write. A row whose statistics overflow there takes an f64 path
+//   instead (Note [Statistics of huge rows], row_moments.h).
 // - softmax over a non-last axis works on [outer, n, inner]: a tile of inner
 //   positions keeps its running max and sum while walking the n rows.
 // - f16/bf16 rows are widened into f32 scratch, computed, and narrowed back;
@@ -18,6 +19,7 @@
 
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/reduce_kernels.h"
+#include "backend/cpu/row_moments.h"
 #include "forge/buffer_pool.h"
 
 namespace forge::cpu {
@@ -130,10 +132,29 @@ void softmax_row(const C* x, C* y, std::int64_t n, bool log) {
   row_map(y, y, n, [inv](auto v, std::int64_t) { return v * inv; });
 }
 
+// A layer_norm (centred) or rms_norm row in f64, scaled so that nothing
+// overflows (Note [Statistics of huge rows]); rare, so plain loops.
+template <typename C>
+void norm_row_f64(const C* x, C* y, std::int64_t n, const C* w, const C* b, double eps,
+                  bool centred) {
+  const RowMoments m = safe_row_moments(x, n, centred);
+  const double rstd = 1.0 / std::sqrt(m.var + eps * m.scale * m.scale);
+  for (std::int64_t i = 0; i < n; ++i) {
+    double v = (static_cast<double>(x[i]) * m.scale - m.mean) * rstd;
+    if (w) v *= static_cast<double>(w[i]);
+    if (b) v += static_cast<double>(b[i]);
+    y[i] = static_cast<C>(v);
+  }
+}
+
 template <typename C>
 void layer_norm_row(const C* x, C* y, std::int64_t n, const C* w, const C* b, double eps) {
-  const C mean = static_cast<C>(row_sum(x, n, [](auto v) { return v; }) / static_cast<double>(n));
-  const double var = row_sum(x, n, [mean](auto v) { return (v - mean) * (v - mean); }) / static_cast<double>(n);
+  const double mean_sum = row_sum(x, n, [](auto v) { return v; });
+  if (!std::isfinite(mean_sum)) return norm_row_f64(x, y, n, w, b, eps, true);
+  const C mean = static_cast<C>(mean_sum / static_cast<double>(n));
+  const double var =
+      row_sum(x, n, [mean](auto v) { return (v - mean) * (v - mean); }) / static_cast<double>(n);
+  if (!std::isfinite(var)) return norm_row_f64(x, y, n, w, b, eps, true);
   const C rstd = static_cast<C>(1.0 / std::sqrt(var + eps));
   if (w && b) {
     row_map(x, y, n, [=](auto v, std::int64_t i) {
@@ -152,6 +173,8 @@ void layer_norm_row(const C* x, C* y, std::int64_t n, const C* w, const C* b, do
 template <typename C>
 void rms_norm_row(const C* x, C* y, std::int64_t n, const C* w, double eps) {
   const double ms = row_sum(x, n, [](auto v) { return v * v; }) / static_cast<double>(n);
+  if (!std::isfinite(ms))
+    return norm_row_f64(x, y, n, w, static_cast<const C*>(nullptr), eps, false);
   const C rstd = static_cast<C>(1.0 / std::sqrt(ms + eps));
   if (w) row_map(x, y, n, [=](auto v, std::int64_t i) { return v * rstd * at<decltype(v)>(w, i); });
   else row_map(x, y, n, [=](auto v, std::int64_t) { return v * rstd; });
