@@ -305,12 +305,15 @@ struct Model {
   void reset() { net->zero_grad(); }
 };
 
+// Backward is the last call that may fail: one that fails after a
+// successful backward would leave its .grad behind by contract.
 Results train_step(ExecContext&, Model& m) {
   m.net->zero_grad();
+  const std::vector<Tensor> params = m.net->parameters();
   const Tensor loss = forge::cross_entropy((*m.net)(m.x), m.y);
-  loss.backward();
   Results out{loss.detach()};
-  for (const Tensor& p : m.net->parameters()) out.push_back(p.grad());
+  loss.backward();
+  for (const Tensor& p : params) out.push_back(p.grad());
   return out;
 }
 

@@ -272,7 +272,7 @@ void one_hot_kernel(Tensor& out, const Tensor& indices) {
 }  // namespace
 
 Tensor embedding(const Tensor& weight, const Tensor& indices,
-                 std::optional<std::int64_t> padding_idx) {
+                 std::optional<std::int64_t> padding_idx) try {
   const char* op = "embedding";
   check_pair(op, weight, "weight", indices, "indices");
   const Shape shape = embedding_shape(op, weight, indices);
@@ -282,9 +282,9 @@ Tensor embedding(const Tensor& weight, const Tensor& indices,
   detail::adopt_output(out);
   FORGE_RECORD(embedding, out, weight, indices, padding);
   return out;
-}
+} FORGE_CATCH_OOM("embedding")
 
-Tensor& embedding_into(Tensor& out, const Tensor& weight, const Tensor& indices) {
+Tensor& embedding_into(Tensor& out, const Tensor& weight, const Tensor& indices) try {
   const char* op = "embedding_into";
   check_pair(op, weight, "weight", indices, "indices");
   check_into_target(op, out, weight);
@@ -294,9 +294,9 @@ Tensor& embedding_into(Tensor& out, const Tensor& weight, const Tensor& indices)
   embedding_kernel(out, weight, indices);
   out.buffer()->bump_version();
   return out;
-}
+} FORGE_CATCH_OOM("embedding_into")
 
-Tensor index_select(const Tensor& x, std::int64_t dim, const Tensor& index) {
+Tensor index_select(const Tensor& x, std::int64_t dim, const Tensor& index) try {
   const char* op = "index_select";
   check_pair(op, x, "x", index, "index");
   const Selection sel = index_select_shape(op, x, dim, index);
@@ -305,9 +305,9 @@ Tensor index_select(const Tensor& x, std::int64_t dim, const Tensor& index) {
   detail::adopt_output(out);
   FORGE_RECORD(index_select, out, x, dim, index);
   return out;
-}
+} FORGE_CATCH_OOM("index_select")
 
-Tensor& index_select_into(Tensor& out, const Tensor& x, std::int64_t dim, const Tensor& index) {
+Tensor& index_select_into(Tensor& out, const Tensor& x, std::int64_t dim, const Tensor& index) try {
   const char* op = "index_select_into";
   check_pair(op, x, "x", index, "index");
   check_into_target(op, out, x);
@@ -318,9 +318,9 @@ Tensor& index_select_into(Tensor& out, const Tensor& x, std::int64_t dim, const 
   index_select_kernel(out, x, sel.dim, index);
   out.buffer()->bump_version();
   return out;
-}
+} FORGE_CATCH_OOM("index_select_into")
 
-Tensor gather(const Tensor& x, std::int64_t dim, const Tensor& index) {
+Tensor gather(const Tensor& x, std::int64_t dim, const Tensor& index) try {
   const char* op = "gather";
   check_pair(op, x, "x", index, "index");
   const int d = gather_dim(op, x, dim, index);
@@ -329,9 +329,9 @@ Tensor gather(const Tensor& x, std::int64_t dim, const Tensor& index) {
   detail::adopt_output(out);
   FORGE_RECORD(gather, out, x, d, index);
   return out;
-}
+} FORGE_CATCH_OOM("gather")
 
-Tensor& gather_into(Tensor& out, const Tensor& x, std::int64_t dim, const Tensor& index) {
+Tensor& gather_into(Tensor& out, const Tensor& x, std::int64_t dim, const Tensor& index) try {
   const char* op = "gather_into";
   check_pair(op, x, "x", index, "index");
   check_into_target(op, out, x);
@@ -342,9 +342,9 @@ Tensor& gather_into(Tensor& out, const Tensor& x, std::int64_t dim, const Tensor
   gather_kernel(out, x, d, index);
   out.buffer()->bump_version();
   return out;
-}
+} FORGE_CATCH_OOM("gather_into")
 
-Tensor scatter_add(const Tensor& x, std::int64_t dim, const Tensor& index, const Tensor& src) {
+Tensor scatter_add(const Tensor& x, std::int64_t dim, const Tensor& index, const Tensor& src) try {
   const char* op = "scatter_add";
   check_pair(op, x, "x", index, "index");
   check_pair(op, x, "x", src, "src");
@@ -354,9 +354,9 @@ Tensor scatter_add(const Tensor& x, std::int64_t dim, const Tensor& index, const
   detail::adopt_output(out);
   FORGE_RECORD(scatter_add, out, x, d, index, src);
   return out;
-}
+} FORGE_CATCH_OOM("scatter_add")
 
-Tensor& scatter_add_into(Tensor& out, const Tensor& x, std::int64_t dim, const Tensor& index, const Tensor& src) {
+Tensor& scatter_add_into(Tensor& out, const Tensor& x, std::int64_t dim, const Tensor& index, const Tensor& src) try {
   const char* op = "scatter_add_into";
   check_pair(op, x, "x", index, "index");
   check_pair(op, x, "x", src, "src");
@@ -369,9 +369,9 @@ Tensor& scatter_add_into(Tensor& out, const Tensor& x, std::int64_t dim, const T
   scatter_add_kernel(out, x, d, index, src);
   out.buffer()->bump_version();
   return out;
-}
+} FORGE_CATCH_OOM("scatter_add_into")
 
-Tensor one_hot(const Tensor& indices, std::int64_t num_classes) {
+Tensor one_hot(const Tensor& indices, std::int64_t num_classes) try {
   const char* op = "one_hot";
   detail::check_input(op, indices, "indices");
   const std::int64_t classes = one_hot_classes(op, indices, num_classes);
@@ -381,9 +381,9 @@ Tensor one_hot(const Tensor& indices, std::int64_t num_classes) {
   one_hot_kernel(out, indices);
   detail::adopt_output(out);
   return out;
-}
+} FORGE_CATCH_OOM("one_hot")
 
-Tensor& one_hot_into(Tensor& out, const Tensor& indices, std::int64_t num_classes) {
+Tensor& one_hot_into(Tensor& out, const Tensor& indices, std::int64_t num_classes) try {
   const char* op = "one_hot_into";
   detail::check_input(op, indices, "indices");
   check_into_target(op, out, indices);
@@ -395,7 +395,7 @@ Tensor& one_hot_into(Tensor& out, const Tensor& indices, std::int64_t num_classe
   one_hot_kernel(out, indices);
   out.buffer()->bump_version();
   return out;
-}
+} FORGE_CATCH_OOM("one_hot_into")
 
 Tensor Tensor::index_select(std::int64_t dim, const Tensor& index) const { return forge::index_select(*this, dim, index); }
 Tensor Tensor::gather(std::int64_t dim, const Tensor& index) const { return forge::gather(*this, dim, index); }

@@ -205,40 +205,40 @@ Plan plan_dot(const char* op, const Tensor& a, const Tensor& b) {
 
 // Each op records itself when autograd needs it (FORGE_RECORD; the rules are
 // in src/autograd/rules/linalg.cpp). The _into forms do not record.
-Tensor matmul(const Tensor& a, const Tensor& b) {
+Tensor matmul(const Tensor& a, const Tensor& b) try {
   check_operands("matmul", a, "a", b, "b");
   Plan pl = plan_matmul("matmul", a, b);
   Tensor out = run("matmul", pl, a);
   FORGE_RECORD(matmul, out, a, b);
   return out;
-}
+} FORGE_CATCH_OOM("matmul")
 
-Tensor mm(const Tensor& a, const Tensor& b) {
+Tensor mm(const Tensor& a, const Tensor& b) try {
   check_operands("mm", a, "a", b, "b");
   Plan pl = plan_mm("mm", a, b);
   Tensor out = run("mm", pl, a);
   FORGE_RECORD(mm, out, a, b);
   return out;
-}
+} FORGE_CATCH_OOM("mm")
 
-Tensor bmm(const Tensor& a, const Tensor& b) {
+Tensor bmm(const Tensor& a, const Tensor& b) try {
   check_operands("bmm", a, "a", b, "b");
   Plan pl = plan_bmm("bmm", a, b);
   Tensor out = run("bmm", pl, a);
   FORGE_RECORD(bmm, out, a, b);
   return out;
-}
+} FORGE_CATCH_OOM("bmm")
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) try {
   check_operands("linear", x, "x", weight, "weight");
   check_bias("linear", bias, x);
   Plan pl = plan_linear("linear", x, weight, bias);
   Tensor out = run("linear", pl, x);
   FORGE_RECORD(linear, out, x, weight, bias);
   return out;
-}
+} FORGE_CATCH_OOM("linear")
 
-Tensor addmm(const Tensor& bias, const Tensor& a, const Tensor& b, Scalar beta, Scalar alpha) {
+Tensor addmm(const Tensor& bias, const Tensor& a, const Tensor& b, Scalar beta, Scalar alpha) try {
   check_operands("addmm", a, "a", b, "b");
   detail::check_input("addmm", bias, "bias");
   check_bias("addmm", bias, a);
@@ -246,75 +246,75 @@ Tensor addmm(const Tensor& bias, const Tensor& a, const Tensor& b, Scalar beta, 
   Tensor out = run("addmm", pl, a);
   FORGE_RECORD(addmm, out, bias, a, b, beta, alpha);
   return out;
-}
+} FORGE_CATCH_OOM("addmm")
 
-Tensor outer(const Tensor& a, const Tensor& b) {
+Tensor outer(const Tensor& a, const Tensor& b) try {
   check_operands("outer", a, "a", b, "b");
   Plan pl = plan_outer("outer", a, b);
   Tensor out = run("outer", pl, a);
   FORGE_RECORD(outer, out, a, b);
   return out;
-}
+} FORGE_CATCH_OOM("outer")
 
-Tensor dot(const Tensor& a, const Tensor& b) {
+Tensor dot(const Tensor& a, const Tensor& b) try {
   check_operands("dot", a, "a", b, "b");
   Plan pl = plan_dot("dot", a, b);
   Tensor out = run("dot", pl, a);
   FORGE_RECORD(dot, out, a, b);
   return out;
-}
+} FORGE_CATCH_OOM("dot")
 
-Tensor& matmul_into(Tensor& out, const Tensor& a, const Tensor& b) {
+Tensor& matmul_into(Tensor& out, const Tensor& a, const Tensor& b) try {
   detail::check_writable("matmul_into", out, "out");
   check_operands("matmul_into", a, "a", b, "b");
   Plan pl = plan_matmul("matmul_into", a, b);
   return run_into("matmul_into", out, pl, a, b);
-}
+} FORGE_CATCH_OOM("matmul_into")
 
-Tensor& mm_into(Tensor& out, const Tensor& a, const Tensor& b) {
+Tensor& mm_into(Tensor& out, const Tensor& a, const Tensor& b) try {
   detail::check_writable("mm_into", out, "out");
   check_operands("mm_into", a, "a", b, "b");
   Plan pl = plan_mm("mm_into", a, b);
   return run_into("mm_into", out, pl, a, b);
-}
+} FORGE_CATCH_OOM("mm_into")
 
-Tensor& bmm_into(Tensor& out, const Tensor& a, const Tensor& b) {
+Tensor& bmm_into(Tensor& out, const Tensor& a, const Tensor& b) try {
   detail::check_writable("bmm_into", out, "out");
   check_operands("bmm_into", a, "a", b, "b");
   Plan pl = plan_bmm("bmm_into", a, b);
   return run_into("bmm_into", out, pl, a, b);
-}
+} FORGE_CATCH_OOM("bmm_into")
 
-Tensor& linear_into(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias) {
+Tensor& linear_into(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias) try {
   detail::check_writable("linear_into", out, "out");
   check_operands("linear_into", x, "x", weight, "weight");
   check_bias("linear_into", bias, x);
   Plan pl = plan_linear("linear_into", x, weight, bias);
   return run_into("linear_into", out, pl, x, weight, bias);
-}
+} FORGE_CATCH_OOM("linear_into")
 
-Tensor& addmm_into(Tensor& out, const Tensor& bias, const Tensor& a, const Tensor& b, Scalar beta, Scalar alpha) {
+Tensor& addmm_into(Tensor& out, const Tensor& bias, const Tensor& a, const Tensor& b, Scalar beta, Scalar alpha) try {
   detail::check_writable("addmm_into", out, "out");
   check_operands("addmm_into", a, "a", b, "b");
   detail::check_input("addmm_into", bias, "bias");
   check_bias("addmm_into", bias, a);
   Plan pl = plan_addmm("addmm_into", bias, a, b, beta, alpha);
   return run_into("addmm_into", out, pl, a, b, bias);
-}
+} FORGE_CATCH_OOM("addmm_into")
 
-Tensor& outer_into(Tensor& out, const Tensor& a, const Tensor& b) {
+Tensor& outer_into(Tensor& out, const Tensor& a, const Tensor& b) try {
   detail::check_writable("outer_into", out, "out");
   check_operands("outer_into", a, "a", b, "b");
   Plan pl = plan_outer("outer_into", a, b);
   return run_into("outer_into", out, pl, a, b);
-}
+} FORGE_CATCH_OOM("outer_into")
 
-Tensor& dot_into(Tensor& out, const Tensor& a, const Tensor& b) {
+Tensor& dot_into(Tensor& out, const Tensor& a, const Tensor& b) try {
   detail::check_writable("dot_into", out, "out");
   check_operands("dot_into", a, "a", b, "b");
   Plan pl = plan_dot("dot_into", a, b);
   return run_into("dot_into", out, pl, a, b);
-}
+} FORGE_CATCH_OOM("dot_into")
 
 Tensor Tensor::matmul(const Tensor& other) const { return forge::matmul(*this, other); }
 Tensor Tensor::mm(const Tensor& other) const { return forge::mm(*this, other); }

@@ -274,7 +274,7 @@ void mse_kernel(Tensor& out, const Tensor& a_in, const Tensor& b_in, const MsePl
 
 }  // namespace
 
-Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& options) {
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& options) try {
   const char* op = "cross_entropy";
   const RowLoss plan = plan_rows(op, logits, "logits", target, options.ignore_index, options.reduction);
   check_smoothing(op, options.label_smoothing);
@@ -283,10 +283,10 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntr
   detail::adopt_output(out);
   FORGE_RECORD(cross_entropy, out, logits, target, options);
   return out;
-}
+} FORGE_CATCH_OOM("cross_entropy")
 
 Tensor& cross_entropy_into(Tensor& out, const Tensor& logits, const Tensor& target,
-                           const CrossEntropyOptions& options) {
+                           const CrossEntropyOptions& options) try {
   const char* op = "cross_entropy_into";
   const RowLoss plan = plan_rows(op, logits, "logits", target, options.ignore_index, options.reduction);
   check_smoothing(op, options.label_smoothing);
@@ -296,9 +296,9 @@ Tensor& cross_entropy_into(Tensor& out, const Tensor& logits, const Tensor& targ
   cross_entropy_kernel(out, logits, target, options);
   out.buffer()->bump_version();
   return out;
-}
+} FORGE_CATCH_OOM("cross_entropy_into")
 
-Tensor nll_loss(const Tensor& log_probs, const Tensor& target, Reduction reduction, std::int64_t ignore_index) {
+Tensor nll_loss(const Tensor& log_probs, const Tensor& target, Reduction reduction, std::int64_t ignore_index) try {
   const char* op = "nll_loss";
   const RowLoss plan = plan_rows(op, log_probs, "log_probs", target, ignore_index, reduction);
   Tensor out = detail::allocate(log_probs.runtime(), plan.out_shape, log_probs.dtype(), op);
@@ -306,10 +306,10 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, Reduction reducti
   detail::adopt_output(out);
   FORGE_RECORD(nll_loss, out, log_probs, target, reduction, ignore_index);
   return out;
-}
+} FORGE_CATCH_OOM("nll_loss")
 
 Tensor& nll_loss_into(Tensor& out, const Tensor& log_probs, const Tensor& target, Reduction reduction,
-                      std::int64_t ignore_index) {
+                      std::int64_t ignore_index) try {
   const char* op = "nll_loss_into";
   const RowLoss plan = plan_rows(op, log_probs, "log_probs", target, ignore_index, reduction);
   check_into(op, out, log_probs, plan.out_shape);
@@ -318,9 +318,9 @@ Tensor& nll_loss_into(Tensor& out, const Tensor& log_probs, const Tensor& target
   nll_loss_kernel(out, log_probs, target, reduction, ignore_index);
   out.buffer()->bump_version();
   return out;
-}
+} FORGE_CATCH_OOM("nll_loss_into")
 
-Tensor mse_loss(const Tensor& a, const Tensor& b, Reduction reduction) {
+Tensor mse_loss(const Tensor& a, const Tensor& b, Reduction reduction) try {
   const char* op = "mse_loss";
   const MsePlan plan = plan_mse(op, a, b, reduction);
   const Shape shape = reduction == Reduction::none ? plan.shape : Shape{};
@@ -330,9 +330,9 @@ Tensor mse_loss(const Tensor& a, const Tensor& b, Reduction reduction) {
   detail::adopt_output(out);
   FORGE_RECORD(mse_loss, out, a, b, reduction);
   return out;
-}
+} FORGE_CATCH_OOM("mse_loss")
 
-Tensor& mse_loss_into(Tensor& out, const Tensor& a, const Tensor& b, Reduction reduction) {
+Tensor& mse_loss_into(Tensor& out, const Tensor& a, const Tensor& b, Reduction reduction) try {
   const char* op = "mse_loss_into";
   const MsePlan plan = plan_mse(op, a, b, reduction);
   detail::check_writable(op, out, "out");
@@ -345,6 +345,6 @@ Tensor& mse_loss_into(Tensor& out, const Tensor& a, const Tensor& b, Reduction r
   mse_kernel(out, a, b, plan, reduction);
   out.buffer()->bump_version();
   return out;
-}
+} FORGE_CATCH_OOM("mse_loss_into")
 
 }  // namespace forge

@@ -163,17 +163,17 @@ void check_into(const char* op, Tensor& out, const Tensor& x, const Tensor& weig
 
 }  // namespace
 
-Tensor softmax(const Tensor& x, std::int64_t dim) { return softmax_op("softmax", x, dim, false); }
-Tensor log_softmax(const Tensor& x, std::int64_t dim) { return softmax_op("log_softmax", x, dim, true); }
-Tensor& softmax_into(Tensor& out, const Tensor& x, std::int64_t dim) {
+Tensor softmax(const Tensor& x, std::int64_t dim) try { return softmax_op("softmax", x, dim, false); } FORGE_CATCH_OOM("softmax")
+Tensor log_softmax(const Tensor& x, std::int64_t dim) try { return softmax_op("log_softmax", x, dim, true); } FORGE_CATCH_OOM("log_softmax")
+Tensor& softmax_into(Tensor& out, const Tensor& x, std::int64_t dim) try {
   return softmax_into_op("softmax_into", out, x, dim, false);
-}
-Tensor& log_softmax_into(Tensor& out, const Tensor& x, std::int64_t dim) {
+} FORGE_CATCH_OOM("softmax_into")
+Tensor& log_softmax_into(Tensor& out, const Tensor& x, std::int64_t dim) try {
   return softmax_into_op("log_softmax_into", out, x, dim, true);
-}
+} FORGE_CATCH_OOM("log_softmax_into")
 
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias,
-                  double eps) {
+                  double eps) try {
   const char* op = "layer_norm";
   const std::int64_t n = check_norm_args(op, x, normalized_shape, weight, bias);
   Tensor out = detail::allocate(x.runtime(), x.shape(), x.dtype(), op);
@@ -181,10 +181,10 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
   detail::adopt_output(out);
   FORGE_RECORD(layer_norm, out, x, normalized_shape, weight, bias, eps);
   return out;
-}
+} FORGE_CATCH_OOM("layer_norm")
 
 Tensor& layer_norm_into(Tensor& out, const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
-                        const Tensor& bias, double eps) {
+                        const Tensor& bias, double eps) try {
   const char* op = "layer_norm_into";
   detail::check_writable(op, out, "out");
   const std::int64_t n = check_norm_args(op, x, normalized_shape, weight, bias);
@@ -192,9 +192,9 @@ Tensor& layer_norm_into(Tensor& out, const Tensor& x, const Shape& normalized_sh
   run_layer_norm(op, out, x, n, weight, bias, eps);
   out.buffer()->bump_version();
   return out;
-}
+} FORGE_CATCH_OOM("layer_norm_into")
 
-Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, std::optional<double> eps) {
+Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, std::optional<double> eps) try {
   const char* op = "rms_norm";
   const std::int64_t n = check_norm_args(op, x, normalized_shape, weight, Tensor());
   Tensor out = detail::allocate(x.runtime(), x.shape(), x.dtype(), op);
@@ -202,10 +202,10 @@ Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& we
   detail::adopt_output(out);
   FORGE_RECORD(rms_norm, out, x, normalized_shape, weight, eps ? *eps : default_rms_eps(x.dtype()));
   return out;
-}
+} FORGE_CATCH_OOM("rms_norm")
 
 Tensor& rms_norm_into(Tensor& out, const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
-                      std::optional<double> eps) {
+                      std::optional<double> eps) try {
   const char* op = "rms_norm_into";
   detail::check_writable(op, out, "out");
   const std::int64_t n = check_norm_args(op, x, normalized_shape, weight, Tensor());
@@ -213,7 +213,7 @@ Tensor& rms_norm_into(Tensor& out, const Tensor& x, const Shape& normalized_shap
   run_rms_norm(op, out, x, n, weight, eps);
   out.buffer()->bump_version();
   return out;
-}
+} FORGE_CATCH_OOM("rms_norm_into")
 
 Tensor Tensor::softmax(std::int64_t dim) const { return forge::softmax(*this, dim); }
 Tensor Tensor::log_softmax(std::int64_t dim) const { return forge::log_softmax(*this, dim); }

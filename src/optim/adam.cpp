@@ -42,7 +42,7 @@ void Adam::set_lr(double lr) {
   options_.lr = lr;
 }
 
-void Adam::step() {
+void Adam::step() try {
   autograd::NoGradGuard no_grad;
   const std::vector<Tensor> grads = packed_grads(params());
   count_step();
@@ -70,7 +70,7 @@ void Adam::step() {
     }
     p.buffer()->bump_version();
   }
-}
+} FORGE_CATCH_OOM(name().c_str())
 
 std::vector<std::pair<std::string, double>> Adam::hyperparameters() const {
   return {{"lr", options_.lr},

@@ -14,7 +14,7 @@ namespace forge::optim {
 // (finite entries become 0, infinite ones NaN) and a NaN norm makes them all
 // NaN; error_if_nonfinite refuses such a norm before touching anything.
 double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type,
-                       bool error_if_nonfinite) {
+                       bool error_if_nonfinite) try {
   const char* op = "clip_grad_norm_";
   FORGE_CHECK(max_norm >= 0, invalid_argument, op, "max_norm ", max_norm, " is negative");
   FORGE_CHECK(norm_type > 0, invalid_argument, op, "norm_type ", norm_type, " must be positive (or infinite)");
@@ -44,6 +44,6 @@ double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
   if (!(coef >= 1.0))  // below 1, or NaN
     for (Tensor& g : grads) g.mul_(coef);
   return norm;
-}
+} FORGE_CATCH_OOM("clip_grad_norm_")
 
 }  // namespace forge::optim

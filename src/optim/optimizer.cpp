@@ -86,36 +86,44 @@ void check_disjoint(const char* op, const std::vector<Tensor>& params) {
   }
 }
 
-}  // namespace
-
-Optimizer::Optimizer(std::vector<Tensor> params, std::string name) : params_(std::move(params)), name_(std::move(name)) {
-  const char* op = name_.c_str();
-  FORGE_CHECK(!params_.empty(), invalid_argument, op, "got an empty parameter list");
-  for (std::size_t i = 0; i < params_.size(); ++i) {
-    const Tensor& p = params_[i];
+// What every optimizer takes: leaves of one context that require grad,
+// contiguous f32 or f64 on the host, no two sharing a byte.
+void check_params(const char* op, const std::vector<Tensor>& params) {
+  FORGE_CHECK(!params.empty(), invalid_argument, op, "got an empty parameter list");
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const Tensor& p = params[i];
     detail::check_input(op, p, "parameter");
-    detail::check_same_runtime(op, params_[0], p);
+    detail::check_same_runtime(op, params[0], p);
     FORGE_CHECK(p.device().is_cpu(), device, op, "parameter ", i, " is not on the CPU");
     FORGE_CHECK(p.dtype() == DType::f32 || p.dtype() == DType::f64, dtype, op, "parameter ", i, " holds ",
-                dtype_name(p.dtype()), "; ", name_, " updates f32 and f64 parameters");
+                dtype_name(p.dtype()), "; ", op, " updates f32 and f64 parameters");
     FORGE_CHECK(p.is_contiguous(), invalid_argument, op, "parameter ", i, " of shape ", p.shape(),
                 " is not contiguous");
     FORGE_CHECK(p.requires_grad() && p.is_leaf(), invalid_argument, op, "parameter ", i,
                 " must be a leaf that requires grad");
   }
-  check_disjoint(op, params_);
-  param_steps_.assign(params_.size(), 0);
+  check_disjoint(op, params);
+}
+
+}  // namespace
+
+Optimizer::Optimizer(std::vector<Tensor> params, std::string name)
+    : params_(std::move(params)), name_(std::move(name)) {
+  try {
+    check_params(name_.c_str(), params_);
+    param_steps_.assign(params_.size(), 0);
+  } FORGE_CATCH_OOM(name_.c_str())
 }
 
 Optimizer::~Optimizer() = default;
 
-void Optimizer::init_state(std::vector<std::string> slots) {
-  slots_ = std::move(slots);
+void Optimizer::init_state(std::initializer_list<std::string_view> slots) try {
+  slots_.assign(slots.begin(), slots.end());
   state_.resize(params_.size());
   for (std::size_t i = 0; i < params_.size(); ++i)
     for (std::size_t j = 0; j < slots_.size(); ++j)
       state_[i].push_back(owned_zeros(params_[i].runtime(), params_[i].shape(), params_[i].dtype(), name_.c_str()));
-}
+} FORGE_CATCH_OOM(name_.c_str())
 
 std::vector<Tensor> packed_grads(const std::vector<Tensor>& params) {
   std::vector<Tensor> grads;
@@ -137,7 +145,7 @@ void Optimizer::zero_grad(bool set_to_none) {
   for (Tensor& p : params_) p.zero_grad(set_to_none);
 }
 
-StateDict Optimizer::state_dict() const {
+StateDict Optimizer::state_dict() const try {
   Runtime& rt = params_[0].runtime();
   const char* op = name_.c_str();
   StateDict dict;
@@ -148,9 +156,9 @@ StateDict Optimizer::state_dict() const {
   dict.emplace("step", scalar_tensor(rt, static_cast<double>(steps_), DType::i64, op));
   for (const auto& [name, value] : hyperparameters()) dict.emplace(name, scalar_tensor(rt, value, DType::f64, op));
   return dict;
-}
+} FORGE_CATCH_OOM(name_.c_str())
 
-void Optimizer::load_state_dict(const StateDict& dict) {
+void Optimizer::load_state_dict(const StateDict& dict) try {
   const std::string op = name_ + ".load_state_dict";
   std::set<std::string> expected;
   auto find = [&](const std::string& key) -> const Tensor& {
@@ -211,6 +219,6 @@ void Optimizer::load_state_dict(const StateDict& dict) {
   param_steps_ = std::move(param_steps);
   steps_ = steps;
   load_hyperparameters(values, op.c_str(), true);
-}
+} FORGE_CATCH_OOM(name_.c_str())
 
 }  // namespace forge::optim

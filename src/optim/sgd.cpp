@@ -21,11 +21,11 @@ void check_options(const SGDOptions& o, const char* op) {
 
 }  // namespace
 
-SGD::SGD(std::vector<Tensor> params, SGDOptions options) : Optimizer(std::move(params), "SGD"), options_(options) {
+SGD::SGD(std::vector<Tensor> params, SGDOptions options) try : Optimizer(std::move(params), "SGD"), options_(options) {
   check_options(options_, "SGD");
   if (options_.momentum != 0) init_state({"momentum_buffer"});
   else init_state({});
-}
+} FORGE_CATCH_OOM("SGD")
 
 void SGD::set_lr(double lr) {
   FORGE_CHECK(lr >= 0, invalid_argument, "SGD", "lr ", lr, " is negative");
@@ -37,7 +37,7 @@ const Tensor& SGD::momentum_buffer(std::size_t i) const {
   return state(i, 0);
 }
 
-void SGD::step() {
+void SGD::step() try {
   autograd::NoGradGuard no_grad;
   const std::vector<Tensor> grads = packed_grads(params());
   count_step();
@@ -60,7 +60,7 @@ void SGD::step() {
     }
     p.buffer()->bump_version();
   }
-}
+} FORGE_CATCH_OOM(name().c_str())
 
 std::vector<std::pair<std::string, double>> SGD::hyperparameters() const {
   return {{"lr", options_.lr},

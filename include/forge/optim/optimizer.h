@@ -16,7 +16,9 @@
 // same steps) and changes nothing when it refuses a dict.
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -58,7 +60,7 @@ class Optimizer {
 
   // Allocates zeroed state tensors named `slots` for every parameter (once,
   // after the subclass checked its options).
-  void init_state(std::vector<std::string> slots);
+  void init_state(std::initializer_list<std::string_view> slots);
   Tensor& state(std::size_t param, std::size_t slot) { return state_[checked(param)][slot]; }
   const Tensor& state(std::size_t param, std::size_t slot) const { return state_[checked(param)][slot]; }
   // param, or out_of_range naming this optimizer.
