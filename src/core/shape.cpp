@@ -46,11 +46,11 @@ void Dims::resize(int rank, std::int64_t fill) {
   rank_ = rank;
 }
 
-std::string Dims::str() const {
+std::string Dims::str() const try {
   std::ostringstream out;
   out << *this;
   return out.str();
-}
+} FORGE_CATCH_OOM("Dims::str")
 
 std::ostream& operator<<(std::ostream& out, const Dims& d) {
   out << '[';

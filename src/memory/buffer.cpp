@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "core/internal.h"
+#include "forge/error.h"
 
 namespace forge {
 namespace {
@@ -33,7 +34,7 @@ class BorrowOwner final : public BufferOwner {
 }  // namespace
 
 Ref<Buffer> Buffer::borrow(void* data, std::size_t nbytes, Device device,
-                           std::function<void()> on_release) {
+                           std::function<void()> on_release) try {
   auto* owner = new BorrowOwner(std::move(on_release));
   Buffer::Init init;
   init.data = static_cast<std::byte*>(data);
@@ -47,6 +48,6 @@ Ref<Buffer> Buffer::borrow(void* data, std::size_t nbytes, Device device,
     delete owner;
     throw;
   }
-}
+} FORGE_CATCH_OOM("borrow")
 
 }  // namespace forge

@@ -78,7 +78,7 @@ class PoolCore final : public BufferOwner {
   Buffer* take_cached(std::size_t rounded) noexcept;                  // under mu_
   Buffer* take_all_cached() noexcept;                                 // under mu_
   static void free_chain(Buffer* chain) noexcept;
-  void evict_until(std::size_t limit, std::vector<Buffer*>& out) noexcept;  // under mu_
+  Buffer* evict_until(std::size_t limit) noexcept;                    // under mu_
   void note_live(std::size_t bytes) noexcept {                        // under mu_
     live_bytes_ += bytes;
     peak_live_bytes_ = std::max(peak_live_bytes_, live_bytes_);
@@ -206,8 +206,11 @@ void PoolCore::release(Buffer* buffer) noexcept {
   if (destroy_core) delete this;
 }
 
-void PoolCore::evict_until(std::size_t limit, std::vector<Buffer*>& out) noexcept {
-  // Largest blocks first: they free the most for the fewest system calls.
+// Unlinks cached blocks, largest first (they free the most for the fewest
+// system calls), until at most `limit` bytes stay cached; returns them as one
+// chain through next_free_ (nothing is allocated) for freeing outside the lock.
+Buffer* PoolCore::evict_until(std::size_t limit) noexcept {
+  Buffer* chain = nullptr;
   for (auto it = buckets_.rbegin(); it != buckets_.rend() && cached_bytes_ > limit; ++it) {
     while (it->head != nullptr && cached_bytes_ > limit) {
       Buffer* b = it->head;
@@ -216,10 +219,12 @@ void PoolCore::evict_until(std::size_t limit, std::vector<Buffer*>& out) noexcep
       cached_bytes_ -= b->capacity_bytes();
       --cached_blocks_;
       ++system_frees_;
-      out.push_back(b);
+      b->next_free_ = chain;
+      chain = b;
     }
   }
   std::erase_if(buckets_, [](const Bucket& b) { return b.head == nullptr; });
+  return chain;
 }
 
 // Unlinks every cached block into one chain (through next_free_, so nothing
@@ -258,17 +263,13 @@ void PoolCore::trim() noexcept {
 }
 
 void PoolCore::set_max_cached_bytes(std::size_t bytes) noexcept {
-  std::vector<Buffer*> victims;
+  Buffer* chain;
   {
     std::lock_guard lock(mu_);
     max_cached_bytes_ = bytes;
-    try {
-      victims.reserve(cached_blocks_);
-    } catch (...) {
-    }
-    evict_until(bytes, victims);
+    chain = evict_until(bytes);
   }
-  for (Buffer* b : victims) free_block(b);
+  free_chain(chain);
 }
 
 PoolStats PoolCore::stats() const {
@@ -312,7 +313,8 @@ std::size_t BufferPool::rounded_size(std::size_t nbytes) noexcept {
   return (nbytes + kSlabQuantumBytes - 1) / kSlabQuantumBytes * kSlabQuantumBytes;
 }
 
-BufferPool::BufferPool(BufferPoolOptions options) : core_(new detail::PoolCore(options)) {}
+BufferPool::BufferPool(BufferPoolOptions options) try : core_(new detail::PoolCore(options)) {
+} FORGE_CATCH_OOM("BufferPool")
 BufferPool::~BufferPool() { core_->orphan(); }
 
 Ref<Buffer> BufferPool::acquire(std::size_t nbytes, const char* op) { return core_->acquire(nbytes, op); }
