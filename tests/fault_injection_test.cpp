@@ -16,6 +16,7 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unistd.h>
 #include <vector>
@@ -791,4 +792,50 @@ TEST_CASE("fault injection: report of the failures walked per family", "[.report
       for (auto [fault, name] : {std::pair{Fault::pool, "pool"}, std::pair{Fault::heap, "heap"}})
         report(family(threads, fault), name);
   for (int threads : {1, 2}) report(arena_calls(threads, Fault::arena), "arena growth");
+}
+
+TEST_CASE("fault injection: a heap allocation failure is out_of_memory naming the public call") {
+  // Note [Allocation failure at the API]: the failure surfaces from the call
+  // the program made, with that call's name, whatever inside it allocated
+  // (the first heap allocation of each of these is its own).
+  forge_test::TestContext ctx(forge_test::context_options(1, 7));
+  Tensor a = ctx.randn({8, 8}).requires_grad_();
+  const Tensor b = ctx.randn({8, 8});
+  const Tensor loss = forge::sum(a * 2.0);
+  const std::vector<Tensor> params{a};
+  const fs::path file = fs::temp_directory_path() / "forge_fault_named.npy";
+  const std::vector<std::pair<std::string, std::function<void()>>> calls = {
+      {"[zeros] ", [&] { (void)ctx.zeros({4}); }},
+      {"[matmul] ", [&] { (void)forge::matmul(a, b); }},
+      {"[view] ", [&] { (void)b.view({64}); }},
+      {"[sum] ", [&] { (void)forge::sum(b); }},
+      {"[backward] ", [&] { loss.backward(); }},
+      {"[Adam] ", [&] {
+         std::vector<Tensor> list;
+         {
+           const forge_test::heap::Pause caller;  // the caller's copy of the list
+           list = params;
+         }
+         optim::Adam adam(std::move(list));
+       }},
+      {"[save_npy] ", [&] { forge::io::save_npy(file, b); }}};
+  for (const auto& [prefix, call] : calls) {
+    INFO(prefix);
+    std::string message;
+    std::optional<forge::ErrorCode> code;
+    forge_test::heap::fail_after(1);
+    try {
+      call();
+    } catch (const forge::Error& e) {
+      forge_test::heap::fail_after(0);
+      code = e.code();
+      message = e.what();
+    }
+    forge_test::heap::fail_after(0);
+    UNSCOPED_INFO(message);
+    CHECK(code == forge::ErrorCode::out_of_memory);
+    CHECK(message.rfind(prefix, 0) == 0);
+  }
+  a.zero_grad();
+  fs::remove(file);
 }

@@ -8,6 +8,8 @@
 // bookkeeping, an autograd node, a container, a file's buffers) closes its
 // body with FORGE_CATCH_OOM(op), a function-try-block handler that turns a
 // std::bad_alloc into that error. The handler costs nothing until it runs.
+// A public call made inside another one reports its own name (a backward
+// that runs out of memory in a gradient's mul says [mul]).
 // Inside forge, an allocation failure is an ordinary exception: every owner
 // is RAII, so unwinding releases what the call took, and nothing that can
 // allocate runs on a noexcept path (destructors, adopt_output, the exec-scope
