@@ -7,7 +7,9 @@
 // and every public call that can allocate on the heap (a tensor's
 // bookkeeping, an autograd node, a container, a file's buffers) closes its
 // body with FORGE_CATCH_OOM(op), a function-try-block handler that turns a
-// std::bad_alloc into that error. The handler costs nothing until it runs.
+// std::bad_alloc into that error, or is one line returning a family's
+// shared call that takes the op's name and closes with it (binary,
+// unary_into, softmax_op, ...). The handler costs nothing until it runs.
 // A public call made inside another one reports its own name (a backward
 // that runs out of memory in a gradient's mul says [mul]).
 // Inside forge, an allocation failure is an ordinary exception: every owner

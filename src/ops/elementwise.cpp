@@ -147,7 +147,10 @@ const Tensor& promoted(const char* op, const Tensor& t, DType dtype, Tensor& hol
   return holder;
 }
 
-Tensor binary(const char* op, Binary kind, const Tensor& a, const Tensor& b) {
+// The shared calls of the family (binary, binary_scalar and their _into
+// forms) report an allocation failure themselves, naming `op`, so the ops
+// that only return one of them need no handler of their own.
+Tensor binary(const char* op, Binary kind, const Tensor& a, const Tensor& b) try {
   detail::check_input(op, a, "a");
   detail::check_input(op, b, "b");
   detail::check_same_runtime(op, a, b);
@@ -173,10 +176,10 @@ Tensor binary(const char* op, Binary kind, const Tensor& a, const Tensor& b) {
   launch(kind, compute, out, Arg{&ca}, Arg{&cb});
   detail::adopt_output(out);
   return out;
-}
+} FORGE_CATCH_OOM(op)
 
 // t (op) s, or s (op) t when scalar_first.
-Tensor binary_scalar(const char* op, Binary kind, const Tensor& t, Scalar s, bool scalar_first) {
+Tensor binary_scalar(const char* op, Binary kind, const Tensor& t, Scalar s, bool scalar_first) try {
   detail::check_input(op, t, scalar_first ? "b" : "a");
   const DType compute = compute_dtype(op, kind, result_type(t.dtype(), s), t.dtype() == DType::boolean || s.is_bool());
   ScalarSlot slot = detail::operand_slot(op, compute, s);
@@ -185,9 +188,9 @@ Tensor binary_scalar(const char* op, Binary kind, const Tensor& t, Scalar s, boo
   launch(kind, compute, out, scalar_first ? sa : ta, scalar_first ? ta : sa);
   detail::adopt_output(out);
   return out;
-}
+} FORGE_CATCH_OOM(op)
 
-Tensor& binary_into(const char* op, Binary kind, Tensor& out, const Tensor& a, const Tensor& b) {
+Tensor& binary_into(const char* op, Binary kind, Tensor& out, const Tensor& a, const Tensor& b) try {
   detail::check_writable(op, out, "out");
   detail::check_input(op, a, "a");
   detail::check_input(op, b, "b");
@@ -211,9 +214,9 @@ Tensor& binary_into(const char* op, Binary kind, Tensor& out, const Tensor& a, c
   launch(kind, compute, out, Arg{&ca}, Arg{&cb});
   out.buffer()->bump_version();
   return out;
-}
+} FORGE_CATCH_OOM(op)
 
-Tensor& binary_scalar_into(const char* op, Binary kind, Tensor& out, const Tensor& a, Scalar s) {
+Tensor& binary_scalar_into(const char* op, Binary kind, Tensor& out, const Tensor& a, Scalar s) try {
   detail::check_writable(op, out, "out");
   detail::check_input(op, a, "a");
   const DType compute = compute_dtype(op, kind, result_type(a.dtype(), s), a.dtype() == DType::boolean || s.is_bool());
@@ -223,7 +226,7 @@ Tensor& binary_scalar_into(const char* op, Binary kind, Tensor& out, const Tenso
   launch(kind, compute, out, Arg{&a}, Arg{nullptr, &slot});
   out.buffer()->bump_version();
   return out;
-}
+} FORGE_CATCH_OOM(op)
 
 // libtorch refuses an integer tensor to a negative integer scalar power.
 void check_int_pow(const char* op, DType base, Scalar exponent) {
@@ -330,76 +333,76 @@ Tensor minimum(const Tensor& a, const Tensor& b) try {
   return out;
 } FORGE_CATCH_OOM("minimum")
 
-Tensor& add_into(Tensor& out, const Tensor& a, const Tensor& b) try {
+Tensor& add_into(Tensor& out, const Tensor& a, const Tensor& b) {
   return binary_into("add_into", Binary::add, out, a, b);
-} FORGE_CATCH_OOM("add_into")
-Tensor& add_into(Tensor& out, const Tensor& a, Scalar b) try {
+}
+Tensor& add_into(Tensor& out, const Tensor& a, Scalar b) {
   return binary_scalar_into("add_into", Binary::add, out, a, b);
-} FORGE_CATCH_OOM("add_into")
-Tensor& sub_into(Tensor& out, const Tensor& a, const Tensor& b) try {
+}
+Tensor& sub_into(Tensor& out, const Tensor& a, const Tensor& b) {
   return binary_into("sub_into", Binary::sub, out, a, b);
-} FORGE_CATCH_OOM("sub_into")
-Tensor& sub_into(Tensor& out, const Tensor& a, Scalar b) try {
+}
+Tensor& sub_into(Tensor& out, const Tensor& a, Scalar b) {
   return binary_scalar_into("sub_into", Binary::sub, out, a, b);
-} FORGE_CATCH_OOM("sub_into")
-Tensor& mul_into(Tensor& out, const Tensor& a, const Tensor& b) try {
+}
+Tensor& mul_into(Tensor& out, const Tensor& a, const Tensor& b) {
   return binary_into("mul_into", Binary::mul, out, a, b);
-} FORGE_CATCH_OOM("mul_into")
-Tensor& mul_into(Tensor& out, const Tensor& a, Scalar b) try {
+}
+Tensor& mul_into(Tensor& out, const Tensor& a, Scalar b) {
   return binary_scalar_into("mul_into", Binary::mul, out, a, b);
-} FORGE_CATCH_OOM("mul_into")
-Tensor& div_into(Tensor& out, const Tensor& a, const Tensor& b) try {
+}
+Tensor& div_into(Tensor& out, const Tensor& a, const Tensor& b) {
   return binary_into("div_into", Binary::div, out, a, b);
-} FORGE_CATCH_OOM("div_into")
-Tensor& div_into(Tensor& out, const Tensor& a, Scalar b) try {
+}
+Tensor& div_into(Tensor& out, const Tensor& a, Scalar b) {
   return binary_scalar_into("div_into", Binary::div, out, a, b);
-} FORGE_CATCH_OOM("div_into")
-Tensor& pow_into(Tensor& out, const Tensor& a, const Tensor& b) try {
+}
+Tensor& pow_into(Tensor& out, const Tensor& a, const Tensor& b) {
   return binary_into("pow_into", Binary::pow, out, a, b);
-} FORGE_CATCH_OOM("pow_into")
+}
 Tensor& pow_into(Tensor& out, const Tensor& a, Scalar b) try {
   if (a.defined()) check_int_pow("pow_into", a.dtype(), b);
   return binary_scalar_into("pow_into", Binary::pow, out, a, b);
 } FORGE_CATCH_OOM("pow_into")
-Tensor& maximum_into(Tensor& out, const Tensor& a, const Tensor& b) try {
+Tensor& maximum_into(Tensor& out, const Tensor& a, const Tensor& b) {
   return binary_into("maximum_into", Binary::maximum, out, a, b);
-} FORGE_CATCH_OOM("maximum_into")
-Tensor& minimum_into(Tensor& out, const Tensor& a, const Tensor& b) try {
+}
+Tensor& minimum_into(Tensor& out, const Tensor& a, const Tensor& b) {
   return binary_into("minimum_into", Binary::minimum, out, a, b);
-} FORGE_CATCH_OOM("minimum_into")
+}
 
 // ---- comparisons and logic ----
 
-Tensor eq(const Tensor& a, const Tensor& b) try { return binary("eq", Binary::eq, a, b); } FORGE_CATCH_OOM("eq")
-Tensor eq(const Tensor& a, Scalar b) try { return binary_scalar("eq", Binary::eq, a, b, false); } FORGE_CATCH_OOM("eq")
-Tensor ne(const Tensor& a, const Tensor& b) try { return binary("ne", Binary::ne, a, b); } FORGE_CATCH_OOM("ne")
-Tensor ne(const Tensor& a, Scalar b) try { return binary_scalar("ne", Binary::ne, a, b, false); } FORGE_CATCH_OOM("ne")
-Tensor lt(const Tensor& a, const Tensor& b) try { return binary("lt", Binary::lt, a, b); } FORGE_CATCH_OOM("lt")
-Tensor lt(const Tensor& a, Scalar b) try { return binary_scalar("lt", Binary::lt, a, b, false); } FORGE_CATCH_OOM("lt")
-Tensor le(const Tensor& a, const Tensor& b) try { return binary("le", Binary::le, a, b); } FORGE_CATCH_OOM("le")
-Tensor le(const Tensor& a, Scalar b) try { return binary_scalar("le", Binary::le, a, b, false); } FORGE_CATCH_OOM("le")
-Tensor gt(const Tensor& a, const Tensor& b) try { return binary("gt", Binary::gt, a, b); } FORGE_CATCH_OOM("gt")
-Tensor gt(const Tensor& a, Scalar b) try { return binary_scalar("gt", Binary::gt, a, b, false); } FORGE_CATCH_OOM("gt")
-Tensor ge(const Tensor& a, const Tensor& b) try { return binary("ge", Binary::ge, a, b); } FORGE_CATCH_OOM("ge")
-Tensor ge(const Tensor& a, Scalar b) try { return binary_scalar("ge", Binary::ge, a, b, false); } FORGE_CATCH_OOM("ge")
-Tensor logical_and(const Tensor& a, const Tensor& b) try { return binary("logical_and", Binary::logical_and, a, b); } FORGE_CATCH_OOM("logical_and")
-Tensor logical_or(const Tensor& a, const Tensor& b) try { return binary("logical_or", Binary::logical_or, a, b); } FORGE_CATCH_OOM("logical_or")
+Tensor eq(const Tensor& a, const Tensor& b) { return binary("eq", Binary::eq, a, b); }
+Tensor eq(const Tensor& a, Scalar b) { return binary_scalar("eq", Binary::eq, a, b, false); }
+Tensor ne(const Tensor& a, const Tensor& b) { return binary("ne", Binary::ne, a, b); }
+Tensor ne(const Tensor& a, Scalar b) { return binary_scalar("ne", Binary::ne, a, b, false); }
+Tensor lt(const Tensor& a, const Tensor& b) { return binary("lt", Binary::lt, a, b); }
+Tensor lt(const Tensor& a, Scalar b) { return binary_scalar("lt", Binary::lt, a, b, false); }
+Tensor le(const Tensor& a, const Tensor& b) { return binary("le", Binary::le, a, b); }
+Tensor le(const Tensor& a, Scalar b) { return binary_scalar("le", Binary::le, a, b, false); }
+Tensor gt(const Tensor& a, const Tensor& b) { return binary("gt", Binary::gt, a, b); }
+Tensor gt(const Tensor& a, Scalar b) { return binary_scalar("gt", Binary::gt, a, b, false); }
+Tensor ge(const Tensor& a, const Tensor& b) { return binary("ge", Binary::ge, a, b); }
+Tensor ge(const Tensor& a, Scalar b) { return binary_scalar("ge", Binary::ge, a, b, false); }
+Tensor logical_and(const Tensor& a, const Tensor& b) { return binary("logical_and", Binary::logical_and, a, b); }
+Tensor logical_or(const Tensor& a, const Tensor& b) { return binary("logical_or", Binary::logical_or, a, b); }
 
-Tensor& eq_into(Tensor& out, const Tensor& a, const Tensor& b) try { return binary_into("eq_into", Binary::eq, out, a, b); } FORGE_CATCH_OOM("eq_into")
-Tensor& ne_into(Tensor& out, const Tensor& a, const Tensor& b) try { return binary_into("ne_into", Binary::ne, out, a, b); } FORGE_CATCH_OOM("ne_into")
-Tensor& lt_into(Tensor& out, const Tensor& a, const Tensor& b) try { return binary_into("lt_into", Binary::lt, out, a, b); } FORGE_CATCH_OOM("lt_into")
-Tensor& le_into(Tensor& out, const Tensor& a, const Tensor& b) try { return binary_into("le_into", Binary::le, out, a, b); } FORGE_CATCH_OOM("le_into")
-Tensor& gt_into(Tensor& out, const Tensor& a, const Tensor& b) try { return binary_into("gt_into", Binary::gt, out, a, b); } FORGE_CATCH_OOM("gt_into")
-Tensor& ge_into(Tensor& out, const Tensor& a, const Tensor& b) try { return binary_into("ge_into", Binary::ge, out, a, b); } FORGE_CATCH_OOM("ge_into")
-Tensor& logical_and_into(Tensor& out, const Tensor& a, const Tensor& b) try {
+Tensor& eq_into(Tensor& out, const Tensor& a, const Tensor& b) { return binary_into("eq_into", Binary::eq, out, a, b); }
+Tensor& ne_into(Tensor& out, const Tensor& a, const Tensor& b) { return binary_into("ne_into", Binary::ne, out, a, b); }
+Tensor& lt_into(Tensor& out, const Tensor& a, const Tensor& b) { return binary_into("lt_into", Binary::lt, out, a, b); }
+Tensor& le_into(Tensor& out, const Tensor& a, const Tensor& b) { return binary_into("le_into", Binary::le, out, a, b); }
+Tensor& gt_into(Tensor& out, const Tensor& a, const Tensor& b) { return binary_into("gt_into", Binary::gt, out, a, b); }
+Tensor& ge_into(Tensor& out, const Tensor& a, const Tensor& b) { return binary_into("ge_into", Binary::ge, out, a, b); }
+Tensor& logical_and_into(Tensor& out, const Tensor& a, const Tensor& b) {
   return binary_into("logical_and_into", Binary::logical_and, out, a, b);
-} FORGE_CATCH_OOM("logical_and_into")
-Tensor& logical_or_into(Tensor& out, const Tensor& a, const Tensor& b) try {
+}
+Tensor& logical_or_into(Tensor& out, const Tensor& a, const Tensor& b) {
   return binary_into("logical_or_into", Binary::logical_or, out, a, b);
-} FORGE_CATCH_OOM("logical_or_into")
+}
 
 // logical_not(x) is x == 0 compared in x's own dtype (NaN is not 0).
-Tensor logical_not(const Tensor& x) try { return binary_scalar("logical_not", Binary::eq, x, 0, false); } FORGE_CATCH_OOM("logical_not")
+Tensor logical_not(const Tensor& x) { return binary_scalar("logical_not", Binary::eq, x, 0, false); }
 Tensor& logical_not_into(Tensor& out, const Tensor& x) try {
   detail::check_writable("logical_not_into", out, "out");
   detail::check_input("logical_not_into", x, "x");

@@ -61,7 +61,7 @@ void run_softmax(const char* op, Tensor& out, const Tensor& x, int dim, bool log
   });
 }
 
-Tensor softmax_op(const char* op, const Tensor& x, std::int64_t dim, bool log) {
+Tensor softmax_op(const char* op, const Tensor& x, std::int64_t dim, bool log) try {
   detail::check_input(op, x, "x");
   check_float(op, x);
   const int d = wrap_dim(dim, x.dim(), op);
@@ -74,7 +74,7 @@ Tensor softmax_op(const char* op, const Tensor& x, std::int64_t dim, bool log) {
     FORGE_RECORD(softmax, out, x, dim);
   }
   return out;
-}
+} FORGE_CATCH_OOM(op)
 
 Tensor& softmax_into_op(const char* op, Tensor& out, const Tensor& x, std::int64_t dim, bool log) {
   detail::check_writable(op, out, "out");
@@ -163,8 +163,8 @@ void check_into(const char* op, Tensor& out, const Tensor& x, const Tensor& weig
 
 }  // namespace
 
-Tensor softmax(const Tensor& x, std::int64_t dim) try { return softmax_op("softmax", x, dim, false); } FORGE_CATCH_OOM("softmax")
-Tensor log_softmax(const Tensor& x, std::int64_t dim) try { return softmax_op("log_softmax", x, dim, true); } FORGE_CATCH_OOM("log_softmax")
+Tensor softmax(const Tensor& x, std::int64_t dim) { return softmax_op("softmax", x, dim, false); }
+Tensor log_softmax(const Tensor& x, std::int64_t dim) { return softmax_op("log_softmax", x, dim, true); }
 Tensor& softmax_into(Tensor& out, const Tensor& x, std::int64_t dim) try {
   return softmax_into_op("softmax_into", out, x, dim, false);
 } FORGE_CATCH_OOM("softmax_into")

@@ -213,17 +213,17 @@ ValuesIndices values_indices(const char* op, bool is_max, const Tensor& x, std::
   return r;
 }
 
-Tensor arg_dim(const char* op, bool is_max, const Tensor& x, std::int64_t dim, bool keepdim) {
+Tensor arg_dim(const char* op, bool is_max, const Tensor& x, std::int64_t dim, bool keepdim) try {
   detail::check_input(op, x, "x");
   const ArgPlan p = make_arg_plan(op, x, dim, keepdim);
   Tensor out = detail::allocate(x.runtime(), p.out_shape, DType::i64, op);
   run_arg(is_max, x, p.dim, keepdim, nullptr, out);
   detail::adopt_output(out);
   return out;
-}
+} FORGE_CATCH_OOM(op)
 
 // The index into the flattened tensor: a packed 1-d view (or copy) of x.
-Tensor arg_flat(const char* op, bool is_max, const Tensor& x) {
+Tensor arg_flat(const char* op, bool is_max, const Tensor& x) try {
   detail::check_input(op, x, "x");
   FORGE_CHECK(x.numel() > 0, invalid_argument, op, "cannot reduce an empty tensor (shape ", x.shape(), ")");
   const Tensor packed = x.is_contiguous() ? x : detail::cast_temporary(x, x.dtype(), op);
@@ -232,7 +232,7 @@ Tensor arg_flat(const char* op, bool is_max, const Tensor& x) {
   run_arg(is_max, flat, 0, false, nullptr, out);
   detail::adopt_output(out);
   return out;
-}
+} FORGE_CATCH_OOM(op)
 
 Tensor& arg_into(const char* op, bool is_max, Tensor& out, const Tensor& x, std::int64_t dim, bool keepdim) {
   detail::check_writable(op, out, "out");
@@ -308,10 +308,10 @@ ValuesIndices min(const Tensor& x, std::int64_t dim, bool keepdim) try {
   FORGE_RECORD(min_dim, r.values, x, dim, keepdim, r.indices);
   return r;
 } FORGE_CATCH_OOM("min")
-Tensor argmax(const Tensor& x) try { return arg_flat("argmax", true, x); } FORGE_CATCH_OOM("argmax")
-Tensor argmin(const Tensor& x) try { return arg_flat("argmin", false, x); } FORGE_CATCH_OOM("argmin")
-Tensor argmax(const Tensor& x, std::int64_t dim, bool keepdim) try { return arg_dim("argmax", true, x, dim, keepdim); } FORGE_CATCH_OOM("argmax")
-Tensor argmin(const Tensor& x, std::int64_t dim, bool keepdim) try { return arg_dim("argmin", false, x, dim, keepdim); } FORGE_CATCH_OOM("argmin")
+Tensor argmax(const Tensor& x) { return arg_flat("argmax", true, x); }
+Tensor argmin(const Tensor& x) { return arg_flat("argmin", false, x); }
+Tensor argmax(const Tensor& x, std::int64_t dim, bool keepdim) { return arg_dim("argmax", true, x, dim, keepdim); }
+Tensor argmin(const Tensor& x, std::int64_t dim, bool keepdim) { return arg_dim("argmin", false, x, dim, keepdim); }
 Tensor var(const Tensor& x, const DimList& dims, std::int64_t correction, bool keepdim) try {
   Tensor out = reduce_op("var", ReduceOp::var, x, dims, keepdim, correction);
   FORGE_RECORD(var, out, x, dims, correction, keepdim);

@@ -52,7 +52,9 @@ Tensor unary(const char* op, Unary kind, const Tensor& x, const cpu::UnaryParams
   return out;
 }
 
-Tensor& unary_into(const char* op, Unary kind, Tensor& out, const Tensor& x, const cpu::UnaryParams& params = {}) {
+// Every _into form is this call; it reports an allocation failure itself.
+Tensor& unary_into(const char* op, Unary kind, Tensor& out, const Tensor& x,
+                   const cpu::UnaryParams& params = {}) try {
   detail::check_writable(op, out, "out");
   detail::check_input(op, x, "x");
   const DType dtype = unary_dtype(op, kind, x.dtype());
@@ -61,7 +63,7 @@ Tensor& unary_into(const char* op, Unary kind, Tensor& out, const Tensor& x, con
   launch(kind, dtype, params, out, x);
   out.buffer()->bump_version();
   return out;
-}
+} FORGE_CATCH_OOM(op)
 
 cpu::UnaryParams slope(double negative_slope) { return {.p0 = negative_slope}; }
 cpu::UnaryParams softplus_params(double beta, double threshold) { return {.p0 = beta, .p1 = threshold}; }
@@ -207,38 +209,38 @@ Tensor erf(const Tensor& x) try {
   return out;
 } FORGE_CATCH_OOM("erf")
 
-Tensor& neg_into(Tensor& out, const Tensor& x) try { return unary_into("neg_into", Unary::neg, out, x); } FORGE_CATCH_OOM("neg_into")
-Tensor& abs_into(Tensor& out, const Tensor& x) try { return unary_into("abs_into", Unary::abs, out, x); } FORGE_CATCH_OOM("abs_into")
-Tensor& sign_into(Tensor& out, const Tensor& x) try { return unary_into("sign_into", Unary::sign, out, x); } FORGE_CATCH_OOM("sign_into")
-Tensor& exp_into(Tensor& out, const Tensor& x) try { return unary_into("exp_into", Unary::exp, out, x); } FORGE_CATCH_OOM("exp_into")
-Tensor& expm1_into(Tensor& out, const Tensor& x) try { return unary_into("expm1_into", Unary::expm1, out, x); } FORGE_CATCH_OOM("expm1_into")
-Tensor& log_into(Tensor& out, const Tensor& x) try { return unary_into("log_into", Unary::log, out, x); } FORGE_CATCH_OOM("log_into")
-Tensor& log1p_into(Tensor& out, const Tensor& x) try { return unary_into("log1p_into", Unary::log1p, out, x); } FORGE_CATCH_OOM("log1p_into")
-Tensor& sqrt_into(Tensor& out, const Tensor& x) try { return unary_into("sqrt_into", Unary::sqrt, out, x); } FORGE_CATCH_OOM("sqrt_into")
-Tensor& rsqrt_into(Tensor& out, const Tensor& x) try { return unary_into("rsqrt_into", Unary::rsqrt, out, x); } FORGE_CATCH_OOM("rsqrt_into")
-Tensor& square_into(Tensor& out, const Tensor& x) try { return unary_into("square_into", Unary::square, out, x); } FORGE_CATCH_OOM("square_into")
-Tensor& reciprocal_into(Tensor& out, const Tensor& x) try {
+Tensor& neg_into(Tensor& out, const Tensor& x) { return unary_into("neg_into", Unary::neg, out, x); }
+Tensor& abs_into(Tensor& out, const Tensor& x) { return unary_into("abs_into", Unary::abs, out, x); }
+Tensor& sign_into(Tensor& out, const Tensor& x) { return unary_into("sign_into", Unary::sign, out, x); }
+Tensor& exp_into(Tensor& out, const Tensor& x) { return unary_into("exp_into", Unary::exp, out, x); }
+Tensor& expm1_into(Tensor& out, const Tensor& x) { return unary_into("expm1_into", Unary::expm1, out, x); }
+Tensor& log_into(Tensor& out, const Tensor& x) { return unary_into("log_into", Unary::log, out, x); }
+Tensor& log1p_into(Tensor& out, const Tensor& x) { return unary_into("log1p_into", Unary::log1p, out, x); }
+Tensor& sqrt_into(Tensor& out, const Tensor& x) { return unary_into("sqrt_into", Unary::sqrt, out, x); }
+Tensor& rsqrt_into(Tensor& out, const Tensor& x) { return unary_into("rsqrt_into", Unary::rsqrt, out, x); }
+Tensor& square_into(Tensor& out, const Tensor& x) { return unary_into("square_into", Unary::square, out, x); }
+Tensor& reciprocal_into(Tensor& out, const Tensor& x) {
   return unary_into("reciprocal_into", Unary::reciprocal, out, x);
-} FORGE_CATCH_OOM("reciprocal_into")
-Tensor& sin_into(Tensor& out, const Tensor& x) try { return unary_into("sin_into", Unary::sin, out, x); } FORGE_CATCH_OOM("sin_into")
-Tensor& cos_into(Tensor& out, const Tensor& x) try { return unary_into("cos_into", Unary::cos, out, x); } FORGE_CATCH_OOM("cos_into")
-Tensor& tanh_into(Tensor& out, const Tensor& x) try { return unary_into("tanh_into", Unary::tanh, out, x); } FORGE_CATCH_OOM("tanh_into")
-Tensor& sigmoid_into(Tensor& out, const Tensor& x) try { return unary_into("sigmoid_into", Unary::sigmoid, out, x); } FORGE_CATCH_OOM("sigmoid_into")
-Tensor& relu_into(Tensor& out, const Tensor& x) try { return unary_into("relu_into", Unary::relu, out, x); } FORGE_CATCH_OOM("relu_into")
-Tensor& leaky_relu_into(Tensor& out, const Tensor& x, double negative_slope) try {
+}
+Tensor& sin_into(Tensor& out, const Tensor& x) { return unary_into("sin_into", Unary::sin, out, x); }
+Tensor& cos_into(Tensor& out, const Tensor& x) { return unary_into("cos_into", Unary::cos, out, x); }
+Tensor& tanh_into(Tensor& out, const Tensor& x) { return unary_into("tanh_into", Unary::tanh, out, x); }
+Tensor& sigmoid_into(Tensor& out, const Tensor& x) { return unary_into("sigmoid_into", Unary::sigmoid, out, x); }
+Tensor& relu_into(Tensor& out, const Tensor& x) { return unary_into("relu_into", Unary::relu, out, x); }
+Tensor& leaky_relu_into(Tensor& out, const Tensor& x, double negative_slope) {
   return unary_into("leaky_relu_into", Unary::leaky_relu, out, x, slope(negative_slope));
-} FORGE_CATCH_OOM("leaky_relu_into")
-Tensor& gelu_into(Tensor& out, const Tensor& x, GeluApproximation approximate) try {
+}
+Tensor& gelu_into(Tensor& out, const Tensor& x, GeluApproximation approximate) {
   return unary_into("gelu_into", gelu_kind(approximate), out, x);
-} FORGE_CATCH_OOM("gelu_into")
-Tensor& silu_into(Tensor& out, const Tensor& x) try { return unary_into("silu_into", Unary::silu, out, x); } FORGE_CATCH_OOM("silu_into")
-Tensor& softplus_into(Tensor& out, const Tensor& x, double beta, double threshold) try {
+}
+Tensor& silu_into(Tensor& out, const Tensor& x) { return unary_into("silu_into", Unary::silu, out, x); }
+Tensor& softplus_into(Tensor& out, const Tensor& x, double beta, double threshold) {
   return unary_into("softplus_into", Unary::softplus, out, x, softplus_params(beta, threshold));
-} FORGE_CATCH_OOM("softplus_into")
-Tensor& elu_into(Tensor& out, const Tensor& x, double alpha) try {
+}
+Tensor& elu_into(Tensor& out, const Tensor& x, double alpha) {
   return unary_into("elu_into", Unary::elu, out, x, elu_params(alpha));
-} FORGE_CATCH_OOM("elu_into")
-Tensor& erf_into(Tensor& out, const Tensor& x) try { return unary_into("erf_into", Unary::erf, out, x); } FORGE_CATCH_OOM("erf_into")
+}
+Tensor& erf_into(Tensor& out, const Tensor& x) { return unary_into("erf_into", Unary::erf, out, x); }
 
 Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max) try {
   cpu::UnaryParams params;
