@@ -130,7 +130,7 @@ Tensor Tensor::reshape(const Shape& requested) const try {
   return clone().view(shape);  // both record themselves
 } FORGE_CATCH_OOM("reshape")
 
-Tensor Tensor::broadcast_to(const Shape& target) const try { return broadcast_as(target, "broadcast_to"); } FORGE_CATCH_OOM("broadcast_to")
+Tensor Tensor::broadcast_to(const Shape& target) const { return broadcast_as(target, "broadcast_to"); }
 
 Tensor Tensor::broadcast_as(const Shape& target, const char* op) const try {
   detail::check_input(op, *this, "tensor");
@@ -149,7 +149,7 @@ Tensor Tensor::broadcast_as(const Shape& target, const char* op) const try {
   Tensor out = detail::make_view(*this, target, strides, offset());
   FORGE_RECORD(expand, out, *this, op);
   return out;
-} FORGE_CATCH_OOM("broadcast_as")
+} FORGE_CATCH_OOM(op)
 
 Tensor Tensor::expand(const Shape& sizes) const try {
   detail::check_input("expand", *this, "tensor");

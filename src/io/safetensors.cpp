@@ -125,14 +125,15 @@ std::string header_text(const std::vector<std::pair<std::string, Tensor>>& order
   std::uint64_t offset = 0;
   for (const auto& [name, t] : order) {
     const std::uint64_t end = offset + t.nbytes();
-    entries.emplace_back(name, "{\"data_offsets\":" + json_list(std::array{offset, end}) + ",\"dtype\":" +
-                                   json_string(safetensors_name(t.dtype())) + ",\"shape\":" + json_list(t.shape().vec()) +
-                                   "}");
+    entries.emplace_back(name, "{\"data_offsets\":" + json_list(std::array{offset, end}) +
+                                   ",\"dtype\":" + json_string(safetensors_name(t.dtype())) +
+                                   ",\"shape\":" + json_list(t.shape().vec()) + "}");
     offset = end;
   }
   if (!metadata.empty()) {
     std::string object = "{";
-    for (const auto& [key, value] : metadata) object += (object.size() > 1 ? "," : "") + json_string(key) + ":" + json_string(value);
+    for (const auto& [key, value] : metadata)
+      object += (object.size() > 1 ? "," : "") + json_string(key) + ":" + json_string(value);
     entries.emplace_back(kMetadataKey, object + "}");
   }
   std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
