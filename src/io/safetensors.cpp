@@ -109,11 +109,19 @@ std::string json_string(std::string_view s) {
   }
 }
 
+// Appends `item` to a JSON list or object being written, after a comma
+// unless it is the first.
+void append_item(std::string& out, std::string_view item) {
+  if (out.size() > 1) out += ',';
+  out += item;
+}
+
 template <typename Ints>
 std::string json_list(const Ints& values) {
   std::string out = "[";
-  for (const auto v : values) out += (out.size() > 1 ? "," : "") + std::to_string(v);
-  return out + "]";
+  for (const auto v : values) append_item(out, std::to_string(v));
+  out += ']';
+  return out;
 }
 
 // The header as compact JSON with every object's keys in sorted order (what
@@ -132,14 +140,14 @@ std::string header_text(const std::vector<std::pair<std::string, Tensor>>& order
   }
   if (!metadata.empty()) {
     std::string object = "{";
-    for (const auto& [key, value] : metadata)
-      object += (object.size() > 1 ? "," : "") + json_string(key) + ":" + json_string(value);
-    entries.emplace_back(kMetadataKey, object + "}");
+    for (const auto& [key, value] : metadata) append_item(object, json_string(key) + ":" + json_string(value));
+    object += '}';
+    entries.emplace_back(kMetadataKey, std::move(object));
   }
   std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   std::string text = "{";
-  for (const auto& [key, value] : entries) text += (text.size() > 1 ? "," : "") + json_string(key) + ":" + value;
-  text += "}";
+  for (const auto& [key, value] : entries) append_item(text, json_string(key) + ":" + value);
+  text += '}';
   text.append((kHeaderAlignBytes - text.size() % kHeaderAlignBytes) % kHeaderAlignBytes, ' ');
   return text;
 }
