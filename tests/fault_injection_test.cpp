@@ -343,6 +343,75 @@ Tally backward(int threads, Fault fault) {
   return tally;
 }
 
+// ---- ops inside an exec scope ----
+// An open scope adopts every op's outputs; the room for them is made before
+// the op computes (Runtime::scope_reserve), since adopting cannot fail. The
+// scope starts nearly full (its first 64 slots less one), so that an op with
+// two outputs (max along a dim) or a backward that adopts two gradients
+// (conv2d) needs the room to grow.
+
+struct ScopedInputs {
+  Tensor x, w;
+  std::vector<Tensor> inputs() const { return {x, w}; }
+  void reset() {
+    x.zero_grad();
+    w.zero_grad();
+  }
+};
+
+Results scoped_ops(ExecContext& ctx, ScopedInputs& in, std::size_t filler) {
+  Results out;
+  forge::ExecScope scope = ctx.open_exec_scope();
+  for (std::size_t i = 0; i < filler; ++i) (void)ctx.empty({4});
+  const forge::ValuesIndices mx = in.x.detach().max(1);
+  const forge::ValuesIndices mn = in.x.detach().min(1, true);
+  const Tensor y = forge::conv2d(in.x, in.w, Tensor(), {.padding = {1, 1}});
+  out.push_back(mx.values);
+  out.push_back(mx.indices);
+  out.push_back(mn.values);
+  out.push_back(mn.indices);
+  out.push_back(y.detach());
+  forge::sum(y).backward();  // the last call that may fail (see train_step)
+  out.push_back(in.x.grad());
+  out.push_back(in.w.grad());
+  return out;
+}
+
+Tally scoped(int threads, Fault fault) {
+  auto setup = [](ExecContext& ctx) {
+    return ScopedInputs{ctx.randn({2, 3, 8, 8}).requires_grad_(), ctx.randn({4, 3, 3, 3}).requires_grad_()};
+  };
+  Tally tally{"exec scope", threads};
+  for (std::size_t filler : {62, 63})
+    tally.add(walk("exec scope / " + std::to_string(filler) + " held, then max, min, conv2d backward", threads,
+                   fault, setup, [filler](ExecContext& ctx, ScopedInputs& in) { return scoped_ops(ctx, in, filler); }));
+  return tally;
+}
+
+// ---- nn module constructors ----
+// Parameters live in owned memory outside the pool (nn/owned.h); their
+// initial values are drawn in pooled temporaries.
+
+Tally modules(int threads, Fault fault) {
+  auto setup = [](ExecContext&) { return Inputs{}; };
+  auto parameters_of = [](const nn::Module& m) {
+    Results out;
+    for (const Tensor& p : m.parameters()) out.push_back(p.detach());
+    return out;
+  };
+  return walk_calls(
+      "nn modules", threads, fault, setup,
+      {{"Linear", [=](ExecContext& ctx, Inputs&) { return parameters_of(nn::Linear(ctx, 48, 32)); }},
+       {"Conv2d",
+        [=](ExecContext& ctx, Inputs&) {
+          return parameters_of(nn::Conv2d(ctx, 3, 8, 3, nn::Conv2dOptions{.padding = 1}));
+        }},
+       {"Embedding with padding_idx",
+        [=](ExecContext& ctx, Inputs&) { return parameters_of(nn::Embedding(ctx, 50, 16, 3)); }},
+       {"MultiheadAttention",
+        [=](ExecContext& ctx, Inputs&) { return parameters_of(nn::MultiheadAttention(ctx, 32, 4)); }}});
+}
+
 }  // namespace
 
 namespace {
@@ -731,6 +800,13 @@ TEST_CASE("fault injection: every heap allocation failure of indexing, linalg, n
 TEST_CASE("fault injection: every heap allocation failure of a backward pass is out_of_memory") {
   require_walked(backward, Fault::heap);
 }
+TEST_CASE("fault injection: every allocation failure of ops inside an exec scope is released and reported") {
+  require_walked(scoped);
+  require_walked(scoped, Fault::heap);
+}
+TEST_CASE("fault injection: every heap allocation failure of an nn module constructor is out_of_memory") {
+  require_walked(modules, Fault::heap);
+}
 TEST_CASE("fault injection: every heap allocation failure of an optimizer step is out_of_memory") {
   for (bool packed : {true, false})
     require_walked([packed](int threads, Fault fault) { return optimizer(threads, packed, fault); }, Fault::heap);
@@ -759,6 +835,8 @@ TEST_CASE("fault injection: report of the failures walked per family", "[.report
       nn_ops,
       losses,
       backward,
+      scoped,
+      modules,
       [](int threads, Fault fault) { return optimizer(threads, true, fault); },
       [](int threads, Fault fault) { return optimizer(threads, false, fault); },
       safetensors_load,

@@ -15,7 +15,9 @@
 #include <string>
 #include <vector>
 
+#include <grp.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
@@ -51,6 +53,7 @@ class TempDir {
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;
   fs::path operator/(const std::string& name) const { return path_ / name; }
+  const fs::path& path() const { return path_; }
   // The names of the files in the directory (no temporaries may linger).
   std::vector<std::string> files() const {
     std::vector<std::string> names;
@@ -275,6 +278,11 @@ TEST_CASE("io: save_safetensors refuses bad names and tensors and leaves no file
   const std::string msg = FORGE_REQUIRE_ERROR(io, "save_safetensors",
                                               io::save_safetensors(dir / "no/such/dir/x.safetensors", {}));
   CHECK(contains(msg, "x.safetensors"));
+  // A header the reader would refuse (over 100 MB) is never written.
+  const std::string long_header_msg = FORGE_REQUIRE_ERROR(
+      invalid_argument, "save_safetensors",
+      io::save_safetensors(dir / "keep.safetensors", {{"x", ctx.ones({1})}}, {{"k", std::string(100'000'000, 'a')}}));
+  CHECK(contains(long_header_msg, "longer than 100000000"));
   CHECK(read_file(dir / "keep.safetensors") == original);
   CHECK(dir.files() == std::vector<std::string>{"keep.safetensors"});
 }
@@ -762,6 +770,87 @@ TEST_CASE("io: saving through a symbolic link replaces the file it leads to and 
     CHECK(contains(msg, "loop_a"));
     CHECK(contains(msg, "symbolic link"));
     CHECK(dir.files() == std::vector<std::string>{"alias", "latest", "loop_a", "loop_b", "next", "v"});
+  }
+}
+
+// Another user's link in a sticky world-writable directory (/tmp) could aim
+// a write at the caller's files; open(2) refuses to follow it under
+// fs.protected_symlinks, and so does a save. Making such a link needs root
+// (lchown), as it needs another user elsewhere.
+TEST_CASE("io: a save does not follow another user's link in a sticky world-writable directory") {
+  TestContext ctx;
+  for (const Writer& w : kWriters) {
+    INFO(w.op);
+    TempDir dir;
+    const fs::path target = dir / "mine.bin";
+    w.save(target, ctx.ones({2}));
+    fs::create_symlink("mine.bin", dir / "planted");
+    if (::lchown((dir / "planted").c_str(), 65534, 65534) != 0) continue;  // not root: no such link to make
+    REQUIRE(::chmod(dir.path().c_str(), 01777) == 0);
+    const std::string msg = FORGE_REQUIRE_ERROR(io, w.op, w.save(dir / "planted", ctx.zeros({3})));
+    CHECK(contains(msg, "planted"));
+    CHECK(contains(msg, "protected_symlinks"));
+    CHECK(w.load(ctx, target).to_vector<float>() == std::vector<float>{1, 1});
+    CHECK(dir.files() == std::vector<std::string>{"mine.bin", "planted"});
+    // Followed where the directory is not sticky, or its owner owns the link.
+    REQUIRE(::chmod(dir.path().c_str(), 0777) == 0);
+    w.save(dir / "planted", ctx.arange(3, DType::f32));
+    CHECK(w.load(ctx, target).to_vector<float>() == iota(3));
+    REQUIRE(::chmod(dir.path().c_str(), 01777) == 0);
+    REQUIRE(::chown(dir.path().c_str(), 65534, 65534) == 0);
+    w.save(dir / "planted", ctx.arange(4, DType::f32));
+    CHECK(w.load(ctx, target).to_vector<float>() == iota(4));
+  }
+}
+
+// A user who may not keep the replaced file's owner or group must not pass
+// on rights meant for them: set-user-ID goes with the owner, the group bits
+// and set-group-ID with the group. The save runs in a child process as
+// another user (root is needed to become one).
+TEST_CASE("io: replacing another user's file keeps no set-user-ID, nor group rights without the group") {
+  TestContext ctx;
+  if (::geteuid() != 0) return;  // only root can act as another user here
+  const Tensor t = ctx.arange(3, DType::f32);
+  for (const Writer& w : kWriters) {
+    INFO(w.op);
+    TempDir dir;
+    REQUIRE(::chmod(dir.path().c_str(), 0777) == 0);
+    struct Case {
+      gid_t group;     // the replaced file's group (its owner is root)
+      mode_t mode;     // and mode
+      mode_t expect;   // the mode after user 65534 replaced it
+      gid_t expect_group;
+    };
+    for (const Case c : {Case{0, 04775, 0705, 65534}, Case{65534, 06775, 02775, 65534}}) {
+      INFO("mode 0" << std::oct << c.mode);
+      const fs::path path = dir / "w.bin";
+      w.save(path, ctx.ones({2}));
+      REQUIRE(::chown(path.c_str(), 0, c.group) == 0);
+      REQUIRE(::chmod(path.c_str(), c.mode) == 0);
+      const pid_t child = ::fork();
+      REQUIRE(child >= 0);
+      if (child == 0) {
+        int code = 0;
+        if (::setgroups(0, nullptr) != 0 || ::setegid(65534) != 0 || ::seteuid(65534) != 0) ::_exit(2);
+        try {
+          w.save(path, t);
+        } catch (...) {
+          code = 1;
+        }
+        ::_exit(code);
+      }
+      int status = 0;
+      REQUIRE(::waitpid(child, &status, 0) == child);
+      REQUIRE(WIFEXITED(status));
+      REQUIRE(WEXITSTATUS(status) == 0);
+      struct stat st {};
+      REQUIRE(::stat(path.c_str(), &st) == 0);
+      CHECK(st.st_uid == 65534);
+      CHECK(st.st_gid == c.expect_group);
+      CHECK((st.st_mode & 07777) == c.expect);
+      CHECK(w.load(ctx, path).to_vector<float>() == iota(3));
+      fs::remove(path);
+    }
   }
 }
 

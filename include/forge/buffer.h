@@ -15,11 +15,18 @@
 
 namespace forge {
 
+class Buffer;
+
 namespace detail {
 // A key only forge's own sources can name: it guards constructors that trust
 // their arguments (a public header cannot hide them from user code otherwise).
 struct Internal;
 class PoolCore;
+// Buffer::borrow whose hook stays unarmed until arm_borrowed(): for a caller
+// that must still allocate before it hands the buffer out (from_blob), so
+// that a failure there releases the buffer without running the hook.
+Ref<Buffer> borrow_unarmed(void* data, std::size_t nbytes, Device device, std::function<void()> on_release);
+void arm_borrowed(Buffer& buffer) noexcept;
 }  // namespace detail
 
 class Buffer;
@@ -96,6 +103,7 @@ class Buffer : public RefCounted<Buffer> {
 
  private:
   friend class detail::PoolCore;
+  friend void detail::arm_borrowed(Buffer& buffer) noexcept;
   friend class Runtime;
   friend class ExecScope;
   // Re-arms a cached pooled buffer for a new holder.

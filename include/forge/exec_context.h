@@ -80,7 +80,8 @@ class ExecContext {
     return from_vector(values, Shape{static_cast<std::int64_t>(values.size())});
   }
   // A tensor over memory the caller owns (contiguous, 64-byte alignment not
-  // required); `on_release` runs once when the last view of it dies.
+  // required); `on_release` runs once when the last view of it dies. A call
+  // that throws never runs it: the memory stays the caller's.
   Tensor from_blob(void* data, const Shape& shape, DType dtype,
                    std::function<void()> on_release = {});
 

@@ -11,6 +11,7 @@
 // used from another thread meanwhile is ErrorCode::contended, naming the
 // context and both threads.
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -80,15 +81,20 @@ class Runtime : public RefCounted<Runtime> {
   void manual_seed(std::uint64_t seed) { *lease_generator("manual_seed") = std::mt19937_64(seed); }
 
   // ---- exec scopes (see exec_scope.h) ----
-  // Makes room so that the next scope_adopt cannot fail; call before
-  // computing. While a scope is open, an op of another thread than the
-  // scopes' is refused here (contended).
+  // Makes room for one more scope_adopt, so that no adopt can fail; call
+  // before computing, once per output. Each call counts a pending adopt: an
+  // op that allocates two outputs before adopting either (max along a dim),
+  // or an op nested in another, still finds room for all of them. While a
+  // scope is open, an op of another thread than the scopes' is refused here
+  // (contended).
   void scope_reserve(const char* op) {
     const std::thread::id owner = scope_owner_.load(std::memory_order_acquire);
     if (owner == std::thread::id()) return;
     if (owner != std::this_thread::get_id()) [[unlikely]]
       refuse_other_thread(op, "its exec scopes are open on", owner);
-    if (scope_held_.size() == scope_held_.capacity()) scope_held_.reserve(scope_held_.size() * 2 + 16);
+    const std::size_t need = scope_held_.size() + scope_pending_ + 1;
+    if (need > scope_held_.capacity()) scope_held_.reserve(std::max(need, scope_held_.capacity() * 2 + 16));
+    ++scope_pending_;
   }
   void scope_adopt(const Ref<Buffer>& buffer) noexcept;
 
@@ -115,6 +121,10 @@ class Runtime : public RefCounted<Runtime> {
   std::atomic<std::thread::id> rng_holder_{};    // the thread leasing rng_; id() when none
   std::atomic<std::thread::id> scope_owner_{};   // the thread whose scopes are open; id() when none
   std::vector<Ref<Buffer>> scope_held_;
+  // Reservations not yet adopted. An allocation that is never adopted (a
+  // temporary) leaves one counted until the last scope closes: it costs a
+  // spare slot, never a missing one.
+  std::size_t scope_pending_ = 0;
   std::vector<ScopeFrame> scope_frames_;
   std::uint64_t next_scope_id_ = 1;
 };

@@ -109,17 +109,17 @@ Tensor& in_place(Tensor& self, const char* op, bool source_requires_grad, Comput
 }  // namespace
 
 #define FORGE_IN_PLACE_BINARY(name)                                                                        \
-  Tensor& Tensor::name##_(const Tensor& other) {                                                          \
+  Tensor& Tensor::name##_(const Tensor& other) try {                                                      \
     detail::check_input(#name "_", other, "other");                                                        \
     return in_place(                                                                                       \
         *this, #name "_", other.requires_grad(), [&](const Tensor& s) { return forge::name(s, other); }, \
         [&] { name##_into(*this, *this, other); });                                                        \
-  }                                                                                                        \
-  Tensor& Tensor::name##_(Scalar other) {                                                                 \
+  } FORGE_CATCH_OOM(#name "_")                                                                             \
+  Tensor& Tensor::name##_(Scalar other) try {                                                             \
     return in_place(                                                                                       \
         *this, #name "_", false, [&](const Tensor& s) { return forge::name(s, other); },                  \
         [&] { name##_into(*this, *this, other); });                                                        \
-  }
+  } FORGE_CATCH_OOM(#name "_")
 
 FORGE_IN_PLACE_BINARY(add)
 FORGE_IN_PLACE_BINARY(sub)

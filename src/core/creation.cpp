@@ -145,10 +145,15 @@ Tensor ExecContext::from_blob(void* data, const Shape& shape, DType dtype, std::
   FORGE_CHECK(data != nullptr || n == 0, invalid_argument, "from_blob", "null data for shape ", shape);
   FORGE_CHECK(reinterpret_cast<std::uintptr_t>(data) % dtype_size(dtype) == 0, invalid_argument, "from_blob",
               "data at ", data, " is not aligned to ", dtype_size(dtype), " bytes for ", dtype_name(dtype));
-  Ref<Buffer> buffer =
-      Buffer::borrow(data, static_cast<std::size_t>(n) * dtype_size(dtype), device(), std::move(on_release));
-  return Tensor(Ref<TensorImpl>::adopt(new TensorImpl(detail::internal, Ref<Runtime>::share(&runtime()), std::move(buffer), shape,
-                                                      contiguous_strides(shape), 0, dtype)));
+  // The hook is armed only once the tensor exists: a failure after the
+  // buffer was made releases it without handing the memory back.
+  Ref<Buffer> buffer = detail::borrow_unarmed(data, static_cast<std::size_t>(n) * dtype_size(dtype), device(),
+                                              std::move(on_release));
+  Buffer& bytes = *buffer.get();
+  Tensor t(Ref<TensorImpl>::adopt(new TensorImpl(detail::internal, Ref<Runtime>::share(&runtime()), std::move(buffer),
+                                                 shape, contiguous_strides(shape), 0, dtype)));
+  detail::arm_borrowed(bytes);
+  return t;
 } FORGE_CATCH_OOM("from_blob")
 
 Tensor empty(const Shape& shape, DType dtype) { return ExecContext::current_or_throw("empty").empty(shape, dtype); }

@@ -99,7 +99,7 @@ DataLoader::~DataLoader() {
   worker_.join();
 }
 
-std::vector<std::int64_t> DataLoader::order(std::int64_t epoch) const {
+std::vector<std::int64_t> DataLoader::order(std::int64_t epoch) const try {
   FORGE_CHECK(epoch >= 0, invalid_argument, kOp, "epoch must be non-negative, got ", epoch);
   std::vector<std::int64_t> order(static_cast<std::size_t>(samples_));
   for (std::int64_t i = 0; i < samples_; ++i) order[static_cast<std::size_t>(i)] = i;
@@ -107,7 +107,7 @@ std::vector<std::int64_t> DataLoader::order(std::int64_t epoch) const {
   std::mt19937_64 gen(options_.seed + static_cast<std::uint64_t>(epoch));
   for (std::size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[draw_below(gen, i)]);
   return order;
-}
+} FORGE_CATCH_OOM(kOp)
 
 std::int64_t DataLoader::batch_rows(std::int64_t batch) const noexcept {
   return std::min(options_.batch_size, samples_ - batch * options_.batch_size);

@@ -3,13 +3,22 @@
 // What is replaced, and how (Note [replacing a file]):
 //   - a symbolic link is followed, as open(2) would: the file it leads to is
 //     replaced and the link stays a link, so a "latest.safetensors" link to a
-//     versioned checkpoint keeps working and the checkpoint gets the bytes;
+//     versioned checkpoint keeps working and the checkpoint gets the bytes.
+//     As open(2) would under Linux's fs.protected_symlinks, a link in a
+//     sticky world-writable directory (/tmp) is followed only when the
+//     caller or the directory's owner owns it: another user's link there
+//     cannot aim a write at the caller's files;
 //   - only a regular file (or nothing) may be replaced: a device, FIFO,
 //     socket or directory at the target is refused before anything is
 //     written (renaming over /dev/full would swap the device for a file);
 //   - a replaced file keeps its permission bits, and its owner and group
-//     where the process may set them; a new file gets 0666 less the umask,
-//     as a plain create would;
+//     where the process may set them; where it may not, the bits that would
+//     grant another owner's or group's rights to this one are dropped
+//     (set-user-ID without the owner; the group bits and set-group-ID
+//     without the group); a new file gets 0666 less the umask, as a plain
+//     create would;
+//   - the target is checked again just before the rename: one that became
+//     something other than a regular file meanwhile is refused, not replaced;
 //   - the temporary is the target's name plus ".tmp.<pid>.<n>", the name cut
 //     short (on a UTF-8 character boundary) so the whole fits the directory's
 //     NAME_MAX: any name the target may have, the temporary can have too.
@@ -75,7 +84,7 @@ AtomicFile::AtomicFile(std::filesystem::path path, const char* op) : path_(std::
     if (fd_ < 0 && errno != EEXIST) fail("cannot create a temporary file");
   }
   if (fd_ < 0) fail("cannot create a temporary file");
-  if (exists) keep_owner_and_mode(st);
+  if (exists) keep_owner(st);
 }
 
 AtomicFile::~AtomicFile() {
@@ -93,6 +102,7 @@ bool AtomicFile::resolve_target(struct stat& st) {
       fail("cannot inspect the file it replaces");
     }
     if (!S_ISLNK(st.st_mode)) return true;
+    refuse_unprotected_link(st);
     std::string link(PATH_MAX, '\0');
     const ssize_t n = ::readlink(target_.c_str(), link.data(), link.size());
     if (n < 0) fail("cannot read the symbolic link");
@@ -108,17 +118,25 @@ bool AtomicFile::resolve_target(struct stat& st) {
   fail("cannot follow the symbolic link");
 }
 
-void AtomicFile::keep_owner_and_mode(const struct stat& st) {
-  // Owner first: changing it clears the set-user-ID and set-group-ID bits.
+void AtomicFile::refuse_unprotected_link(const struct stat& link) const {
+  struct stat dir {};
+  const std::filesystem::path parent = target_.parent_path();
+  if (::stat(parent.empty() ? "." : parent.c_str(), &dir) != 0) fail("cannot inspect the directory of the symbolic link");
+  const bool sticky_world_writable = (dir.st_mode & S_ISVTX) != 0 && (dir.st_mode & S_IWOTH) != 0;
+  if (!sticky_world_writable || link.st_uid == ::geteuid() || link.st_uid == dir.st_uid) return;
+  FORGE_FAIL(io, op_, path_, described_target(), ": a symbolic link owned by another user in a sticky world-writable ",
+             "directory is not followed (as fs.protected_symlinks refuses it)");
+}
+
+void AtomicFile::keep_owner(const struct stat& st) {
   // Only root may give a file away; a member of the group may still keep it.
-  if (::fchown(fd_, st.st_uid, st.st_gid) != 0) (void)::fchown(fd_, static_cast<uid_t>(-1), st.st_gid);
-  if (::fchmod(fd_, st.st_mode & 07777) != 0) {
-    const int err = errno;
-    ::close(fd_);
-    fd_ = -1;
-    errno = err;
-    discard_and_fail("cannot give the temporary file the mode of the one it replaces");
+  mode_t mode = st.st_mode & 07777;
+  if (::fchown(fd_, st.st_uid, st.st_gid) != 0) {
+    mode &= ~static_cast<mode_t>(S_ISUID);  // a new owner gets no one else's set-user-ID
+    if (::fchown(fd_, static_cast<uid_t>(-1), st.st_gid) != 0)
+      mode &= ~static_cast<mode_t>(S_IRWXG | S_ISGID);  // nor another group's rights
   }
+  mode_ = static_cast<int>(mode);
 }
 
 std::string AtomicFile::described_target() const {
@@ -149,11 +167,19 @@ void AtomicFile::write(const void* data, std::size_t nbytes) {
 }
 
 void AtomicFile::commit() {
+  if (mode_ >= 0 && ::fchmod(fd_, static_cast<mode_t>(mode_)) != 0)
+    fail("cannot give the temporary file the mode of the one it replaces");
   // Flushed before the rename, so a crash leaves the old file or the whole new one.
   if (::fsync(fd_) != 0) fail("cannot flush");
   const int fd = fd_;
   fd_ = -1;
   if (::close(fd) != 0) discard_and_fail("cannot close");
+  struct stat st {};
+  if (::lstat(target_.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    ::unlink(temp_.c_str());
+    FORGE_FAIL(io, op_, path_, described_target(),
+               ": became something other than a regular file while it was written; it is not replaced");
+  }
   if (::rename(temp_.c_str(), target_.c_str()) != 0) discard_and_fail("cannot rename the temporary file into place");
 }
 

@@ -30,7 +30,12 @@ class AtomicFile {
   // Sets target_ to the file `path` leads to through symbolic links; whether
   // it exists, and if so its lstat in `st`.
   bool resolve_target(struct stat& st);
-  void keep_owner_and_mode(const struct stat& st);
+  // Refuses to follow `link` (lstat of target_) where fs.protected_symlinks would.
+  void refuse_unprotected_link(const struct stat& link) const;
+  // Gives the temporary the replaced file's owner and group where allowed,
+  // and decides the mode commit() gives it (last: a write by a process
+  // without CAP_FSETID clears set-user-ID and set-group-ID).
+  void keep_owner(const struct stat& st);
   std::string described_target() const;  // the target, for messages, when a link led to it
   [[noreturn]] void fail(const char* what) const;              // reports errno
   [[noreturn]] void discard_and_fail(const char* what) const;  // also removes the closed temporary
@@ -39,6 +44,7 @@ class AtomicFile {
   std::filesystem::path temp_;
   const char* op_;
   int fd_ = -1;
+  int mode_ = -1;  // the mode commit() sets; -1 for a new file (created with its mode)
 };
 
 }  // namespace forge::io::detail

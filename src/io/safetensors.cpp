@@ -447,8 +447,13 @@ Tensor make_tensor(ExecContext& ctx, const std::shared_ptr<detail::MappedFile>& 
 }  // namespace
 
 void save_safetensors(const std::filesystem::path& path, const StateDict& tensors, const Metadata& metadata) try {
+  // Never write a file the reader refuses.
+  FORGE_CHECK(tensors.size() <= kMaxEntries, invalid_argument, kSaveOp, path, ": ", tensors.size(),
+              " tensors are more than ", kMaxEntries, ", forge's limit for one file");
   const auto order = file_order(tensors);
   const std::string header = header_text(order, metadata);
+  FORGE_CHECK(header.size() <= kMaxHeaderBytes, invalid_argument, kSaveOp, path, ": a header of ", header.size(),
+              " bytes is longer than ", kMaxHeaderBytes, ", the limit of a safetensors header");
   unsigned char length[kHeaderLengthBytes];
   put_u64_le(header.size(), length);
 

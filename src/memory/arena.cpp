@@ -244,9 +244,11 @@ std::size_t ArenaCall::bytes_for(const Shape& shape, DType dtype) {
                                     dtype_size(dtype));
 }
 
-void ArenaCall::reserve(std::size_t bytes) { core_->reserve(op_, bytes); }
+void ArenaCall::reserve(std::size_t bytes) try { core_->reserve(op_, bytes); } FORGE_CATCH_OOM(op_)
 
-Tensor ArenaCall::allocate(const Shape& shape, DType dtype) { return core_->allocate(op_, shape, dtype); }
+Tensor ArenaCall::allocate(const Shape& shape, DType dtype) try {
+  return core_->allocate(op_, shape, dtype);
+} FORGE_CATCH_OOM(op_)
 
 // ---- ragged views ----
 

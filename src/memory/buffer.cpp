@@ -9,15 +9,17 @@ namespace forge {
 namespace {
 
 // Owns one borrowed buffer: deletes the header and runs the caller's release
-// exactly once (the refcount reaches zero once).
+// exactly once (the refcount reaches zero once), if armed.
 class BorrowOwner final : public BufferOwner {
  public:
-  explicit BorrowOwner(std::function<void()> on_release) : on_release_(std::move(on_release)) {}
+  BorrowOwner(std::function<void()> on_release, bool armed) : on_release_(std::move(on_release)), armed_(armed) {}
+  void arm() noexcept { armed_ = true; }
   void release(Buffer* buffer) noexcept override {
     auto on_release = std::move(on_release_);
+    const bool armed = armed_;
     delete buffer;
     delete this;
-    if (on_release) {
+    if (armed && on_release) {
       try {
         on_release();
       } catch (...) {
@@ -29,13 +31,12 @@ class BorrowOwner final : public BufferOwner {
 
  private:
   std::function<void()> on_release_;
+  bool armed_;
 };
 
-}  // namespace
-
-Ref<Buffer> Buffer::borrow(void* data, std::size_t nbytes, Device device,
-                           std::function<void()> on_release) try {
-  auto* owner = new BorrowOwner(std::move(on_release));
+Ref<Buffer> make_borrowed(void* data, std::size_t nbytes, Device device, std::function<void()> on_release,
+                          bool armed) {
+  auto* owner = new BorrowOwner(std::move(on_release), armed);
   Buffer::Init init;
   init.data = static_cast<std::byte*>(data);
   init.nbytes = nbytes;
@@ -48,6 +49,23 @@ Ref<Buffer> Buffer::borrow(void* data, std::size_t nbytes, Device device,
     delete owner;
     throw;
   }
+}
+
+}  // namespace
+
+Ref<Buffer> Buffer::borrow(void* data, std::size_t nbytes, Device device,
+                           std::function<void()> on_release) try {
+  return make_borrowed(data, nbytes, device, std::move(on_release), true);
 } FORGE_CATCH_OOM("borrow")
+
+namespace detail {
+
+Ref<Buffer> borrow_unarmed(void* data, std::size_t nbytes, Device device, std::function<void()> on_release) {
+  return make_borrowed(data, nbytes, device, std::move(on_release), false);
+}
+
+void arm_borrowed(Buffer& buffer) noexcept { static_cast<BorrowOwner*>(buffer.owner_)->arm(); }
+
+}  // namespace detail
 
 }  // namespace forge

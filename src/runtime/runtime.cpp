@@ -14,7 +14,8 @@
 // memory, so they check who is calling instead:
 // - The exec-scope stack belongs to the thread that opened its outermost
 //   scope (scope_owner_), until that scope closes. Opening a scope, or
-//   running an op (scope_reserve), on another thread meanwhile is refused.
+//   running an op that allocates a pooled output (scope_reserve), on
+//   another thread meanwhile is refused.
 //   With no scope open the check is one atomic load; with one open, also a
 //   compare with the calling thread's id. An exec scope closes on the thread
 //   that opened it, or after that thread has stopped using the context
@@ -96,6 +97,7 @@ void Runtime::scope_adopt(const Ref<Buffer>& buffer) noexcept {
   if (owner == std::thread::id() || owner != std::this_thread::get_id()) return;
   ++buffer->scope_refs_;
   scope_held_.push_back(buffer);
+  if (scope_pending_ > 0) --scope_pending_;
 }
 
 void Runtime::scope_claim(const char* op) {
@@ -106,7 +108,9 @@ void Runtime::scope_claim(const char* op) {
 }
 
 void Runtime::scope_release_if_none_open() noexcept {
-  if (scope_frames_.empty()) scope_owner_.store(std::thread::id(), std::memory_order_release);
+  if (!scope_frames_.empty()) return;
+  scope_pending_ = 0;
+  scope_owner_.store(std::thread::id(), std::memory_order_release);
 }
 
 Runtime::GeneratorLease Runtime::lease_generator(const char* op) {
