@@ -15,13 +15,13 @@
 #include <torch/torch.h>
 
 #include <algorithm>
-#include <cmath>
-#include <memory>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -61,8 +61,8 @@ struct Options {
 void print_header(const Options& o) {
   std::printf("forge vs libtorch %s, %d thread(s), median of %d runs, GLIBC_TUNABLES=%s\n", TORCH_VERSION, o.threads,
               o.repeats, std::getenv("GLIBC_TUNABLES") ? std::getenv("GLIBC_TUNABLES") : "(unset)");
-  std::printf("%-36s %11s %11s %11s %8s %8s %14s\n", "workload", "forge", "libtorch", "lt out", "vs lt",
-              "vs out", "forge rate");
+  std::printf("%-36s %11s %11s %11s %8s %8s %14s\n", "workload", "forge", "libtorch", "lt out", "vs lt", "vs out",
+              "forge rate");
 }
 
 void run_row(const Options& o, const Workload& w) {
@@ -73,12 +73,15 @@ void run_row(const Options& o, const Workload& w) {
   // Times in ms, or ns per op for chains.
   const double scale = w.unit == Unit::chain ? 1e9 / w.work : 1e3;
   char rate[32];
-  if (w.unit == Unit::bytes) std::snprintf(rate, sizeof rate, "%.1f GB/s", w.work / f * 1e-9);
-  else if (w.unit == Unit::flops) std::snprintf(rate, sizeof rate, "%.1f GFLOP/s", w.work / f * 1e-9);
-  else std::snprintf(rate, sizeof rate, "ns/op");
+  if (w.unit == Unit::bytes)
+    std::snprintf(rate, sizeof rate, "%.1f GB/s", w.work / f * 1e-9);
+  else if (w.unit == Unit::flops)
+    std::snprintf(rate, sizeof rate, "%.1f GFLOP/s", w.work / f * 1e-9);
+  else
+    std::snprintf(rate, sizeof rate, "ns/op");
   if (w.torch_out)
-    std::printf("%-36s %11.4f %11.4f %11.4f %7.2fx %7.2fx %14s\n", w.name.c_str(), f * scale, t * scale,
-                t_out * scale, t / f, t_out / f, rate);
+    std::printf("%-36s %11.4f %11.4f %11.4f %7.2fx %7.2fx %14s\n", w.name.c_str(), f * scale, t * scale, t_out * scale,
+                t / f, t_out / f, rate);
   else
     std::printf("%-36s %11.4f %11.4f %11s %7.2fx %8s %14s\n", w.name.c_str(), f * scale, t * scale, "-", t / f, "-",
                 rate);
@@ -106,7 +109,9 @@ struct ForgeMlp {
   forge::optim::Adam adam;
   forge::Tensor x, y;
   explicit ForgeMlp(forge::ExecContext& ctx)
-      : params(make_params(ctx)), adam(params, {.lr = 1e-3}), x(ctx.randn({kBatch, 784})),
+      : params(make_params(ctx)),
+        adam(params, {.lr = 1e-3}),
+        x(ctx.randn({kBatch, 784})),
         y(ctx.from_vector(labels())) {}
   static std::vector<std::int64_t> labels() {
     std::vector<std::int64_t> v(kBatch);
@@ -139,7 +144,9 @@ void add_training_rows(std::vector<Workload>& rows, forge::ExecContext& ctx) {
     const forge::Tensor c = ctx.full({64}, 1.0001);
     torch::Tensor tx = torch::full({64}, 1.0).requires_grad_();
     const torch::Tensor tc = torch::full({64}, 1.0001);
-    rows.push_back({"grad chain 1000 x 64 f32 fwd+bwd", Unit::chain, kGradChain,
+    rows.push_back({"grad chain 1000 x 64 f32 fwd+bwd",
+                    Unit::chain,
+                    kGradChain,
                     [=]() mutable {
                       forge::Tensor h = x;
                       for (int i = 0; i < kGradChain; ++i) h = i % 2 ? h * c : h + c;
@@ -162,7 +169,10 @@ void add_training_rows(std::vector<Workload>& rows, forge::ExecContext& ctx) {
     const torch::Tensor tx = torch::randn({kBatch, 784});
     const torch::Tensor ty = torch::tensor(ForgeMlp::labels());
     const double flops = 3.0 * 2 * kBatch * (784 * 512 + 512 * 512 + 512 * 10);
-    rows.push_back({"MLP 784-512-512-10 b128 step (Adam)", Unit::flops, flops, [=] { mlp->step(); },
+    rows.push_back({"MLP 784-512-512-10 b128 step (Adam)",
+                    Unit::flops,
+                    flops,
+                    [=] { mlp->step(); },
                     [=]() mutable {
                       adam->zero_grad();
                       torch::Tensor loss = torch::nn::functional::cross_entropy(model->forward(tx), ty);
@@ -188,10 +198,11 @@ void report_mlp_memory(int threads) {
   const double activations = 4.0 * kBatch * (512 + 512 + 10);  // the two ReLU outputs and the logits
   const double grads = 4.0 * (512 * 785 + 512 * 513 + 10 * 513);
   const double transient = static_cast<double>(peak - before);
-  std::printf("\nMLP step memory (forge pool): peak %.2f MB above the %.2f MB held between steps; saved activations "
-              "%.2f MB + parameter gradients %.2f MB = %.2f MB; peak / needed = %.2f\n",
-              transient / 1e6, static_cast<double>(before) / 1e6, activations / 1e6, grads / 1e6,
-              (activations + grads) / 1e6, transient / (activations + grads));
+  std::printf(
+      "\nMLP step memory (forge pool): peak %.2f MB above the %.2f MB held between steps; saved activations "
+      "%.2f MB + parameter gradients %.2f MB = %.2f MB; peak / needed = %.2f\n",
+      transient / 1e6, static_cast<double>(before) / 1e6, activations / 1e6, grads / 1e6, (activations + grads) / 1e6,
+      transient / (activations + grads));
 }
 
 }  // namespace
@@ -199,9 +210,12 @@ void report_mlp_memory(int threads) {
 int main(int argc, char** argv) {
   Options o;
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (std::strcmp(argv[i], "--threads") == 0) o.threads = std::atoi(argv[i + 1]);
-    else if (std::strcmp(argv[i], "--repeats") == 0) o.repeats = std::atoi(argv[i + 1]);
-    else if (std::strcmp(argv[i], "--filter") == 0) o.filter = argv[i + 1];
+    if (std::strcmp(argv[i], "--threads") == 0)
+      o.threads = std::atoi(argv[i + 1]);
+    else if (std::strcmp(argv[i], "--repeats") == 0)
+      o.repeats = std::atoi(argv[i + 1]);
+    else if (std::strcmp(argv[i], "--filter") == 0)
+      o.filter = argv[i + 1];
   }
   at::set_num_threads(o.threads);
   const bool openblas = set_openblas_threads(o.threads);
@@ -216,9 +230,8 @@ int main(int argc, char** argv) {
     const forge::Tensor a = ctx.randn({n, n}), b = ctx.randn({n, n});
     const torch::Tensor ta = torch::randn({n, n}), tb = torch::randn({n, n});
     auto tc = torch::empty({n, n});
-    rows.push_back({"matmul f32 " + std::to_string(n), Unit::flops, 2.0 * n * n * n,
-                    [=] { (void)forge::matmul(a, b); }, [=] { (void)torch::matmul(ta, tb); },
-                    [=]() mutable { torch::mm_out(tc, ta, tb); }});
+    rows.push_back({"matmul f32 " + std::to_string(n), Unit::flops, 2.0 * n * n * n, [=] { (void)forge::matmul(a, b); },
+                    [=] { (void)torch::matmul(ta, tb); }, [=]() mutable { torch::mm_out(tc, ta, tb); }});
   }
 
   for (const std::int64_t n : {std::int64_t{1} << 20, std::int64_t{1} << 24}) {
@@ -276,7 +289,9 @@ int main(int argc, char** argv) {
     rows.push_back({"conv2d [32,64,56,56] 64x3x3 pad 1", Unit::flops, flops,
                     [=] { (void)forge::conv2d(x, w, forge::Tensor(), opts); },
                     [=] { (void)torch::conv2d(tx, tw, {}, 1, 1); },
-                    [=]() mutable { at::convolution_out(out, tx, tw, {}, {1, 1}, {1, 1}, {1, 1}, false, {0, 0}, 1); }});
+                    [=]() mutable {
+                      at::convolution_out(out, tx, tw, {}, {1, 1}, {1, 1}, {1, 1}, false, {0, 0}, 1);
+                    }});
   }
   {
     constexpr int kChain = 1000;

@@ -49,15 +49,24 @@ Flags parse(int argc, char** argv) {
     const std::string arg = argv[i];
     const char* value = i + 1 < argc ? argv[i + 1] : nullptr;
     auto number = [&] { return value ? std::atoll(value) : 0LL; };
-    if (arg == "--steps") f.steps = number();
-    else if (arg == "--batch") f.batch = number();
-    else if (arg == "--threads") f.threads = static_cast<int>(number());
-    else if (arg == "--sample-every") f.sample_every = number();
-    else if (arg == "--warmup") f.warmup = number();
-    else if (arg == "--checkpoint-every") f.checkpoint_every = number();
-    else if (arg == "--model" && value) f.model = value;
-    else if (arg == "--data" && value) f.data = value;
-    else if (arg == "--csv" && value) f.csv = value;
+    if (arg == "--steps")
+      f.steps = number();
+    else if (arg == "--batch")
+      f.batch = number();
+    else if (arg == "--threads")
+      f.threads = static_cast<int>(number());
+    else if (arg == "--sample-every")
+      f.sample_every = number();
+    else if (arg == "--warmup")
+      f.warmup = number();
+    else if (arg == "--checkpoint-every")
+      f.checkpoint_every = number();
+    else if (arg == "--model" && value)
+      f.model = value;
+    else if (arg == "--data" && value)
+      f.data = value;
+    else if (arg == "--csv" && value)
+      f.csv = value;
     else {
       std::fprintf(stderr, "soak: unknown or incomplete flag %s\n", arg.c_str());
       std::exit(2);
@@ -70,8 +79,9 @@ Flags parse(int argc, char** argv) {
     std::exit(2);
   }
   if (f.checkpoint_every > 0 && f.warmup < f.checkpoint_every)
-    std::fprintf(stderr, "soak: the warm-up ends before the first checkpoint, whose first save and load "
-                         "allocate; expect them in the figures\n");
+    std::fprintf(stderr,
+                 "soak: the warm-up ends before the first checkpoint, whose first save and load "
+                 "allocate; expect them in the figures\n");
   return f;
 }
 
@@ -100,8 +110,7 @@ std::shared_ptr<forge::nn::Sequential> make_model(forge::ExecContext& ctx, const
 
 // Fashion-MNIST's training split when it can be read, else 10,000 random
 // images with random labels (the loop's memory behaviour is the same).
-std::pair<forge::Tensor, forge::Tensor> load_data(forge::ExecContext& ctx, const std::string& dir,
-                                                  bool& real) {
+std::pair<forge::Tensor, forge::Tensor> load_data(forge::ExecContext& ctx, const std::string& dir, bool& real) {
   try {
     forge::Tensor images = forge::io::load_idx(ctx, dir + "/train-images-idx3-ubyte.gz");
     forge::Tensor labels = forge::io::load_idx(ctx, dir + "/train-labels-idx1-ubyte.gz").to(forge::DType::i64);
@@ -255,8 +264,8 @@ int main(int argc, char** argv) {
   const auto [rss_lo, rss_hi] = std::minmax_element(rss.begin(), rss.end());
   const auto [cached_lo, cached_hi] = std::minmax_element(cached.begin(), cached.end());
   std::printf("after step %lld (%zu samples):\n", static_cast<long long>(flags.warmup), x.size());
-  std::printf("  RSS          %9.1f .. %9.1f MiB, slope %+8.2f KiB per 1,000 steps\n", *rss_lo / 1024,
-              *rss_hi / 1024, slope(x, rss));
+  std::printf("  RSS          %9.1f .. %9.1f MiB, slope %+8.2f KiB per 1,000 steps\n", *rss_lo / 1024, *rss_hi / 1024,
+              slope(x, rss));
   std::printf("  pool cached  %9.1f .. %9.1f MiB, slope %+8.2f KiB per 1,000 steps\n", *cached_lo / 1024,
               *cached_hi / 1024, slope(x, cached));
   std::printf("  pool outstanding %lld at the first sample, %lld at the last; system allocations %llu\n",

@@ -9,9 +9,10 @@
 //   build/release/benchmarks/train_compare --framework forge|torch --model cnn|mlp --batch 64 [--threads 2]
 //   scripts/bench-training   (every configuration, a table)
 
+#include <dlfcn.h>
 #include <sys/resource.h>
-#include <unistd.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -19,7 +20,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <dlfcn.h>
 #include <functional>
 #include <memory>
 #include <string>
@@ -94,10 +94,9 @@ std::vector<double> run_torch(const Options& o, int steps) {
   torch::nn::Sequential model;
   if (o.model == "cnn") {
     model = torch::nn::Sequential(
-        torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 32, 3).padding(1)), torch::nn::ReLU(),
-        torch::nn::MaxPool2d(2), torch::nn::Conv2d(torch::nn::Conv2dOptions(32, 64, 3).padding(1)),
-        torch::nn::ReLU(), torch::nn::MaxPool2d(2), torch::nn::Flatten(), torch::nn::Linear(3136, 128),
-        torch::nn::ReLU(), torch::nn::Linear(128, 10));
+        torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 32, 3).padding(1)), torch::nn::ReLU(), torch::nn::MaxPool2d(2),
+        torch::nn::Conv2d(torch::nn::Conv2dOptions(32, 64, 3).padding(1)), torch::nn::ReLU(), torch::nn::MaxPool2d(2),
+        torch::nn::Flatten(), torch::nn::Linear(3136, 128), torch::nn::ReLU(), torch::nn::Linear(128, 10));
   } else {
     model = torch::nn::Sequential(torch::nn::Flatten(), torch::nn::Linear(784, 512), torch::nn::ReLU(),
                                   torch::nn::Linear(512, 512), torch::nn::ReLU(), torch::nn::Linear(512, 10));
@@ -138,10 +137,14 @@ double median(std::vector<double> v) {
 int main(int argc, char** argv) {
   Options o;
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (std::strcmp(argv[i], "--framework") == 0) o.framework = argv[i + 1];
-    else if (std::strcmp(argv[i], "--model") == 0) o.model = argv[i + 1];
-    else if (std::strcmp(argv[i], "--batch") == 0) o.batch = std::atoll(argv[i + 1]);
-    else if (std::strcmp(argv[i], "--threads") == 0) o.threads = std::atoi(argv[i + 1]);
+    if (std::strcmp(argv[i], "--framework") == 0)
+      o.framework = argv[i + 1];
+    else if (std::strcmp(argv[i], "--model") == 0)
+      o.model = argv[i + 1];
+    else if (std::strcmp(argv[i], "--batch") == 0)
+      o.batch = std::atoll(argv[i + 1]);
+    else if (std::strcmp(argv[i], "--threads") == 0)
+      o.threads = std::atoi(argv[i + 1]);
   }
   const double startup_rss = current_rss_mb();
   at::set_num_threads(o.threads);
@@ -152,8 +155,9 @@ int main(int argc, char** argv) {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
   const double peak = static_cast<double>(usage.ru_maxrss) / 1024.0;
-  std::printf("%-6s %-4s batch %4lld  %d threads  %8.3f ms/step (median of %zu)  peak RSS %7.1f MB (%6.1f MB above startup)\n",
-              o.framework.c_str(), o.model.c_str(), static_cast<long long>(o.batch), o.threads, median(ms),
-              ms.size(), peak, peak - startup_rss);
+  std::printf(
+      "%-6s %-4s batch %4lld  %d threads  %8.3f ms/step (median of %zu)  peak RSS %7.1f MB (%6.1f MB above startup)\n",
+      o.framework.c_str(), o.model.c_str(), static_cast<long long>(o.batch), o.threads, median(ms), ms.size(), peak,
+      peak - startup_rss);
   return 0;
 }

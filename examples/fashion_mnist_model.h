@@ -21,16 +21,14 @@
 namespace fashion_mnist {
 
 inline constexpr const char* kDefaultDataDir = "/usr/share/datasets/fashion-mnist";
-inline constexpr const char* kClassNames[10] = {"T-shirt/top", "Trouser",   "Pullover", "Dress",
-                                                "Coat",        "Sandal",    "Shirt",    "Sneaker",
-                                                "Bag",         "Ankle boot"};
+inline constexpr const char* kClassNames[10] = {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+                                                "Sandal",      "Shirt",   "Sneaker",  "Bag",   "Ankle boot"};
 
 // u8 pixels [B, 28, 28] -> f32 [B, 1, 28, 28], standardized with the
 // training set's pixel mean and standard deviation: the DataLoader's transform.
 inline constexpr double kPixelMean = 0.2860, kPixelStd = 0.3530;
 inline forge::Tensor to_input(const forge::Tensor& pixels) {
-  return (pixels.to(forge::DType::f32) * (1.0 / (255.0 * kPixelStd)) - kPixelMean / kPixelStd)
-      .unsqueeze(1);
+  return (pixels.to(forge::DType::f32) * (1.0 / (255.0 * kPixelStd)) - kPixelMean / kPixelStd).unsqueeze(1);
 }
 
 struct Split {
@@ -47,9 +45,8 @@ struct Split {
 // "train" or "t10k" from dir; the first `limit` samples when limit > 0.
 inline Split load_split(forge::ExecContext& ctx, const std::string& dir, const std::string& split,
                         std::int64_t limit = 0) {
-  const Split s{
-      forge::io::load_idx(ctx, dir + "/" + split + "-images-idx3-ubyte.gz"),
-      forge::io::load_idx(ctx, dir + "/" + split + "-labels-idx1-ubyte.gz").to(forge::DType::i64)};
+  const Split s{forge::io::load_idx(ctx, dir + "/" + split + "-images-idx3-ubyte.gz"),
+                forge::io::load_idx(ctx, dir + "/" + split + "-labels-idx1-ubyte.gz").to(forge::DType::i64)};
   return s.first(limit);
 }
 
@@ -61,10 +58,10 @@ inline Split load_split(forge::ExecContext& ctx, const std::string& dir, const s
 class Cnn : public forge::nn::Module {
  public:
   explicit Cnn(forge::ExecContext& ctx)
-      : conv1(register_module("conv1", std::make_shared<forge::nn::Conv2d>(
-                                           ctx, 1, 32, 3, forge::nn::Conv2dOptions{.padding = 1}))),
-        conv2(register_module("conv2", std::make_shared<forge::nn::Conv2d>(
-                                           ctx, 32, 64, 3, forge::nn::Conv2dOptions{.padding = 1}))),
+      : conv1(register_module(
+            "conv1", std::make_shared<forge::nn::Conv2d>(ctx, 1, 32, 3, forge::nn::Conv2dOptions{.padding = 1}))),
+        conv2(register_module(
+            "conv2", std::make_shared<forge::nn::Conv2d>(ctx, 32, 64, 3, forge::nn::Conv2dOptions{.padding = 1}))),
         fc1(register_module("fc1", std::make_shared<forge::nn::Linear>(ctx, 64 * 7 * 7, 128))),
         fc2(register_module("fc2", std::make_shared<forge::nn::Linear>(ctx, 128, 10))) {}
 

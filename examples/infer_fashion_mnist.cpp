@@ -15,8 +15,7 @@
 namespace {
 
 struct Flags {
-  std::string checkpoint =
-      "fashion_mnist.safetensors";
+  std::string checkpoint = "fashion_mnist.safetensors";
   std::string data = fashion_mnist::kDefaultDataDir;
   std::int64_t batch_size = 500;
   int threads = 0;
@@ -36,8 +35,7 @@ Flags parse(int argc, char** argv) {
   Flags f;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
-    if (flag == "--help" || flag == "-h")
-      usage("Classifies Fashion-MNIST test images with a trained CNN.");
+    if (flag == "--help" || flag == "-h") usage("Classifies Fashion-MNIST test images with a trained CNN.");
     if (i + 1 >= argc) usage(("missing value after " + flag).c_str());
     const std::string value = argv[++i];
     if (flag == "--checkpoint")
@@ -81,22 +79,19 @@ int main(int argc, char** argv) {
                flags.batch_size);  // warms the pool for the timed pass
   const auto start = std::chrono::steady_clock::now();
   const double accuracy = fm::evaluate(model, test, flags.batch_size);
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const auto n = test.images.size(0);
   std::printf("%s: %lld test images, accuracy %.2f%%, %.0f images/s (batch %lld, %d threads)\n",
-              flags.checkpoint.c_str(), static_cast<long long>(n), 100 * accuracy,
-              static_cast<double>(n) / seconds, static_cast<long long>(flags.batch_size),
-              ctx.threads());
+              flags.checkpoint.c_str(), static_cast<long long>(n), 100 * accuracy, static_cast<double>(n) / seconds,
+              static_cast<long long>(flags.batch_size), ctx.threads());
 
   forge::autograd::NoGradGuard no_grad;
   const std::int64_t shown = std::min<std::int64_t>(8, n);
   const std::vector<std::int64_t> predicted =
-      forge::argmax(model.forward(fm::to_input(test.images.narrow(0, 0, shown))), 1)
-          .to_vector<std::int64_t>();
+      forge::argmax(model.forward(fm::to_input(test.images.narrow(0, 0, shown))), 1).to_vector<std::int64_t>();
   const std::vector<std::int64_t> truth = test.labels.narrow(0, 0, shown).to_vector<std::int64_t>();
   for (std::int64_t i = 0; i < shown; ++i)
-    std::printf("  image %lld: %-11s (label %s)\n", static_cast<long long>(i),
-                fm::kClassNames[predicted[i]], fm::kClassNames[truth[i]]);
+    std::printf("  image %lld: %-11s (label %s)\n", static_cast<long long>(i), fm::kClassNames[predicted[i]],
+                fm::kClassNames[truth[i]]);
   return 0;
 }

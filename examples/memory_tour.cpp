@@ -6,6 +6,7 @@
 //   build/release/examples/memory_tour [--steps N] [--size N]
 
 #include <forge/forge.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -13,8 +14,6 @@
 #include <cstring>
 #include <iostream>
 #include <string>
-
-#include <unistd.h>
 
 namespace {
 
@@ -24,8 +23,7 @@ void print_stats(const char* title, const forge::PoolStats& s) {
               static_cast<unsigned long long>(s.misses), static_cast<unsigned long long>(s.system_allocations),
               static_cast<unsigned long long>(s.system_frees));
   std::printf("  %-28s outstanding %3lld  live %9zu B  peak live %9zu B  cached %9zu B in %zu blocks\n", "",
-              static_cast<long long>(s.outstanding), s.live_bytes, s.peak_live_bytes, s.cached_bytes,
-              s.cached_blocks);
+              static_cast<long long>(s.outstanding), s.live_bytes, s.peak_live_bytes, s.cached_bytes, s.cached_blocks);
 }
 
 // A progress bar that redraws in place on a terminal, and prints once when logged.
@@ -45,8 +43,10 @@ int main(int argc, char** argv) {
   int steps = 200;
   std::int64_t size = 256;
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (std::strcmp(argv[i], "--steps") == 0) steps = std::atoi(argv[i + 1]);
-    else if (std::strcmp(argv[i], "--size") == 0) size = std::atoll(argv[i + 1]);
+    if (std::strcmp(argv[i], "--steps") == 0)
+      steps = std::atoi(argv[i + 1]);
+    else if (std::strcmp(argv[i], "--size") == 0)
+      size = std::atoll(argv[i + 1]);
   }
   if (steps <= 0 || size <= 0) {
     std::fprintf(stderr, "usage: memory_tour [--steps N>0] [--size N>0]\n");
@@ -119,11 +119,12 @@ int main(int argc, char** argv) {
     const forge::Tensor mask = forge::relu(values).to(forge::DType::boolean);
     const forge::Tensor picked = forge::masked_select(values, mask, &arena);
     if (step + 1 == steps)
-      std::printf("  %lld of %lld values are positive; arena (%s): %llu system allocation(s) over %llu calls, "
-                  "capacity %zu B\n",
-                  static_cast<long long>(picked.numel()), static_cast<long long>(values.numel()),
-                  arena.describe().str().c_str(), static_cast<unsigned long long>(arena.stats().system_allocations),
-                  static_cast<unsigned long long>(arena.stats().calls), arena.stats().capacity_bytes);
+      std::printf(
+          "  %lld of %lld values are positive; arena (%s): %llu system allocation(s) over %llu calls, "
+          "capacity %zu B\n",
+          static_cast<long long>(picked.numel()), static_cast<long long>(values.numel()),
+          arena.describe().str().c_str(), static_cast<unsigned long long>(arena.stats().system_allocations),
+          static_cast<unsigned long long>(arena.stats().calls), arena.stats().capacity_bytes);
   }
   print_stats("at the end", ctx.stats());
   return 0;

@@ -4,20 +4,20 @@
 #include <iostream>
 
 int main() {
-  forge::ExecContext ctx;                       // CPU, all hardware threads, seeded RNG
+  forge::ExecContext ctx;  // CPU, all hardware threads, seeded RNG
   forge::Tensor x = ctx.randn({4, 3});
   forge::Tensor b = ctx.ones({3});
-  forge::Tensor y = forge::relu(x * x + b);     // broadcasting, outputs from the context's pool
-  std::cout << y.t() << "\n";                   // a view: no copy
+  forge::Tensor y = forge::relu(x * x + b);  // broadcasting, outputs from the context's pool
+  std::cout << y.t() << "\n";                // a view: no copy
 
   {
-    auto scope = ctx.open_exec_scope();         // holds every output until it closes
+    auto scope = ctx.open_exec_scope();  // holds every output until it closes
     forge::Tensor h = y;
     for (int i = 0; i < 4; ++i) h = h + h;
     std::cout << "scope holds " << scope.stats().buffers << " buffers\n";
   }
 
-  forge::Arena arena{ctx};                      // lent memory for outputs only the call can size
+  forge::Arena arena{ctx};  // lent memory for outputs only the call can size
   forge::Tensor positive = forge::masked_select(x, forge::relu(x).to(forge::DType::boolean), &arena);
   std::cout << positive.numel() << " positive values; pool: " << ctx.stats().system_allocations
             << " system allocations, " << ctx.stats().outstanding << " buffers outstanding\n";

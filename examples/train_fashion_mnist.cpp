@@ -37,11 +37,10 @@ struct Flags {
 };
 
 [[noreturn]] void usage(const char* message) {
-  std::fprintf(
-      stderr,
-      "%s\nusage: train_fashion_mnist [--epochs N] [--batch-size N] [--lr X] [--threads N]\n"
-      "                           [--data DIR] [--out DIR] [--limit N] [--seed N]\n",
-      message);
+  std::fprintf(stderr,
+               "%s\nusage: train_fashion_mnist [--epochs N] [--batch-size N] [--lr X] [--threads N]\n"
+               "                           [--data DIR] [--out DIR] [--limit N] [--seed N]\n",
+               message);
   std::exit(2);
 }
 
@@ -84,16 +83,15 @@ std::string clock_time(double seconds) {
 }
 
 // One line, redrawn in place: epoch, bar, step/total, loss, samples/s, ETA.
-void draw_progress(std::int64_t epoch, std::int64_t epochs, std::int64_t step, std::int64_t steps,
-                   double loss, double samples_per_s, double eta_s) {
+void draw_progress(std::int64_t epoch, std::int64_t epochs, std::int64_t step, std::int64_t steps, double loss,
+                   double samples_per_s, double eta_s) {
   constexpr int kWidth = 30;
   const int filled = static_cast<int>(kWidth * step / std::max<std::int64_t>(steps, 1));
   std::string bar(static_cast<std::size_t>(filled), '=');
   if (filled < kWidth) bar += '>' + std::string(static_cast<std::size_t>(kWidth - filled - 1), ' ');
-  std::printf("\repoch %lld/%lld [%s] %lld/%lld  loss %.4f  %.0f samples/s  ETA %s   ",
-              static_cast<long long>(epoch), static_cast<long long>(epochs), bar.c_str(),
-              static_cast<long long>(step), static_cast<long long>(steps), loss, samples_per_s,
-              clock_time(eta_s).c_str());
+  std::printf("\repoch %lld/%lld [%s] %lld/%lld  loss %.4f  %.0f samples/s  ETA %s   ", static_cast<long long>(epoch),
+              static_cast<long long>(epochs), bar.c_str(), static_cast<long long>(step), static_cast<long long>(steps),
+              loss, samples_per_s, clock_time(eta_s).c_str());
   std::fflush(stdout);
 }
 
@@ -106,33 +104,33 @@ struct Panel {
   double py(double y) const { return y0 + height - (y - ymin) / (ymax - ymin) * height; }
 };
 
-void axes(std::ostream& svg, const Panel& p, const std::string& title, const std::string& xlabel,
-          int xticks, int yticks, const char* yformat) {
-  svg << "<rect x='" << p.x0 << "' y='" << p.y0 << "' width='" << p.width << "' height='"
-      << p.height << "' fill='white' stroke='#444'/>\n";
-  svg << "<text x='" << p.x0 + p.width / 2 << "' y='" << p.y0 - 10
-      << "' text-anchor='middle' font-size='15'>" << title << "</text>\n";
+void axes(std::ostream& svg, const Panel& p, const std::string& title, const std::string& xlabel, int xticks,
+          int yticks, const char* yformat) {
+  svg << "<rect x='" << p.x0 << "' y='" << p.y0 << "' width='" << p.width << "' height='" << p.height
+      << "' fill='white' stroke='#444'/>\n";
+  svg << "<text x='" << p.x0 + p.width / 2 << "' y='" << p.y0 - 10 << "' text-anchor='middle' font-size='15'>" << title
+      << "</text>\n";
   svg << "<text x='" << p.x0 + p.width / 2 << "' y='" << p.y0 + p.height + 38
       << "' text-anchor='middle' font-size='12'>" << xlabel << "</text>\n";
   char label[32];
   for (int i = 0; i <= xticks; ++i) {
     const double x = p.xmin + (p.xmax - p.xmin) * i / xticks, X = p.px(x);
     std::snprintf(label, sizeof label, "%.0f", x);
-    svg << "<line x1='" << X << "' y1='" << p.y0 + p.height << "' x2='" << X << "' y2='"
-        << p.y0 + p.height + 5 << "' stroke='#444'/><text x='" << X << "' y='"
-        << p.y0 + p.height + 18 << "' text-anchor='middle' font-size='11'>" << label << "</text>\n";
+    svg << "<line x1='" << X << "' y1='" << p.y0 + p.height << "' x2='" << X << "' y2='" << p.y0 + p.height + 5
+        << "' stroke='#444'/><text x='" << X << "' y='" << p.y0 + p.height + 18
+        << "' text-anchor='middle' font-size='11'>" << label << "</text>\n";
   }
   for (int i = 0; i <= yticks; ++i) {
     const double y = p.ymin + (p.ymax - p.ymin) * i / yticks, Y = p.py(y);
     std::snprintf(label, sizeof label, yformat, y);
     svg << "<line x1='" << p.x0 << "' y1='" << Y << "' x2='" << p.x0 + p.width << "' y2='" << Y
-        << "' stroke='#eee'/><text x='" << p.x0 - 6 << "' y='" << Y + 4
-        << "' text-anchor='end' font-size='11'>" << label << "</text>\n";
+        << "' stroke='#eee'/><text x='" << p.x0 - 6 << "' y='" << Y + 4 << "' text-anchor='end' font-size='11'>"
+        << label << "</text>\n";
   }
 }
 
-void polyline(std::ostream& svg, const Panel& p, const std::vector<double>& xs,
-              const std::vector<double>& ys, const char* color, double width) {
+void polyline(std::ostream& svg, const Panel& p, const std::vector<double>& xs, const std::vector<double>& ys,
+              const char* color, double width) {
   svg << "<polyline fill='none' stroke='" << color << "' stroke-width='" << width << "' points='";
   for (std::size_t i = 0; i < xs.size(); ++i)
     svg << p.px(xs[i]) << ',' << p.py(std::clamp(ys[i], p.ymin, p.ymax)) << ' ';
@@ -155,8 +153,7 @@ void write_curves(const std::string& path, const std::vector<double>& step_loss,
     window_sum += step_loss[i] - (i >= 50 ? step_loss[i - 50] : 0.0);
     smooth.push_back(window_sum / static_cast<double>(std::min<std::size_t>(i + 1, 50)));
   }
-  const double top =
-      std::ceil(std::max(1.0, *std::max_element(smooth.begin(), smooth.end())) * 2) / 2;
+  const double top = std::ceil(std::max(1.0, *std::max_element(smooth.begin(), smooth.end())) * 2) / 2;
   const Panel loss{70, 40, 380, 300, 0, std::max(steps, 1.0), 0, top};
   axes(svg, loss, "training loss", "step", 5, 5, "%.2f");
   polyline(svg, loss, xs, step_loss, "#9ecae1", 0.7);
@@ -173,19 +170,12 @@ void write_curves(const std::string& path, const std::vector<double>& step_loss,
   }
   const auto [lo, hi] = std::minmax_element(percent.begin(), percent.end());
   const double count = static_cast<double>(percent.size());
-  const Panel acc{560,
-                  40,
-                  380,
-                  300,
-                  0,
-                  count,
-                  std::floor((*lo - 1) / 5) * 5,
-                  std::min(100.0, std::ceil((*hi + 1) / 5) * 5)};
+  const Panel acc{
+      560, 40, 380, 300, 0, count, std::floor((*lo - 1) / 5) * 5, std::min(100.0, std::ceil((*hi + 1) / 5) * 5)};
   axes(svg, acc, "test accuracy (%)", "epoch", static_cast<int>(std::min(count, 10.0)), 5, "%.0f");
   polyline(svg, acc, epochs, percent, "#a50f15", 2);
   for (std::size_t e = 0; e < epochs.size(); ++e)
-    svg << "<circle cx='" << acc.px(epochs[e]) << "' cy='" << acc.py(percent[e])
-        << "' r='3.5' fill='#a50f15'/>\n";
+    svg << "<circle cx='" << acc.px(epochs[e]) << "' cy='" << acc.py(percent[e]) << "' r='3.5' fill='#a50f15'/>\n";
   svg << "</svg>\n";
 }
 
@@ -202,24 +192,21 @@ int main(int argc, char** argv) {
     train = fm::load_split(ctx, flags.data, "train", flags.limit);
     test = fm::load_split(ctx, flags.data, "t10k");
   } catch (const forge::Error& e) {
-    std::fprintf(stderr, "%s\n(scripts/setup installs the dataset into %s)\n", e.what(),
-                 fm::kDefaultDataDir);
+    std::fprintf(stderr, "%s\n(scripts/setup installs the dataset into %s)\n", e.what(), fm::kDefaultDataDir);
     return 1;
   }
   std::printf(
       "Fashion-MNIST: %lld training and %lld test images; %d threads, batch %lld, Adam lr %g "
       "(cosine)\n",
-      static_cast<long long>(train.images.size(0)), static_cast<long long>(test.images.size(0)),
-      ctx.threads(), static_cast<long long>(flags.batch_size), flags.lr);
+      static_cast<long long>(train.images.size(0)), static_cast<long long>(test.images.size(0)), ctx.threads(),
+      static_cast<long long>(flags.batch_size), flags.lr);
 
   fm::Cnn model(ctx);
   forge::optim::Adam adam(model.parameters(), {.lr = flags.lr});
   // drop_last keeps every step's shapes the same, so the pool serves each step from its cache.
-  forge::data::DataLoader loader(ctx, train.images, train.labels,
-                                 {.batch_size = flags.batch_size,
-                                  .drop_last = true,
-                                  .seed = flags.seed,
-                                  .transform = fm::to_input});
+  forge::data::DataLoader loader(
+      ctx, train.images, train.labels,
+      {.batch_size = flags.batch_size, .drop_last = true, .seed = flags.seed, .transform = fm::to_input});
   // The learning rate follows a cosine from --lr down to 0 over the whole run.
   const double total_steps = static_cast<double>(loader.size() * flags.epochs);
   auto lr_at = [&](std::int64_t step) {
@@ -228,8 +215,7 @@ int main(int argc, char** argv) {
 
   std::vector<double> step_loss, accuracy;
   std::uint64_t allocations_after_step1 = 0;
-  std::vector<std::int64_t>
-      allocating_steps;  // steps after the first that took memory from the system
+  std::vector<std::int64_t> allocating_steps;  // steps after the first that took memory from the system
   std::int64_t global_step = 0;
   for (std::int64_t epoch = 1; epoch <= flags.epochs; ++epoch) {
     const auto start = Clock::now();
@@ -262,10 +248,9 @@ int main(int argc, char** argv) {
       const std::int64_t step = batch.index + 1;
       if (now - last_draw > std::chrono::milliseconds(100) || step == loader.size()) {
         const double seconds = std::chrono::duration<double>(now - start).count();
-        draw_progress(
-            epoch, flags.epochs, step, loader.size(), loss_sum / static_cast<double>(step),
-            static_cast<double>(samples) / seconds,
-            seconds / static_cast<double>(step) * static_cast<double>(loader.size() - step));
+        draw_progress(epoch, flags.epochs, step, loader.size(), loss_sum / static_cast<double>(step),
+                      static_cast<double>(samples) / seconds,
+                      seconds / static_cast<double>(step) * static_cast<double>(loader.size() - step));
         last_draw = now;
       }
     }
@@ -273,8 +258,7 @@ int main(int argc, char** argv) {
     accuracy.push_back(fm::evaluate(model, test));
     std::printf("\nepoch %lld: %.1f s, %.0f samples/s, mean loss %.4f, test accuracy %.2f%%\n",
                 static_cast<long long>(epoch), seconds, static_cast<double>(samples) / seconds,
-                loss_sum / static_cast<double>(std::max<std::int64_t>(loader.size(), 1)),
-                100 * accuracy.back());
+                loss_sum / static_cast<double>(std::max<std::int64_t>(loader.size(), 1)), 100 * accuracy.back());
   }
 
   std::filesystem::create_directories(flags.out);
@@ -284,8 +268,7 @@ int main(int argc, char** argv) {
   fm::Cnn reloaded(ctx);
   reloaded.load_state_dict(fm::load_checkpoint(ctx, checkpoint));
   const double reloaded_accuracy = fm::evaluate(reloaded, test);
-  std::printf("checkpoint %s reloaded: test accuracy %.2f%% (%s)\n", checkpoint.c_str(),
-              100 * reloaded_accuracy,
+  std::printf("checkpoint %s reloaded: test accuracy %.2f%% (%s)\n", checkpoint.c_str(), 100 * reloaded_accuracy,
               reloaded_accuracy == accuracy.back() ? "identical" : "DIFFERS");
 
   const std::string curves = flags.out + "/fashion_mnist_curves.svg";
@@ -299,8 +282,7 @@ int main(int argc, char** argv) {
       "step 1; peak live %.1f MiB, cached %.1f MiB\n",
       static_cast<unsigned long long>(s.acquires),
       s.acquires ? 100.0 * static_cast<double>(s.hits) / static_cast<double>(s.acquires) : 0.0,
-      static_cast<unsigned long long>(s.system_allocations),
-      static_cast<unsigned long long>(allocations_after_step1),
+      static_cast<unsigned long long>(s.system_allocations), static_cast<unsigned long long>(allocations_after_step1),
       static_cast<long long>(global_step - 1), static_cast<double>(s.peak_live_bytes) / (1 << 20),
       static_cast<double>(s.cached_bytes) / (1 << 20));
   if (!allocating_steps.empty()) {

@@ -33,15 +33,13 @@ int main(int argc, char** argv) {
   forge::Tensor b1 = ctx.zeros({64}).requires_grad_();
   forge::Tensor w2 = (ctx.randn({2, 64}) * 0.12).requires_grad_();
   forge::Tensor b2 = ctx.zeros({2}).requires_grad_();
-  auto logits = [&](const forge::Tensor& in) {
-    return forge::linear(forge::tanh(forge::linear(in, w1, b1)), w2, b2);
-  };
+  auto logits = [&](const forge::Tensor& in) { return forge::linear(forge::tanh(forge::linear(in, w1, b1)), w2, b2); };
   forge::optim::Adam adam({w1, b1, w2, b2}, {.lr = 0.02});
 
   for (int step = 1; step <= steps; ++step) {
     auto scope = ctx.open_exec_scope();  // the step's intermediates, released together at the end
     forge::Tensor loss = forge::cross_entropy(logits(x), y);
-    loss.backward();                     // fills w1.grad() ... b2.grad()
+    loss.backward();  // fills w1.grad() ... b2.grad()
     adam.step();
     adam.zero_grad();
     if (step % 50 == 0 || step == 1) std::printf("step %4d  loss %.4f\n", step, loss.item<float>());
@@ -51,8 +49,8 @@ int main(int argc, char** argv) {
     forge::autograd::NoGradGuard no_grad;  // evaluation records nothing
     const forge::Tensor predicted = forge::argmax(logits(x), 1);
     const double accuracy = (predicted == y).to(forge::DType::f32).mean().item<float>();
-    std::printf("training accuracy %.1f%%; pool: %llu system allocations, %lld buffers outstanding\n",
-                100 * accuracy, static_cast<unsigned long long>(ctx.stats().system_allocations),
+    std::printf("training accuracy %.1f%%; pool: %llu system allocations, %lld buffers outstanding\n", 100 * accuracy,
+                static_cast<unsigned long long>(ctx.stats().system_allocations),
                 static_cast<long long>(ctx.stats().outstanding));
   }
 
@@ -60,8 +58,7 @@ int main(int argc, char** argv) {
   forge::Tensor probe = ctx.randn({4, 2}, forge::DType::f64).requires_grad_();
   forge::Tensor w = ctx.randn({3, 2}, forge::DType::f64).requires_grad_();
   const auto check = forge::autograd::gradcheck(
-      [](const std::vector<forge::Tensor>& in) { return forge::tanh(forge::linear(in[0], in[1])).sum(1); },
-      {probe, w});
+      [](const std::vector<forge::Tensor>& in) { return forge::tanh(forge::linear(in[0], in[1])).sum(1); }, {probe, w});
   std::printf("gradcheck: %s (largest error %.2e)\n", check.ok ? "ok" : check.message.c_str(), check.max_abs_error);
   return check.ok ? 0 : 1;
 }

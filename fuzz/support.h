@@ -20,7 +20,8 @@ namespace forge_fuzz {
 // made on first use and kept: libFuzzer calls a body millions of times.
 inline forge::ExecContext& context() {
   if (forge::ExecContext* current = forge::ExecContext::current()) return *current;
-  static forge::ExecContext fallback(forge::ExecContextOptions{.threads = 1, .max_cached_bytes = std::size_t{64} << 20});
+  static forge::ExecContext fallback(
+      forge::ExecContextOptions{.threads = 1, .max_cached_bytes = std::size_t{64} << 20});
   return fallback;
 }
 
@@ -84,6 +85,6 @@ int run(std::initializer_list<forge::ErrorCode> allowed, Body&& body) {
 
 // A reader's refusals: a bad file (io), or a size the system would not give.
 inline constexpr std::initializer_list<forge::ErrorCode> kReaderCodes = {forge::ErrorCode::io,
-                                                                        forge::ErrorCode::out_of_memory};
+                                                                         forge::ErrorCode::out_of_memory};
 
 }  // namespace forge_fuzz

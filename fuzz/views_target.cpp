@@ -42,11 +42,16 @@ constexpr DType kDTypes[] = {DType::f32, DType::f64, DType::f16, DType::bf16,
 // Values every dtype holds exactly, so the base reads back as written.
 i64 period(DType dtype) {
   switch (dtype) {
-    case DType::boolean: return 2;
-    case DType::u8: return 251;
-    case DType::bf16: return 256;
-    case DType::f16: return 2048;
-    default: return std::numeric_limits<i64>::max();
+    case DType::boolean:
+      return 2;
+    case DType::u8:
+      return 251;
+    case DType::bf16:
+      return 256;
+    case DType::f16:
+      return 2048;
+    default:
+      return std::numeric_limits<i64>::max();
   }
 }
 
@@ -63,9 +68,30 @@ class Input {
     const std::uint8_t b = byte();
     if (b < 232) return lo + b % (hi - lo + 1);
     constexpr i64 kMax = std::numeric_limits<i64>::max(), kMin = std::numeric_limits<i64>::min();
-    constexpr i64 kWild[] = {kMax, kMin, kMax / 2, kMin / 2, i64{1} << 32, -(i64{1} << 32), i64{1} << 62,
-                             -(i64{1} << 62), kMax - 1, kMin + 1, 1 << 20, -(1 << 20), 4097, -4097,
-                             kMax / 3, -1, 0, 1, 2, 3, 9, -9, 64, -64};
+    constexpr i64 kWild[] = {kMax,
+                             kMin,
+                             kMax / 2,
+                             kMin / 2,
+                             i64{1} << 32,
+                             -(i64{1} << 32),
+                             i64{1} << 62,
+                             -(i64{1} << 62),
+                             kMax - 1,
+                             kMin + 1,
+                             1 << 20,
+                             -(1 << 20),
+                             4097,
+                             -4097,
+                             kMax / 3,
+                             -1,
+                             0,
+                             1,
+                             2,
+                             3,
+                             9,
+                             -9,
+                             64,
+                             -64};
     return kWild[(b - 232) % std::size(kWild)];
   }
   i64 dim(int rank) { return number(-rank - 1, rank + 1); }
@@ -109,7 +135,7 @@ std::optional<int> wrap(i64 dim, int rank) {
 // The model: which base element each element of the tensor is.
 struct Model {
   Shape shape;
-  std::vector<i64> index;  // C order, into base
+  std::vector<i64> index;                           // C order, into base
   std::shared_ptr<const std::vector<double>> base;  // NaN: bytes nobody wrote
   i64 capacity = 0;                                 // elements in the tensor's buffer
 
@@ -299,9 +325,12 @@ Step step(Input& in, const Model& m, const Tensor& t, std::function<Tensor()>& c
       for (int d = 0; d < rank; ++d) dims.push_back(d);
       for (int d = rank - 1; d > 0; --d) std::swap(dims[d], dims[in.byte() % (d + 1)]);
       const std::uint8_t damage = in.byte();
-      if (damage < 64 && rank > 0) dims[damage % rank] = in.dim(rank);
-      else if (damage < 80 && rank < forge::kMaxRank) dims.push_back(in.dim(rank));
-      else if (damage < 96 && rank > 0) dims.erase(0);
+      if (damage < 64 && rank > 0)
+        dims[damage % rank] = in.dim(rank);
+      else if (damage < 80 && rank < forge::kMaxRank)
+        dims.push_back(in.dim(rank));
+      else if (damage < 96 && rank > 0)
+        dims.erase(0);
       call = [=] { return t.permute(dims); };
       if (dims.rank() != rank) return refuse();
       Dims wrapped;

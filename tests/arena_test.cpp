@@ -3,10 +3,9 @@
 // device, contended, out_of_memory, stale_output), failed calls, describe(),
 // outliving the context, and the values of every arena op against naive loops.
 
-#include <catch2/catch.hpp>
-
 #include <atomic>
 #include <barrier>
+#include <catch2/catch.hpp>
 #include <cstdint>
 #include <optional>
 #include <thread>
@@ -25,9 +24,9 @@ using forge::RowsView;
 using forge::Shape;
 using forge::TapeView;
 using forge::Tensor;
-using forge_test::TestContext;
 using forge_test::context_options;
 using forge_test::EnvGuard;
+using forge_test::TestContext;
 
 namespace {
 
@@ -375,7 +374,7 @@ TEST_CASE("arena: inputs inside the arena are refused and the arena stays usable
   Arena arena{ctx};
   const Tensor out = forge::masked_select(x, m, &arena);  // [1, 2, 4, 6]
   REQUIRE(out.numel() == 4);
-  const Tensor copy = out.clone();                        // a pooled copy, outside the arena
+  const Tensor copy = out.clone();  // a pooled copy, outside the arena
   const Tensor m4 = ctx.from_vector<bool>({false, true, true, false});
   const std::int64_t baseline = ctx.pool().outstanding();
 
@@ -493,10 +492,20 @@ TEST_CASE("arena: masked_select matches a naive loop") {
     int every, phase;
   };
   const std::vector<Case> cases = {
-      {{12}, {12}, 2, 0},        {{3, 4}, {3, 4}, 3, 1},  {{3, 4}, {4}, 2, 1},     {{3, 4}, {3, 1}, 2, 0},
-      {{4}, {3, 4}, 5, 0},       {{3, 1}, {1, 4}, 2, 0},  {{2, 3, 4}, {3, 1}, 2, 1}, {{2, 3, 4}, {2, 3, 4}, 1, 0},
-      {{2, 3, 4}, {2, 3, 4}, 1000, 1}, {{0, 4}, {4}, 1, 0}, {{0, 4}, {0, 4}, 1, 0},  {{3, 0}, {3, 1}, 1, 0},
-      {{5}, {1}, 1, 0},          {{5}, {1}, 2, 1},
+      {{12}, {12}, 2, 0},
+      {{3, 4}, {3, 4}, 3, 1},
+      {{3, 4}, {4}, 2, 1},
+      {{3, 4}, {3, 1}, 2, 0},
+      {{4}, {3, 4}, 5, 0},
+      {{3, 1}, {1, 4}, 2, 0},
+      {{2, 3, 4}, {3, 1}, 2, 1},
+      {{2, 3, 4}, {2, 3, 4}, 1, 0},
+      {{2, 3, 4}, {2, 3, 4}, 1000, 1},
+      {{0, 4}, {4}, 1, 0},
+      {{0, 4}, {0, 4}, 1, 0},
+      {{3, 0}, {3, 1}, 1, 0},
+      {{5}, {1}, 1, 0},
+      {{5}, {1}, 2, 1},
   };
   for (const Case& c : cases) {
     const std::vector<float> xv = iota_floats(numel_of(c.xs), -3.0f);
@@ -571,7 +580,7 @@ TEST_CASE("arena: nonzero matches a naive loop") {
     CHECK(forge::nonzero(i, &arena).to_vector<std::int64_t>() == naive_nonzero(iv, {3, 2}));
   }
   SECTION("a transposed input is indexed in its own shape") {
-    const std::vector<float> xv = {0, 1, 2, 0, 0, 3};  // [2, 3]
+    const std::vector<float> xv = {0, 1, 2, 0, 0, 3};                      // [2, 3]
     const Tensor xt = ctx.from_vector<float>(xv, {2, 3}).transpose(0, 1);  // [3, 2]
     std::vector<float> transposed;
     for (int r = 0; r < 3; ++r)

@@ -39,10 +39,14 @@ Tensor make(TestContext& ctx, std::mt19937_64& rng, const Shape& shape, DType t,
 
 double tolerance(DType t) {
   switch (t) {
-    case DType::f64: return 1e-12;
-    case DType::f32: return 1e-5;
-    case DType::f16: return 2e-3;
-    default: return 1.6e-2;  // bf16
+    case DType::f64:
+      return 1e-12;
+    case DType::f32:
+      return 1e-5;
+    case DType::f16:
+      return 2e-3;
+    default:
+      return 1.6e-2;  // bf16
   }
 }
 
@@ -182,8 +186,10 @@ std::vector<double> reference_attention(const Tensor& q, const Tensor& k, const 
             idx.push_back(mask.shape()[d] == 1 ? 0 : full);
           }
           const double m = at(mask, idx);
-          if (mask.dtype() == DType::boolean) x = m != 0 ? x : -std::numeric_limits<double>::infinity();
-          else x += m;
+          if (mask.dtype() == DType::boolean)
+            x = m != 0 ? x : -std::numeric_limits<double>::infinity();
+          else
+            x += m;
         }
         s[static_cast<std::size_t>(j)] = x;
       }
@@ -223,7 +229,8 @@ void check_attention(const Tensor& out, const std::vector<double>& want, const S
   CHECK(bad == 0);
 }
 
-TEST_CASE("scaled_dot_product_attention: against a naive loop, masks, causal, scale, every float dtype", "[attention]") {
+TEST_CASE("scaled_dot_product_attention: against a naive loop, masks, causal, scale, every float dtype",
+          "[attention]") {
   TestContext ctx;
   std::mt19937_64 rng(401);
   for (int iter = 0; iter < 160; ++iter) {
@@ -237,7 +244,8 @@ TEST_CASE("scaled_dot_product_attention: against a naive loop, masks, causal, sc
       if (b.size() > 0 && rng() % 3 == 0) b.erase(0);
       return b;
     };
-    const std::int64_t L = pick(rng, 0, 5), S = pick(rng, iter % 11 == 0 ? 0 : 1, 6), E = pick(rng, 1, 8), Ev = pick(rng, 0, 5);
+    const std::int64_t L = pick(rng, 0, 5), S = pick(rng, iter % 11 == 0 ? 0 : 1, 6), E = pick(rng, 1, 8),
+                       Ev = pick(rng, 0, 5);
     auto with = [](Shape b, std::int64_t r, std::int64_t c) {
       b.push_back(r);
       b.push_back(c);
@@ -291,7 +299,8 @@ TEST_CASE("scaled_dot_product_attention: a large batch runs the parallel path", 
   const auto want = reference_attention(q, k, v, mask32, false, 0.25, {2, 3});
   check_attention(forge::scaled_dot_product_attention(q, k, v, mask, false, 0.25), want, {2, 3, 40, 24}, DType::f32);
   const auto causal = reference_attention(q, k, v, Tensor(), true, 0.25, {2, 3});
-  check_attention(forge::scaled_dot_product_attention(q, k, v, Tensor(), true, 0.25), causal, {2, 3, 40, 24}, DType::f32);
+  check_attention(forge::scaled_dot_product_attention(q, k, v, Tensor(), true, 0.25), causal, {2, 3, 40, 24},
+                  DType::f32);
 }
 
 TEST_CASE("scaled_dot_product_attention: bad input", "[attention]") {
@@ -299,7 +308,8 @@ TEST_CASE("scaled_dot_product_attention: bad input", "[attention]") {
   const Tensor q = ctx.zeros({2, 3, 4}), k = ctx.zeros({2, 5, 4}), v = ctx.zeros({2, 5, 6});
   const char* op = "scaled_dot_product_attention";
   FORGE_REQUIRE_ERROR(dtype, op, (void)forge::scaled_dot_product_attention(q, k.to(DType::f64), v));
-  FORGE_REQUIRE_ERROR(dtype, op, (void)forge::scaled_dot_product_attention(q.to(DType::i32), k.to(DType::i32), v.to(DType::i32)));
+  FORGE_REQUIRE_ERROR(dtype, op,
+                      (void)forge::scaled_dot_product_attention(q.to(DType::i32), k.to(DType::i32), v.to(DType::i32)));
   FORGE_REQUIRE_ERROR(shape, op, (void)forge::scaled_dot_product_attention(ctx.zeros({4}), k, v));
   FORGE_REQUIRE_ERROR(shape, op, (void)forge::scaled_dot_product_attention(q, ctx.zeros({2, 5, 3}), v));
   FORGE_REQUIRE_ERROR(shape, op, (void)forge::scaled_dot_product_attention(q, k, ctx.zeros({2, 4, 6})));

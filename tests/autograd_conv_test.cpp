@@ -4,7 +4,6 @@
 // max pool's tie rule on exact values.
 
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <vector>
 
@@ -44,7 +43,9 @@ forge_test::GradFn avg_pool(const Pool2dOptions& o) {
   return [o](const std::vector<Tensor>& in) { return forge::avg_pool2d(in[0], o); };
 }
 
-double inner(const Tensor& a, const Tensor& b) { return forge::sum(a.to(DType::f64) * b.to(DType::f64)).item<double>(); }
+double inner(const Tensor& a, const Tensor& b) {
+  return forge::sum(a.to(DType::f64) * b.to(DType::f64)).item<double>();
+}
 
 }  // namespace
 
@@ -122,9 +123,9 @@ TEST_CASE("autograd conv: conv2d on threaded and tiled layers satisfies the adjo
     Conv2dOptions o;
   };
   const Case cases[] = {
-      {DType::f64, {4, 64, 20, 20}, {8, 64, 3, 3}, {.padding = {1, 1}}},                    // two tiles per image
+      {DType::f64, {4, 64, 20, 20}, {8, 64, 3, 3}, {.padding = {1, 1}}},  // two tiles per image
       {DType::f32, {8, 8, 20, 20}, {16, 4, 3, 3}, {.stride = {2, 2}, .padding = {1, 1}, .groups = 2}},
-      {DType::f32, {8, 16, 12, 12}, {32, 16, 1, 1}, {}},                                    // pointwise
+      {DType::f32, {8, 16, 12, 12}, {32, 16, 1, 1}, {}},  // pointwise
       {DType::f32, {8, 16, 14, 14}, {32, 16, 3, 3}, {.dilation = {2, 2}}},
   };
   for (const Case& c : cases) {

@@ -5,7 +5,6 @@
 // inputs, and the non-differentiable ops recording nothing.
 
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -198,7 +197,8 @@ TEST_CASE("autograd elementwise: div of two tensors, broadcast and transposed, a
   check_gradients(div_tt, {normal(ctx, {3, 4}), positive(ctx, {4})});
   check_gradients(div_tt, {normal_t(ctx, 3, 4), positive(ctx, {3, 1})});
   check_gradients(div_tt, {normal(ctx, {4}), positive_t(ctx, 3, 4)});
-  check_gradients([](const Inputs& in) { return in[0] / in[1]; }, {normal(ctx, {2, 3}), ctx.rand({2, 3}, DType::f64) + 0.5});
+  check_gradients([](const Inputs& in) { return in[0] / in[1]; },
+                  {normal(ctx, {2, 3}), ctx.rand({2, 3}, DType::f64) + 0.5});
   check_gradients([](const Inputs& in) { return forge::div(in[0], 2.5); }, {normal_t(ctx, 3, 4)});
   check_gradients([](const Inputs& in) { return forge::div(-2.5, in[0]); }, {positive_t(ctx, 3, 4)});
   check_gradients([](const Inputs& in) { return 3.0 / in[0]; }, {positive(ctx, {5})});
@@ -304,8 +304,7 @@ TEST_CASE("autograd elementwise: masked_fill passes the gradient where the mask 
   check_gradients(fn, {normal_t(ctx, 3, 4), mask});
   check_gradients([](const Inputs& in) { return in[0].masked_fill(in[1], -1.0); }, {normal(ctx, {4}), mask});
   Tensor x = ctx.from_vector<double>({1, 2, 3, 4}).requires_grad_();
-  CHECK(values(autograd::grad({forge::masked_fill(x, mask, 0.0).sum()}, {x})[0]) ==
-        std::vector<double>{0, 1, 1, 0});
+  CHECK(values(autograd::grad({forge::masked_fill(x, mask, 0.0).sum()}, {x})[0]) == std::vector<double>{0, 1, 1, 0});
 }
 
 TEST_CASE("autograd elementwise: clamp with both bounds, only min and only max") {
@@ -336,9 +335,10 @@ TEST_CASE("autograd elementwise: comparisons and logic never require grad") {
   const Tensor a = normal(ctx, {3});
   const Tensor b = normal(ctx, {3});
   const std::vector<Tensor> outs = {
-      forge::eq(a, b), forge::ne(a, b), forge::lt(a, b), forge::le(a, b), forge::gt(a, b), forge::ge(a, b),
-      forge::eq(a, 0), forge::ne(a, 0), forge::lt(a, 0), forge::le(a, 0), forge::gt(a, 0), forge::ge(a, 0),
-      a == b, a < 0.5, forge::logical_and(a, b), forge::logical_or(a, b), forge::logical_not(a), a.logical_not(),
+      forge::eq(a, b),         forge::ne(a, b),       forge::lt(a, b), forge::le(a, b), forge::gt(a, b),
+      forge::ge(a, b),         forge::eq(a, 0),       forge::ne(a, 0), forge::lt(a, 0), forge::le(a, 0),
+      forge::gt(a, 0),         forge::ge(a, 0),       a == b,          a < 0.5,         forge::logical_and(a, b),
+      forge::logical_or(a, b), forge::logical_not(a), a.logical_not(),
   };
   for (std::size_t i = 0; i < outs.size(); ++i) {
     INFO("output " << i);

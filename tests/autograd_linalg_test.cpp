@@ -3,9 +3,8 @@
 // with and without bias at ranks 1 to 3, addmm's beta and alpha, outer, dot,
 // and every product with a zero-size dim in each place it can take.
 
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <functional>
 #include <string>
 #include <vector>
@@ -52,8 +51,8 @@ TEST_CASE("autograd linalg: matmul with 1-D operands on either side and both") {
 
 TEST_CASE("autograd linalg: matmul broadcasts batch dims and reduces them in each gradient") {
   TestContext ctx;
-  check_gradients(kMatmul, {leaf(ctx, {2, 3, 4}), leaf(ctx, {4, 2})});     // batched x, plain weight
-  check_gradients(kMatmul, {leaf(ctx, {3, 4}), leaf(ctx, {2, 4, 2})});     // plain x, batched weight
+  check_gradients(kMatmul, {leaf(ctx, {2, 3, 4}), leaf(ctx, {4, 2})});        // batched x, plain weight
+  check_gradients(kMatmul, {leaf(ctx, {3, 4}), leaf(ctx, {2, 4, 2})});        // plain x, batched weight
   check_gradients(kMatmul, {leaf(ctx, {2, 1, 2, 3}), leaf(ctx, {3, 3, 2})});  // both broadcast
   Tensor bt = ctx.randn({2, 2, 3}, DType::f64).transpose(1, 2);
   bt.requires_grad_();
@@ -149,27 +148,17 @@ struct ProductCase {
 };
 
 std::vector<ProductCase> product_cases() {
-  const forge_test::GradFn linear = [](const std::vector<Tensor>& in) {
-    return forge::linear(in[0], in[1]);
-  };
+  const forge_test::GradFn linear = [](const std::vector<Tensor>& in) { return forge::linear(in[0], in[1]); };
   const forge_test::GradFn linear_bias = [](const std::vector<Tensor>& in) {
     return forge::linear(in[0], in[1], in[2]);
   };
   const forge_test::GradFn addmm = [](const std::vector<Tensor>& in) {
     return forge::addmm(in[0], in[1], in[2], 0.5, -2.0);
   };
-  const forge_test::GradFn mm = [](const std::vector<Tensor>& in) {
-    return forge::mm(in[0], in[1]);
-  };
-  const forge_test::GradFn bmm = [](const std::vector<Tensor>& in) {
-    return forge::bmm(in[0], in[1]);
-  };
-  const forge_test::GradFn outer = [](const std::vector<Tensor>& in) {
-    return forge::outer(in[0], in[1]);
-  };
-  const forge_test::GradFn dot = [](const std::vector<Tensor>& in) {
-    return forge::dot(in[0], in[1]);
-  };
+  const forge_test::GradFn mm = [](const std::vector<Tensor>& in) { return forge::mm(in[0], in[1]); };
+  const forge_test::GradFn bmm = [](const std::vector<Tensor>& in) { return forge::bmm(in[0], in[1]); };
+  const forge_test::GradFn outer = [](const std::vector<Tensor>& in) { return forge::outer(in[0], in[1]); };
+  const forge_test::GradFn dot = [](const std::vector<Tensor>& in) { return forge::dot(in[0], in[1]); };
   return {
       {"matmul", {"k", "k"}, kMatmul},
       {"matmul", {"k", "kn"}, kMatmul},
@@ -203,19 +192,15 @@ Shape product_shape(const std::string& dims, char letter, std::int64_t value) {
   Shape s;
   for (char c : dims) {
     const std::size_t at = letters.find(c);
-    s.push_back(c == letter          ? value
-                : at != letters.npos ? static_cast<std::int64_t>(at) + 2
-                                     : c - '0');
+    s.push_back(c == letter ? value : at != letters.npos ? static_cast<std::int64_t>(at) + 2 : c - '0');
   }
   return s;
 }
 
 // The inputs of c (f64 leaves) with `letter` = value, or none when no input uses the letter.
-std::vector<Tensor> product_inputs(TestContext& ctx, const ProductCase& c, char letter,
-                                   std::int64_t value) {
+std::vector<Tensor> product_inputs(TestContext& ctx, const ProductCase& c, char letter, std::int64_t value) {
   std::vector<Tensor> in;
-  if (std::none_of(c.inputs.begin(), c.inputs.end(),
-                   [&](const std::string& d) { return d.find(letter) != d.npos; }))
+  if (std::none_of(c.inputs.begin(), c.inputs.end(), [&](const std::string& d) { return d.find(letter) != d.npos; }))
     return in;
   for (const std::string& d : c.inputs) in.push_back(leaf(ctx, product_shape(d, letter, value)));
   return in;
@@ -256,8 +241,7 @@ TEST_CASE("autograd linalg: a zero-size dim anywhere gives gradients of the inpu
       // With a unit output gradient, a bias element gathers beta from each
       // output element it was added to; every other gradient is zero.
       const bool bias = static_cast<int>(i) == c.bias && in[i].numel() > 0;
-      const double expected =
-          bias ? c.beta * static_cast<double>(out.numel() / in[i].numel()) : 0.0;
+      const double expected = bias ? c.beta * static_cast<double>(out.numel() / in[i].numel()) : 0.0;
       for (double v : in[i].grad().to_vector<double>()) CHECK(v == expected);
     }
   });
@@ -265,7 +249,5 @@ TEST_CASE("autograd linalg: a zero-size dim anywhere gives gradients of the inpu
 
 TEST_CASE("autograd linalg: the non-empty neighbours of the zero-size cases pass gradcheck") {
   TestContext ctx;
-  for_each_product(ctx, 1, [](const ProductCase& c, const std::vector<Tensor>& in) {
-    check_gradients(c.fn, in);
-  });
+  for_each_product(ctx, 1, [](const ProductCase& c, const std::vector<Tensor>& in) { check_gradients(c.fn, in); });
 }

@@ -5,7 +5,6 @@
 // every pad mode; and the ops that are not differentiable.
 
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <functional>
 #include <vector>
@@ -42,8 +41,7 @@ TEST_CASE("autograd nn: softmax and log_softmax over the last and a middle dim")
   TestContext ctx;
   for (std::int64_t dim : {-1, 0, 1}) {
     INFO("dim " << dim);
-    check_gradients([dim](const std::vector<Tensor>& in) { return forge::softmax(in[0], dim); },
-                    {leaf(ctx, {3, 4})});
+    check_gradients([dim](const std::vector<Tensor>& in) { return forge::softmax(in[0], dim); }, {leaf(ctx, {3, 4})});
     check_gradients([dim](const std::vector<Tensor>& in) { return forge::log_softmax(in[0], dim); },
                     {transposed_leaf(ctx, 3, 4)});
   }
@@ -64,8 +62,11 @@ TEST_CASE("autograd nn: layer_norm with weight and bias, with neither, over two 
                   {leaf(ctx, {3, 4}), leaf(ctx, {4}), leaf(ctx, {4})});
   check_gradients([](const std::vector<Tensor>& in) { return forge::layer_norm(in[0], {4}); },
                   {transposed_leaf(ctx, 3, 4)});
-  check_gradients([](const std::vector<Tensor>& in) { return forge::layer_norm(in[0], {2, 3}, in[1], Tensor(), 1e-3); },
-                  {leaf(ctx, {2, 2, 3}), leaf(ctx, {2, 3})});
+  check_gradients(
+      [](const std::vector<Tensor>& in) {
+        return forge::layer_norm(in[0], {2, 3}, in[1], Tensor(), 1e-3);
+      },
+      {leaf(ctx, {2, 2, 3}), leaf(ctx, {2, 3})});
   check_gradients([](const std::vector<Tensor>& in) { return forge::layer_norm(in[0], {4}, Tensor(), in[1]); },
                   {leaf(ctx, {2, 4}), leaf(ctx, {4})});
 }
@@ -89,21 +90,18 @@ TEST_CASE("autograd nn: norm gradients of f64 rows beyond 1e154 are the rescaled
     INFO((rms ? "rms_norm" : "layer_norm"));
     auto grads = [&](const Tensor& x0, double eps) {
       Tensor x = x0.clone().requires_grad_();
-      Tensor w = ctx.full({6}, 1.5, DType::f64).requires_grad_(),
-             b = ctx.full({6}, 0.5, DType::f64).requires_grad_();
+      Tensor w = ctx.full({6}, 1.5, DType::f64).requires_grad_(), b = ctx.full({6}, 0.5, DType::f64).requires_grad_();
       const Tensor y = rms ? forge::rms_norm(x, {6}, w, eps) : forge::layer_norm(x, {6}, w, b, eps);
       forge::autograd::backward({y}, {g});
       return std::vector<Tensor>{x.grad(), w.grad(), rms ? Tensor() : b.grad()};
     };
     const auto huge = grads(small * c, 1e-5), want = grads(small, 0.0);
     const auto dx = huge[0].to_vector<double>(), dx_want = want[0].to_vector<double>();
-    for (std::size_t i = 0; i < dx.size(); ++i)
-      CHECK(dx[i] * c == Approx(dx_want[i]).epsilon(1e-10).margin(1e-12));
+    for (std::size_t i = 0; i < dx.size(); ++i) CHECK(dx[i] * c == Approx(dx_want[i]).epsilon(1e-10).margin(1e-12));
     for (std::size_t k = 1; k < huge.size(); ++k) {
       if (!huge[k].defined()) continue;
       const auto p = huge[k].to_vector<double>(), p_want = want[k].to_vector<double>();
-      for (std::size_t i = 0; i < p.size(); ++i)
-        CHECK(p[i] == Approx(p_want[i]).epsilon(1e-10).margin(1e-12));
+      for (std::size_t i = 0; i < p.size(); ++i) CHECK(p[i] == Approx(p_want[i]).epsilon(1e-10).margin(1e-12));
     }
   }
 }
@@ -139,8 +137,7 @@ TEST_CASE("autograd nn: embedding's padding row is looked up but gets no gradien
                   {leaf(ctx, {4, 3}), idx});
   const Tensor w = ctx.zeros({4, 2});
   FORGE_REQUIRE_ERROR(out_of_range, "embedding", (void)forge::embedding(w, idx, 4));
-  const std::string msg =
-      FORGE_REQUIRE_ERROR(out_of_range, "embedding", (void)forge::embedding(w, idx, -5));
+  const std::string msg = FORGE_REQUIRE_ERROR(out_of_range, "embedding", (void)forge::embedding(w, idx, -5));
   CHECK_THAT(msg, Catch::Contains("padding_idx -5 is out of range for 4 rows"));
 }
 
@@ -185,31 +182,25 @@ TEST_CASE("autograd nn: cross_entropy in every reduction, with ignore_index and 
                   {leaf(ctx, {5}), indices(ctx, {3}, {})});
 }
 
-TEST_CASE(
-    "autograd nn: cross_entropy and nll_loss over [N, C, d1, ...] in every reduction and layout") {
+TEST_CASE("autograd nn: cross_entropy and nll_loss over [N, C, d1, ...] in every reduction and layout") {
   TestContext ctx;
   // Targets [2, 3, 2] over 4 classes at dim 1, two of them ignored (-1).
   const Tensor target = indices(ctx, {1, 3, 0, 2, -1, 1, 3, 3, 2, -1, 0, 0}, {2, 3, 2});
   // [N, d1, d2, C] moved to [N, C, d1, d2]: a transformer's logits as libtorch takes them.
   Tensor moved = ctx.randn({2, 3, 2, 4}, DType::f64).permute({0, 3, 1, 2});
   moved.requires_grad_();
-  Tensor stepped =
-      ctx.randn({2, 4, 3, 5}, DType::f64).slice(3, 0, 4, 2);  // [2, 4, 3, 2], last stride 2
+  Tensor stepped = ctx.randn({2, 4, 3, 5}, DType::f64).slice(3, 0, 4, 2);  // [2, 4, 3, 2], last stride 2
   stepped.requires_grad_();
   for (Reduction r : {Reduction::none, Reduction::mean, Reduction::sum}) {
     for (double ls : {0.0, 0.3}) {
       INFO("reduction " << static_cast<int>(r) << " label_smoothing " << ls);
       const forge::CrossEntropyOptions o{.reduction = r, .ignore_index = -1, .label_smoothing = ls};
-      const GradFn f = [o](const std::vector<Tensor>& in) {
-        return forge::cross_entropy(in[0], in[1], o);
-      };
+      const GradFn f = [o](const std::vector<Tensor>& in) { return forge::cross_entropy(in[0], in[1], o); };
       check_gradients(f, {leaf(ctx, {2, 4, 3, 2}), target});
       check_gradients(f, {moved, target});
       check_gradients(f, {stepped, target});
     }
-    const GradFn nll = [r](const std::vector<Tensor>& in) {
-      return forge::nll_loss(in[0], in[1], r, -1);
-    };
+    const GradFn nll = [r](const std::vector<Tensor>& in) { return forge::nll_loss(in[0], in[1], r, -1); };
     check_gradients(nll, {leaf(ctx, {2, 4, 3, 2}), target});
     check_gradients(nll, {moved, target});
   }
@@ -220,9 +211,8 @@ TEST_CASE(
   const Tensor ce = forge::cross_entropy(viewed, indices(ctx, {0, 1, 2, 3, 4, 0}, {2, 3}));
   CHECK(forge::autograd::grad({ce}, {viewed})[0].strides() == viewed.strides());
   // One spatial dim, and spatial dims of size 0 (an empty mean is NaN; its gradient empty).
-  check_gradients(
-      [](const std::vector<Tensor>& in) { return forge::cross_entropy(in[0], in[1]); },
-      {leaf(ctx, {3, 5, 4}), indices(ctx, {0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 0, 1}, {3, 4})});
+  check_gradients([](const std::vector<Tensor>& in) { return forge::cross_entropy(in[0], in[1]); },
+                  {leaf(ctx, {3, 5, 4}), indices(ctx, {0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 0, 1}, {3, 4})});
   Tensor empty = ctx.randn({2, 4, 0}, DType::f64).requires_grad_();
   const Tensor loss = forge::cross_entropy(empty, ctx.zeros({2, 0}, DType::i64));
   CHECK(std::isnan(loss.item<double>()));
@@ -266,10 +256,12 @@ TEST_CASE("autograd nn: mse_loss reaches both operands through broadcasting") {
 
 TEST_CASE("autograd nn: dropout's gradient uses the forward's mask and scale") {
   TestContext ctx;
-  check_gradients([&ctx](const std::vector<Tensor>& in) {
-    ctx.manual_seed(7);
-    return forge::dropout(in[0], 0.4);
-  }, {transposed_leaf(ctx, 4, 5)});
+  check_gradients(
+      [&ctx](const std::vector<Tensor>& in) {
+        ctx.manual_seed(7);
+        return forge::dropout(in[0], 0.4);
+      },
+      {transposed_leaf(ctx, 4, 5)});
   Tensor x = ctx.ones({200}, DType::f32).requires_grad_();
   const Tensor y = forge::dropout(x, 0.25);
   y.sum().backward();
@@ -307,16 +299,18 @@ TEST_CASE("autograd nn: scaled_dot_product_attention without mask, causal, with 
   Tensor k = ctx.randn({1, 2, 4}, DType::f64).transpose(1, 2);
   k.requires_grad_();
   check_gradients(plain, {leaf(ctx, {2, 3, 2}), k, leaf(ctx, {4, 2})});
-  check_gradients([](const std::vector<Tensor>& in) {
-    return forge::scaled_dot_product_attention(in[0], in[1], in[2], Tensor(), true, 0.7);
-  }, {leaf(ctx, {3, 2}), leaf(ctx, {3, 2}), leaf(ctx, {3, 2})});
-  const Tensor keep = ctx.from_vector<bool>(
-      {true, false, true, true, true, true, false, true, false, true, true, false}, {3, 4});
+  check_gradients(
+      [](const std::vector<Tensor>& in) {
+        return forge::scaled_dot_product_attention(in[0], in[1], in[2], Tensor(), true, 0.7);
+      },
+      {leaf(ctx, {3, 2}), leaf(ctx, {3, 2}), leaf(ctx, {3, 2})});
+  const Tensor keep =
+      ctx.from_vector<bool>({true, false, true, true, true, true, false, true, false, true, true, false}, {3, 4});
   const Tensor bias = ctx.randn({3, 4}, DType::f64);
   for (const Tensor& mask : {keep, bias}) {
-    check_gradients([](const std::vector<Tensor>& in) {
-      return forge::scaled_dot_product_attention(in[0], in[1], in[2], in[3]);
-    }, {leaf(ctx, {3, 2}), leaf(ctx, {4, 2}), leaf(ctx, {4, 2}), mask});
+    check_gradients(
+        [](const std::vector<Tensor>& in) { return forge::scaled_dot_product_attention(in[0], in[1], in[2], in[3]); },
+        {leaf(ctx, {3, 2}), leaf(ctx, {4, 2}), leaf(ctx, {4, 2}), mask});
   }
 }
 
@@ -349,10 +343,16 @@ TEST_CASE("autograd nn: pad in constant mode (padding and cropping), reflect and
   check_gradients(constant, {transposed_leaf(ctx, 3, 4)});
   for (PadMode mode : {PadMode::reflect, PadMode::replicate}) {
     INFO("mode " << static_cast<int>(mode));
-    check_gradients([mode](const std::vector<Tensor>& in) { return forge::pad(in[0], {2, 1, 1, 2}, mode); },
-                    {transposed_leaf(ctx, 3, 4)});
-    check_gradients([mode](const std::vector<Tensor>& in) { return forge::pad(in[0], {0, 2}, mode); },
-                    {leaf(ctx, {2, 2, 3})});
+    check_gradients(
+        [mode](const std::vector<Tensor>& in) {
+          return forge::pad(in[0], {2, 1, 1, 2}, mode);
+        },
+        {transposed_leaf(ctx, 3, 4)});
+    check_gradients(
+        [mode](const std::vector<Tensor>& in) {
+          return forge::pad(in[0], {0, 2}, mode);
+        },
+        {leaf(ctx, {2, 2, 3})});
   }
 }
 

@@ -3,7 +3,6 @@
 // cases, the even split among tied maxima, and the ops that must not record.
 
 #include <catch2/catch.hpp>
-
 #include <limits>
 #include <vector>
 

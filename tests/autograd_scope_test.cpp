@@ -6,7 +6,6 @@
 // release everything they took exactly once.
 
 #include <catch2/catch.hpp>
-
 #include <cstdint>
 #include <vector>
 
@@ -37,7 +36,8 @@ struct Mlp {
 struct Batch {
   Tensor x, y;
   explicit Batch(forge::ExecContext& ctx)
-      : x(ctx.randn({16, 8})), y(ctx.from_vector<std::int64_t>({0, 1, 2, 3, 0, 1, 2, 3, 3, 2, 1, 0, 0, 0, 1, 1}, {16})) {}
+      : x(ctx.randn({16, 8})),
+        y(ctx.from_vector<std::int64_t>({0, 1, 2, 3, 0, 1, 2, 3, 3, 2, 1, 0, 0, 0, 1, 1}, {16})) {}
 };
 
 std::vector<double> values(const Tensor& t) { return t.to_vector<double>(); }

@@ -2,9 +2,8 @@
 // reduction, retain_graph, autograd::grad, NoGradGuard, detach, version
 // counters, in-place writes, teardown of long chains, and bad input.
 
-#include <cmath>
 #include <catch2/catch.hpp>
-
+#include <cmath>
 #include <vector>
 
 #include "forge/forge.h"
@@ -111,10 +110,10 @@ TEST_CASE("autograd: a backward that fails part-way makes no new .grad and keeps
   const Tensor x = ctx.from_vector<double>({5, 6}, {2});
   const std::int64_t baseline = ctx.pool().outstanding();
   auto failing_loss = [&] {
-    Tensor h = w2.exp();                   // older: runs last in backward, and fails
+    Tensor h = w2.exp();                     // older: runs last in backward, and fails
     Tensor loss = h.sum() + (w1 * x).sum();  // newer: reaches w1 first
     autograd::NoGradGuard no_grad;
-    h.mul_(2.0);                           // exp saved its output
+    h.mul_(2.0);  // exp saved its output
     return loss;
   };
   SECTION("no .grad before: none after") {
@@ -182,7 +181,7 @@ TEST_CASE("autograd: in-place ops rebase history, refuse leaves that require gra
   FORGE_REQUIRE_ERROR(backward, "add_", x.add_(1.0));
   FORGE_REQUIRE_ERROR(backward, "zero_", x.zero_());
   Tensor h = x * 3.0;
-  h.mul_(x);   // h = 3x * x
+  h.mul_(x);  // h = 3x * x
   h += 1.0;
   h.sum().backward();
   CHECK(values(x.grad()) == std::vector<double>{6, 12});
@@ -227,7 +226,8 @@ TEST_CASE("autograd: gradcheck accepts a right gradient and reports a wrong one"
   INFO(right.message);
   CHECK(right.max_abs_error < 1e-6);
   Tensor f32 = ctx.randn({2}).requires_grad_();
-  FORGE_REQUIRE_ERROR(dtype, "gradcheck", autograd::gradcheck([](const std::vector<Tensor>& in) { return in[0]; }, {f32}));
+  FORGE_REQUIRE_ERROR(dtype, "gradcheck",
+                      autograd::gradcheck([](const std::vector<Tensor>& in) { return in[0]; }, {f32}));
 }
 
 TEST_CASE("autograd: _into writes with an argument that requires grad are refused while recording") {

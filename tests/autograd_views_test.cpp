@@ -4,7 +4,6 @@
 // overlapping outputs and refusals, and detach() recording nothing.
 
 #include <catch2/catch.hpp>
-
 #include <string>
 #include <vector>
 
@@ -175,13 +174,19 @@ TEST_CASE("autograd views: detach records nothing, a view of a tensor that requi
 TEST_CASE("autograd shape: cat along each dim, with a skipped empty input and one that wants no grad") {
   TestContext ctx;
   for (std::int64_t dim : {0, 1, -1}) {
-    check_gradients([&](const In& in) { return weighted(forge::cat({in[0], in[1], in[2]}, dim)); },
-                    {strided_leaf(ctx), leaf(ctx, {3, 4}), strided_leaf(ctx)});
+    check_gradients(
+        [&](const In& in) {
+          return weighted(forge::cat({in[0], in[1], in[2]}, dim));
+        },
+        {strided_leaf(ctx), leaf(ctx, {3, 4}), strided_leaf(ctx)});
   }
   Tensor fixed = ctx.randn({1, 4}, DType::f64);
   Tensor empty = ctx.zeros({0}, DType::f64).requires_grad_();
-  check_gradients([&](const In& in) { return weighted(forge::cat({in[0], in[1], in[2], in[3]}, 0)); },
-                  {leaf(ctx, {2, 4}), empty, fixed, strided_leaf(ctx)});
+  check_gradients(
+      [&](const In& in) {
+        return weighted(forge::cat({in[0], in[1], in[2], in[3]}, 0));
+      },
+      {leaf(ctx, {2, 4}), empty, fixed, strided_leaf(ctx)});
   Tensor a = ctx.from_vector<double>({1, 2}, {2}).requires_grad_();
   Tensor b = ctx.from_vector<double>({3}, {1}).requires_grad_();
   Tensor c = forge::cat({a, b});
@@ -194,28 +199,40 @@ TEST_CASE("autograd shape: cat along each dim, with a skipped empty input and on
 TEST_CASE("autograd shape: stack along each dim") {
   TestContext ctx;
   for (std::int64_t dim : {0, 1, 2, -1}) {
-    check_gradients([&](const In& in) { return weighted(forge::stack({in[0], in[1]}, dim)); },
-                    {strided_leaf(ctx), leaf(ctx, {3, 4})});
+    check_gradients(
+        [&](const In& in) {
+          return weighted(forge::stack({in[0], in[1]}, dim));
+        },
+        {strided_leaf(ctx), leaf(ctx, {3, 4})});
   }
   Tensor fixed = ctx.randn({3, 4}, DType::f64);
-  check_gradients([&](const In& in) { return weighted(forge::stack({in[0], in[1], in[0]}, 1)); },
-                  {strided_leaf(ctx), fixed});
+  check_gradients(
+      [&](const In& in) {
+        return weighted(forge::stack({in[0], in[1], in[0]}, 1));
+      },
+      {strided_leaf(ctx), fixed});
 }
 
 TEST_CASE("autograd shape: split and chunk pieces record as narrows of the input") {
   TestContext ctx;
-  check_gradients([](const In& in) {
-    auto p = forge::split(in[0], 2, 1);  // widths 2, 2
-    return weighted(forge::cat({p[1] * 3.0, p[0]}, 1));
-  }, {strided_leaf(ctx)});
-  check_gradients([](const In& in) {
-    auto p = forge::split(in[0], std::vector<std::int64_t>{1, 2}, 0);
-    return weighted(p[1] - p[0]);
-  }, {strided_leaf(ctx)});
-  check_gradients([](const In& in) {
-    auto p = forge::chunk(in[0], 3, -1);  // widths 2, 2, 1 of 5
-    return weighted(p[2] * 2.0 + p[0].narrow(1, 1, 1));
-  }, {leaf(ctx, {3, 5})});
+  check_gradients(
+      [](const In& in) {
+        auto p = forge::split(in[0], 2, 1);  // widths 2, 2
+        return weighted(forge::cat({p[1] * 3.0, p[0]}, 1));
+      },
+      {strided_leaf(ctx)});
+  check_gradients(
+      [](const In& in) {
+        auto p = forge::split(in[0], std::vector<std::int64_t>{1, 2}, 0);
+        return weighted(p[1] - p[0]);
+      },
+      {strided_leaf(ctx)});
+  check_gradients(
+      [](const In& in) {
+        auto p = forge::chunk(in[0], 3, -1);  // widths 2, 2, 1 of 5
+        return weighted(p[2] * 2.0 + p[0].narrow(1, 1, 1));
+      },
+      {leaf(ctx, {3, 5})});
   Tensor x = strided_leaf(ctx);
   for (const Tensor& p : x.chunk(2, 1)) CHECK(name(p) == "narrow");
   Tensor y = ctx.from_vector<double>({1, 2, 3, 4, 5}, {5}).requires_grad_();

@@ -4,7 +4,6 @@
 // scratch leases, borrowed buffers, fault injection and the steady loop.
 
 #include <catch2/catch.hpp>
-
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -25,9 +24,9 @@ using forge::ErrorCode;
 using forge::PoolStats;
 using forge::Ref;
 using forge::Tensor;
-using forge_test::TestContext;
 using forge_test::context_options;
 using forge_test::EnvGuard;
+using forge_test::TestContext;
 
 namespace {
 
@@ -62,7 +61,7 @@ TEST_CASE("buffer_pool: rounded_size follows the contract table") {
       {4097, 8192},
       {8191, 8192},
       {8192, 8192},
-      {8193, 12288},   // not a power of two: a multiple of 4096
+      {8193, 12288},  // not a power of two: a multiple of 4096
       {10 * KiB, 12 * KiB},
       {12289, 16384},
       {20000, 20480},

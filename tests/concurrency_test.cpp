@@ -8,6 +8,8 @@
 // Catch2's assertions are not thread-safe, so worker threads only record
 // what they saw; the test thread checks it after joining them.
 
+#include <unistd.h>
+
 #include <atomic>
 #include <barrier>
 #include <bit>
@@ -22,7 +24,6 @@
 #include <sstream>
 #include <string>
 #include <thread>
-#include <unistd.h>
 #include <utility>
 #include <vector>
 
@@ -168,8 +169,7 @@ TrainRun train(Model model, int threads) {
 
 }  // namespace
 
-TEST_CASE("concurrency: 8 threads training their own contexts match single-threaded runs bit for bit",
-          "[concurrent]") {
+TEST_CASE("concurrency: 8 threads training their own contexts match single-threaded runs bit for bit", "[concurrent]") {
   // Four configurations (MLP or CNN, contexts of 1 or 2 threads), each run
   // alone first, then twice at once on 8 threads, two rounds.
   struct Config {
@@ -291,8 +291,10 @@ TEST_CASE("concurrency: a context destroyed while another thread holds its tenso
         ExecContext ctx({.threads = 1 + i % 2, .max_cached_bytes = i % 3 == 0 ? 0 : std::size_t{1} << 20});
         Parcel p = make_parcel(ctx, i);
         { auto dropped_here = ctx.ones({4096}); }  // something cached when the context dies
-        if (i % 2 == 0) queue.push(std::move(p));  // the context dies while the receiver may hold them
-        else after_death = std::move(p);
+        if (i % 2 == 0)
+          queue.push(std::move(p));  // the context dies while the receiver may hold them
+        else
+          after_death = std::move(p);
       }
       if (after_death) queue.push(std::move(*after_death));
     }
@@ -447,8 +449,10 @@ TEST_CASE("concurrency: one arena named by two threads: only overlapping calls a
       a.end = clock.fetch_add(1);
       sync.arrive_and_wait();  // both calls are over: the outputs hold still
       if (a.outcome == ArenaAttempt::fresh) {
-        if (out.buffer()->stale()) a.outcome = ArenaAttempt::stale;
-        else if (out.to_vector<float>() != expected[t]) a.outcome = ArenaAttempt::corrupt;
+        if (out.buffer()->stale())
+          a.outcome = ArenaAttempt::stale;
+        else if (out.to_vector<float>() != expected[t])
+          a.outcome = ArenaAttempt::corrupt;
       }
       if (a.outcome == ArenaAttempt::contended) ++contended_so_far;
       log[t].push_back(a);
@@ -593,12 +597,13 @@ TEST_CASE("concurrency: DataLoader prefetch over many epochs and loaders destroy
         if (seen != std::vector<int>(kSamples, 1)) ++bad_epochs;
       }
       for (int k = 0; k < kAbandoned; ++k) {
-        data::DataLoader early(ctx, inputs, targets, {.batch_size = kBatch, .seed = static_cast<std::uint64_t>(k), .transform = twice});
+        data::DataLoader early(ctx, inputs, targets,
+                               {.batch_size = kBatch, .seed = static_cast<std::uint64_t>(k), .transform = twice});
         early.begin_epoch(k);
         for (int taken = 0; taken < k % 5; ++taken)
           if (auto b = early.next(); !b || !batch_consistent(*b, kWidth)) ++bad_batches;
         if (k % 3 == 0) early.begin_epoch(k + 1);  // restart while a batch may be in flight
-      }  // destroyed with the worker gathering, idle, or holding a batch
+      }                                            // destroyed with the worker gathering, idle, or holding a batch
     }
     if (ctx.pool().outstanding() != 0) ++leaks;
   });
@@ -611,8 +616,7 @@ TEST_CASE("concurrency: 8 threads saving checkpoints to one path leave one whole
   // Each thread writes its own values (thread i: all i) to a shared path and
   // a path of its own, several times; the temporaries never collide, and the
   // shared file is whole: one writer's tensors, never a mix.
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("forge_concurrency_" + std::to_string(::getpid()));
+  const auto dir = std::filesystem::temp_directory_path() / ("forge_concurrency_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const auto shared = dir / "shared.safetensors";
   constexpr int kThreads = 8, kSaves = 4;
@@ -674,8 +678,7 @@ std::string thread_name(std::thread::id id) {
 
 }  // namespace
 
-TEST_CASE("concurrency: another thread's scope or op on a context with open exec scopes is contended",
-          "[concurrent]") {
+TEST_CASE("concurrency: another thread's scope or op on a context with open exec scopes is contended", "[concurrent]") {
   // Note [One driving thread]: the scope stack is this thread's while a
   // scope is open; another thread opening a scope or running an op is
   // refused, naming the context and both threads, and changes nothing.
@@ -693,7 +696,7 @@ TEST_CASE("concurrency: another thread's scope or op on a context with open exec
     CHECK(message.rfind("[zeros] ", 0) == 0);
     CHECK(code_on_other_thread([&] { (void)forge::add(held, held); }) == ErrorCode::contended);
     CHECK(scope.is_open());
-    CHECK(scope.stats().buffers == 1);  // nothing of the other thread's was adopted
+    CHECK(scope.stats().buffers == 1);   // nothing of the other thread's was adopted
     auto inner = ctx.open_exec_scope();  // nesting on the owning thread still works
     (void)(held * 2.0);
     CHECK(inner.stats().buffers == 1);

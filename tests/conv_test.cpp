@@ -27,10 +27,14 @@ using forge_test::TestContext;
 
 double tolerance(DType t) {  // relative to the sum of |terms|, as in linalg_test
   switch (t) {
-    case DType::f64: return 1e-12;
-    case DType::f32: return 1e-5;
-    case DType::f16: return 2e-3;
-    default: return 1.6e-2;
+    case DType::f64:
+      return 1e-12;
+    case DType::f32:
+      return 1e-5;
+    case DType::f16:
+      return 2e-3;
+    default:
+      return 1.6e-2;
   }
 }
 
@@ -132,8 +136,10 @@ Expected reference_pool(const Tensor& x, const Pool2dOptions& o, bool is_max) {
               const std::int64_t iw = ow * sw - o.padding[1] + kw * o.dilation[1];
               if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
               const double v = plane[ih * W + iw];
-              if (std::isnan(v) || std::isnan(best)) best = std::numeric_limits<double>::quiet_NaN();
-              else best = std::max(best, v);
+              if (std::isnan(v) || std::isnan(best))
+                best = std::numeric_limits<double>::quiet_NaN();
+              else
+                best = std::max(best, v);
             }
           e.value.push_back(best);
           e.magnitude.push_back(0);
@@ -151,7 +157,8 @@ Expected reference_pool(const Tensor& x, const Pool2dOptions& o, bool is_max) {
               mag += std::abs(plane[ih * W + iw]);
               ++inside;
             }
-          const double count = o.count_include_pad ? static_cast<double>((h1 - h0) * (w1 - w0)) : static_cast<double>(inside);
+          const double count =
+              o.count_include_pad ? static_cast<double>((h1 - h0) * (w1 - w0)) : static_cast<double>(inside);
           e.value.push_back(inside ? s / count : 0.0);
           e.magnitude.push_back(inside ? mag / count : 0.0);
         }
@@ -166,8 +173,7 @@ Tensor make_image(TestContext& ctx, const Shape& s, DType t, int layout) {
   return ctx.randn(s, t);
 }
 
-TEST_CASE("conv: conv2d matches a naive 7-loop reference over random stride, padding, dilation and groups",
-          "[conv]") {
+TEST_CASE("conv: conv2d matches a naive 7-loop reference over random stride, padding, dilation and groups", "[conv]") {
   TestContext ctx;
   std::mt19937 gen(1234);
   auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(gen); };
@@ -283,16 +289,17 @@ TEST_CASE("conv: max_pool2d and avg_pool2d match naive windows over random optio
     const Expected e = reference_pool(x, o, is_max);
     check_close(is_max ? forge::max_pool2d(x, o) : forge::avg_pool2d(x, o), e, t);
     Tensor out = ctx.empty({e.shape[0], e.shape[1], e.shape[3], e.shape[2]}, t).transpose(2, 3);
-    if (is_max) forge::max_pool2d_into(out, x, o);
-    else forge::avg_pool2d_into(out, x, o);
+    if (is_max)
+      forge::max_pool2d_into(out, x, o);
+    else
+      forge::avg_pool2d_into(out, x, o);
     check_close(out, e, t);
     ++ran;
   }
   CHECK(ran > 80);
 }
 
-TEST_CASE("conv: pools follow libtorch's ceil_mode sizes, propagate NaN, and run unbatched and in parallel",
-          "[conv]") {
+TEST_CASE("conv: pools follow libtorch's ceil_mode sizes, propagate NaN, and run unbatched and in parallel", "[conv]") {
   TestContext ctx;
   Pool2dOptions o;
   o.ceil_mode = true;
@@ -375,8 +382,8 @@ TEST_CASE("conv: window options whose sizes overflow int64 are refused, naming t
   constexpr std::int64_t k62 = std::int64_t{1} << 62;
   const Tensor x = ctx.ones({1, 1, 5, 5}), w = ctx.ones({1, 1, 3, 3});
   Tensor out = ctx.empty({1, 1, 3, 3});
-  const std::string repro = FORGE_REQUIRE_ERROR(
-      invalid_argument, "conv2d", (void)forge::conv2d(x, w, Tensor(), {.dilation = {kMax, 1}}));
+  const std::string repro =
+      FORGE_REQUIRE_ERROR(invalid_argument, "conv2d", (void)forge::conv2d(x, w, Tensor(), {.dilation = {kMax, 1}}));
   CHECK(repro.find("9223372036854775807") != std::string::npos);
   CHECK(repro.find("overflows int64") != std::string::npos);
   const std::string pool_repro =
@@ -468,8 +475,7 @@ TEST_CASE("conv: huge strides, paddings and pool windows that fit in int64 compu
   CHECK(forge::avg_pool2d(x, big).item<double>() == 136.0 / 16);
   CHECK(forge::max_pool2d(x, big).item<double>() == 16);
   // ceil_mode with a stride of 2^61: the second window would start in the padding.
-  CHECK(forge::max_pool2d(x, {.kernel = {2, 2}, .stride = {k61, k61}, .ceil_mode = true}).shape() ==
-        Shape{1, 1, 1, 1});
+  CHECK(forge::max_pool2d(x, {.kernel = {2, 2}, .stride = {k61, k61}, .ceil_mode = true}).shape() == Shape{1, 1, 1, 1});
 }
 
 TEST_CASE("conv: _into refuses a wrong out (shape, dtype, context, expanded, overlapping)", "[conv]") {

@@ -31,8 +31,8 @@ using forge::Tensor;
 using forge::data::Batch;
 using forge::data::DataLoader;
 using forge::data::DataLoaderOptions;
-using forge_test::NumberedDataset;
 using forge_test::numbered_dataset;
+using forge_test::NumberedDataset;
 using forge_test::TestContext;
 using Bytes = std::vector<std::uint8_t>;
 
@@ -87,16 +87,14 @@ Bytes concat(Bytes a, const Bytes& b) {
 
 void write_plain(const std::string& path, const Bytes& bytes) {
   std::ofstream(path, std::ios::binary)
-      .write(reinterpret_cast<const char*>(bytes.data()),
-             static_cast<std::streamsize>(bytes.size()));
+      .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
 }
 
 void write_gzip(const std::string& path, const Bytes& bytes) {
   gzFile f = gzopen(path.c_str(), "wb9");
   REQUIRE(f != nullptr);
   if (!bytes.empty())
-    REQUIRE(gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size())) ==
-            static_cast<int>(bytes.size()));
+    REQUIRE(gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size())) == static_cast<int>(bytes.size()));
   REQUIRE(gzclose(f) == Z_OK);
 }
 
@@ -209,10 +207,8 @@ TEST_CASE("data: hostile IDX files are refused with an io error naming the file"
       {"too many dims", concat({0, 0, 8, 9}, Bytes(36, 0)), "9 dims"},
       {"truncated dims", {0, 0, 8, 2, 0, 0, 0, 2, 0, 0}, "truncated header dims"},
       {"truncated data", Bytes(good.begin(), good.end() - 1), "truncated data"},
-      {"dims past the file", concat(idx_header(0x08, {60000, 28, 28}), Bytes(100, 0)),
-       "truncated data"},
-      {"dims product overflows", idx_header(0x0E, {0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF}),
-       "more elements"},
+      {"dims past the file", concat(idx_header(0x08, {60000, 28, 28}), Bytes(100, 0)), "truncated data"},
+      {"dims product overflows", idx_header(0x0E, {0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF}), "more elements"},
       {"trailing bytes", concat(good, Bytes{0}), "trailing bytes"},
   };
   for (const Case& c : cases) {
@@ -221,8 +217,7 @@ TEST_CASE("data: hostile IDX files are refused with an io error naming the file"
       INFO((gzip ? "gzip" : "plain"));
       const std::string path = dir.file(std::string(c.what) + (gzip ? ".gz" : ""));
       gzip ? write_gzip(path, c.bytes) : write_plain(path, c.bytes);
-      const std::string message =
-          FORGE_REQUIRE_ERROR(io, "load_idx", (void)forge::io::load_idx(ctx, path));
+      const std::string message = FORGE_REQUIRE_ERROR(io, "load_idx", (void)forge::io::load_idx(ctx, path));
       CHECK(message.find(path) != std::string::npos);
       // A gzip file's claimed size is bounded by deflate's ratio, not the file's length.
       const bool bounded = gzip && std::string(c.what) == "dims past the file";
@@ -241,10 +236,8 @@ TEST_CASE("data: damaged gzip IDX files are refused with an io error", "[data]")
   REQUIRE(forge::io::load_idx(ctx, dir.file("good.gz")).numel() == 1000);
 
   SECTION("cut inside the compressed data") {
-    write_plain(dir.file("cut.gz"),
-                Bytes(gz.begin(), gz.begin() + static_cast<std::ptrdiff_t>(gz.size() / 2)));
-    const std::string message =
-        FORGE_REQUIRE_ERROR(io, "load_idx", (void)forge::io::load_idx(ctx, dir.file("cut.gz")));
+    write_plain(dir.file("cut.gz"), Bytes(gz.begin(), gz.begin() + static_cast<std::ptrdiff_t>(gz.size() / 2)));
+    const std::string message = FORGE_REQUIRE_ERROR(io, "load_idx", (void)forge::io::load_idx(ctx, dir.file("cut.gz")));
     CHECK(message.find("truncated") != std::string::npos);
   }
   SECTION("cut inside the trailer (CRC and length)") {
@@ -255,21 +248,17 @@ TEST_CASE("data: damaged gzip IDX files are refused with an io error", "[data]")
     Bytes bad = gz;
     bad[bad.size() - 8] ^= 0x55;
     write_plain(dir.file("crc.gz"), bad);
-    const std::string message =
-        FORGE_REQUIRE_ERROR(io, "load_idx", (void)forge::io::load_idx(ctx, dir.file("crc.gz")));
+    const std::string message = FORGE_REQUIRE_ERROR(io, "load_idx", (void)forge::io::load_idx(ctx, dir.file("crc.gz")));
     CHECK(message.find("incorrect data check") != std::string::npos);
   }
   SECTION("gzip magic then garbage") {
-    write_plain(dir.file("junk.gz"),
-                Bytes{0x1f, 0x8b, 0x08, 0x00, 0xde, 0xad, 0xbe, 0xef, 0x00, 0x00, 0x11});
+    write_plain(dir.file("junk.gz"), Bytes{0x1f, 0x8b, 0x08, 0x00, 0xde, 0xad, 0xbe, 0xef, 0x00, 0x00, 0x11});
     FORGE_REQUIRE_ERROR(io, "load_idx", (void)forge::io::load_idx(ctx, dir.file("junk.gz")));
   }
   SECTION("a missing file and a folder") {
-    const std::string m1 =
-        FORGE_REQUIRE_ERROR(io, "load_idx", (void)forge::io::load_idx(ctx, dir.file("nope")));
+    const std::string m1 = FORGE_REQUIRE_ERROR(io, "load_idx", (void)forge::io::load_idx(ctx, dir.file("nope")));
     CHECK(m1.find("cannot open") != std::string::npos);
-    const std::string m2 =
-        FORGE_REQUIRE_ERROR(io, "load_idx", (void)forge::io::load_idx(ctx, dir.file("")));
+    const std::string m2 = FORGE_REQUIRE_ERROR(io, "load_idx", (void)forge::io::load_idx(ctx, dir.file("")));
     CHECK(m2.find("not a regular file") != std::string::npos);
   }
 }
@@ -330,8 +319,7 @@ TEST_CASE("data: load_idx refuses a FIFO at once as not a regular file", "[data]
   const std::string path = dir.file("fifo");
   REQUIRE(::mkfifo(path.c_str(), 0600) == 0);
   FifoWatchdog watchdog(path);
-  const std::string message =
-      FORGE_REQUIRE_ERROR(io, "load_idx", (void)forge::io::load_idx(ctx, path));
+  const std::string message = FORGE_REQUIRE_ERROR(io, "load_idx", (void)forge::io::load_idx(ctx, path));
   CHECK_FALSE(watchdog.rescued());  // it returned without a writer
   CHECK(message.find("not a regular file") != std::string::npos);
   CHECK(message.find(path) != std::string::npos);
@@ -356,8 +344,7 @@ class FailAfter {
 
 }  // namespace
 
-TEST_CASE("data: IDX i8 and i16 widen through pool staging and a refused chunk is out_of_memory",
-          "[data]") {
+TEST_CASE("data: IDX i8 and i16 widen through pool staging and a refused chunk is out_of_memory", "[data]") {
   TestContext ctx;
   TempDir dir;
   // More elements than one 1 MiB staging chunk holds: several chunks are read.
@@ -389,8 +376,8 @@ TEST_CASE("data: IDX i8 and i16 widen through pool staging and a refused chunk i
   for (const char* name : {"i8", "i16.gz"}) {
     INFO(name);
     const FailAfter refuse(ctx.pool(), 1);
-    const std::string message = FORGE_REQUIRE_ERROR(out_of_memory, "load_idx",
-                                                    (void)forge::io::load_idx(ctx, dir.file(name)));
+    const std::string message =
+        FORGE_REQUIRE_ERROR(out_of_memory, "load_idx", (void)forge::io::load_idx(ctx, dir.file(name)));
     CHECK(message.find(dir.file(name)) != std::string::npos);
     CHECK(ctx.stats().outstanding == outstanding);
   }
@@ -417,8 +404,7 @@ TEST_CASE("data: DataLoader batch shapes, size and drop_last", "[data]") {
       CHECK(b.target.shape() == forge::Shape{b.input.size(0)});
       rows.push_back(b.input.size(0));
     }
-    CHECK(rows ==
-          (drop_last ? std::vector<std::int64_t>{4, 4} : std::vector<std::int64_t>{4, 4, 2}));
+    CHECK(rows == (drop_last ? std::vector<std::int64_t>{4, 4} : std::vector<std::int64_t>{4, 4, 2}));
   }
   // Unshuffled batches are the rows in order; inputs and targets stay paired.
   DataLoader loader(ctx, d.inputs, d.targets, {.batch_size = 4, .shuffle = false});
@@ -467,8 +453,7 @@ TEST_CASE("data: DataLoader shuffles reproducibly by seed and differently per ep
 
   // The order is a fixed function of the seed: pinned so that a change of
   // generator or shuffle shows up here.
-  DataLoader small(ctx, d.inputs.narrow(0, 0, 8), d.targets.narrow(0, 0, 8),
-                   {.batch_size = 8, .seed = 7});
+  DataLoader small(ctx, d.inputs.narrow(0, 0, 8), d.targets.narrow(0, 0, 8), {.batch_size = 8, .seed = 7});
   const std::vector<std::int64_t> order = small.order(0);
   CHECK(order == std::vector<std::int64_t>{2, 3, 5, 6, 1, 0, 4, 7});
   CHECK(epoch_ids(small, 0).front() == order);
@@ -480,9 +465,7 @@ TEST_CASE("data: DataLoader prefetch on and off give identical batches", "[data]
   auto all_batches = [&](bool prefetch) {
     DataLoader loader(
         ctx, d.inputs, d.targets,
-        {.batch_size = 10, .seed = 3, .prefetch = prefetch, .transform = [](const Tensor& x) {
-           return x * 2.0;
-         }});
+        {.batch_size = 10, .seed = 3, .prefetch = prefetch, .transform = [](const Tensor& x) { return x * 2.0; }});
     std::vector<std::vector<float>> out;
     for (std::int64_t epoch = 0; epoch < 2; ++epoch)
       for (const Batch& b : loader.epoch(epoch)) {
@@ -532,8 +515,7 @@ TEST_CASE("data: DataLoader epochs can be abandoned, restarted and run without t
 TEST_CASE("data: DataLoader refuses bad datasets and options", "[data]") {
   TestContext ctx;
   const NumberedDataset d = numbered_dataset(ctx, 10, 2);
-  FORGE_REQUIRE_ERROR(invalid_argument, "DataLoader",
-                      DataLoader(ctx, d.inputs, d.targets, {.batch_size = 0}));
+  FORGE_REQUIRE_ERROR(invalid_argument, "DataLoader", DataLoader(ctx, d.inputs, d.targets, {.batch_size = 0}));
   FORGE_REQUIRE_ERROR(invalid_argument, "DataLoader", DataLoader(ctx, Tensor(), d.targets));
   FORGE_REQUIRE_ERROR(shape, "DataLoader", DataLoader(ctx, d.inputs, d.targets.narrow(0, 0, 9)));
   FORGE_REQUIRE_ERROR(shape, "DataLoader", DataLoader(ctx, ctx.full({}, 1.0), Tensor()));
@@ -549,8 +531,7 @@ TEST_CASE("data: DataLoader refuses bad datasets and options", "[data]") {
 TEST_CASE("data: a short Fashion-MNIST run reaches 75% test accuracy", "[data][training]") {
   const std::string dir = "/usr/share/datasets/fashion-mnist";
   if (!std::filesystem::exists(dir + "/train-images-idx3-ubyte.gz"))
-    FAIL("Fashion-MNIST is not installed in "
-         << dir << ": run scripts/setup (it installs dataset-fashion-mnist)");
+    FAIL("Fashion-MNIST is not installed in " << dir << ": run scripts/setup (it installs dataset-fashion-mnist)");
 
   TestContext ctx(forge_test::context_options(2, 1));
   const auto start = std::chrono::steady_clock::now();
@@ -565,9 +546,7 @@ TEST_CASE("data: a short Fashion-MNIST run reaches 75% test accuracy", "[data][t
   auto flat = [](const Tensor& pixels) { return pixels.to(DType::f32).flatten(1) * (1.0 / 255.0); };
   Tensor w1 = (ctx.randn({64, 784}) * 0.05).requires_grad_(), b1 = ctx.zeros({64}).requires_grad_();
   Tensor w2 = (ctx.randn({10, 64}) * 0.1).requires_grad_(), b2 = ctx.zeros({10}).requires_grad_();
-  auto logits = [&](const Tensor& x) {
-    return forge::linear(forge::relu(forge::linear(x, w1, b1)), w2, b2);
-  };
+  auto logits = [&](const Tensor& x) { return forge::linear(forge::relu(forge::linear(x, w1, b1)), w2, b2); };
   forge::optim::Adam adam({w1, b1, w2, b2}, {.lr = 3e-3});
   DataLoader loader(ctx, train_x, train_y, {.batch_size = 50, .seed = 1, .transform = flat});
   for (std::int64_t epoch = 0; epoch < 5; ++epoch)
@@ -580,10 +559,8 @@ TEST_CASE("data: a short Fashion-MNIST run reaches 75% test accuracy", "[data][t
   CHECK(adam.steps() == 200);
 
   forge::autograd::NoGradGuard no_grad;
-  const double accuracy =
-      (forge::argmax(logits(flat(test_x)), 1) == test_y).to(DType::f32).mean().item<float>();
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double accuracy = (forge::argmax(logits(flat(test_x)), 1) == test_y).to(DType::f32).mean().item<float>();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   INFO("test accuracy " << accuracy << " after " << seconds << " s");
   CHECK(accuracy >= 0.75);  // 79.4% when written
 }

@@ -20,19 +20,18 @@
 namespace {
 
 using forge::BFloat16;
-using forge::DType;
 using forge::Dims;
+using forge::DType;
 using forge::ErrorCode;
 using forge::Half;
 using forge::Shape;
 using forge::Strides;
-using forge_test::TestContext;
+using forge_test::bf16_format;
+using forge_test::f16_format;
+using forge_test::Format16;
 using forge_test::kAllDTypes;
 using forge_test::kFloatDTypes;
-using forge_test::Format16;
-using forge_test::f16_format;
-using forge_test::bf16_format;
-
+using forge_test::TestContext;
 
 float f(double x) { return static_cast<float>(x); }
 
@@ -301,22 +300,29 @@ TEST_CASE("dtype: every BFloat16 bit pattern round-trips, midpoints go to even")
 
 namespace {
 
-
 // Whether x is a value of dtype t (NaN counts for the float dtypes).
 bool representable(long double x, DType t) {
   switch (t) {
-    case DType::f64: return std::isnan(x) || static_cast<long double>(static_cast<double>(x)) == x;
-    case DType::f32: return std::isnan(x) || static_cast<long double>(static_cast<float>(x)) == x;
+    case DType::f64:
+      return std::isnan(x) || static_cast<long double>(static_cast<double>(x)) == x;
+    case DType::f32:
+      return std::isnan(x) || static_cast<long double>(static_cast<float>(x)) == x;
     case DType::f16:
-      return std::isnan(x) || (static_cast<long double>(static_cast<double>(x)) == x &&
-                               f16_format().value(f16_format().round(static_cast<double>(x))) == static_cast<double>(x));
+      return std::isnan(x) ||
+             (static_cast<long double>(static_cast<double>(x)) == x &&
+              f16_format().value(f16_format().round(static_cast<double>(x))) == static_cast<double>(x));
     case DType::bf16:
-      return std::isnan(x) || (static_cast<long double>(static_cast<double>(x)) == x &&
-                               bf16_format().value(bf16_format().round(static_cast<double>(x))) == static_cast<double>(x));
-    case DType::i64: return x == std::trunc(x) && x >= -0x1p63L && x < 0x1p63L;
-    case DType::i32: return x == std::trunc(x) && x >= -0x1p31L && x < 0x1p31L;
-    case DType::u8: return x == std::trunc(x) && x >= 0 && x < 256;
-    case DType::boolean: return x == 0 || x == 1;
+      return std::isnan(x) ||
+             (static_cast<long double>(static_cast<double>(x)) == x &&
+              bf16_format().value(bf16_format().round(static_cast<double>(x))) == static_cast<double>(x));
+    case DType::i64:
+      return x == std::trunc(x) && x >= -0x1p63L && x < 0x1p63L;
+    case DType::i32:
+      return x == std::trunc(x) && x >= -0x1p31L && x < 0x1p31L;
+    case DType::u8:
+      return x == std::trunc(x) && x >= 0 && x < 256;
+    case DType::boolean:
+      return x == 0 || x == 1;
   }
   return false;
 }
@@ -327,12 +333,18 @@ bool representable(long double x, DType t) {
 // anything -> bool is != 0; bool -> number is 0/1.
 long double reference_cast(long double x, DType from, DType to) {
   switch (to) {
-    case DType::boolean: return (std::isnan(x) || x != 0) ? 1 : 0;
-    case DType::f64: return static_cast<double>(x);
-    case DType::f32: return static_cast<float>(x);
-    case DType::f16: return f16_format().value(f16_format().round(static_cast<double>(x)));
-    case DType::bf16: return bf16_format().value(bf16_format().round(static_cast<double>(x)));
-    default: break;
+    case DType::boolean:
+      return (std::isnan(x) || x != 0) ? 1 : 0;
+    case DType::f64:
+      return static_cast<double>(x);
+    case DType::f32:
+      return static_cast<float>(x);
+    case DType::f16:
+      return f16_format().value(f16_format().round(static_cast<double>(x)));
+    case DType::bf16:
+      return bf16_format().value(bf16_format().round(static_cast<double>(x)));
+    default:
+      break;
   }
   const int bits = to == DType::i64 ? 64 : to == DType::i32 ? 32 : 8;
   const bool is_signed = to != DType::u8;
@@ -352,22 +364,29 @@ long double reference_cast(long double x, DType from, DType to) {
   if (!is_signed) return static_cast<long double>(low);
   if (bits == 64) return static_cast<long double>(static_cast<std::int64_t>(low));
   const std::uint64_t sign_bit = std::uint64_t{1} << (bits - 1);
-  return (low & sign_bit) ? static_cast<long double>(static_cast<std::int64_t>(low) - static_cast<std::int64_t>(sign_bit << 1))
-                          : static_cast<long double>(low);
+  return (low & sign_bit)
+             ? static_cast<long double>(static_cast<std::int64_t>(low) - static_cast<std::int64_t>(sign_bit << 1))
+             : static_cast<long double>(low);
 }
 
 template <typename T>
 T make_value(long double x) {
-  if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) return T(static_cast<float>(x));
-  else if constexpr (std::is_same_v<T, bool>) return x != 0;
-  else return static_cast<T>(x);
+  if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>)
+    return T(static_cast<float>(x));
+  else if constexpr (std::is_same_v<T, bool>)
+    return x != 0;
+  else
+    return static_cast<T>(x);
 }
 
 template <typename T>
 long double as_long_double(T v) {
-  if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) return static_cast<float>(v);
-  else if constexpr (std::is_same_v<T, bool>) return v ? 1 : 0;
-  else return static_cast<long double>(v);
+  if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>)
+    return static_cast<float>(v);
+  else if constexpr (std::is_same_v<T, bool>)
+    return v ? 1 : 0;
+  else
+    return static_cast<long double>(v);
 }
 
 forge::Tensor make_tensor(forge::ExecContext& ctx, const std::vector<long double>& xs, DType t) {
@@ -393,14 +412,75 @@ std::vector<long double> cast_candidates(DType src) {
   const long double inf = std::numeric_limits<long double>::infinity();
   std::vector<long double> all;
   if (forge::is_floating(src)) {
-    all = {0.0L, -0.0L, 1, -1, 0.5, -0.5, 2.5, -2.5, 2.75, -2.75, -3.75, 7.9375, 100.5, 127, 128, 200, 255, 255.5,
-           256, 257, 258, 300, -129, -300, 1000.25, 2048, 65504, 70000, 3e9L, -3e9L, 0x1p31L, -0x1p31L, 1e10L,
-           -1e10L, 0x1p40L, 1e19L, -1e19L, 0x1p63L, -0x1p63L, static_cast<long double>(1e40), -static_cast<long double>(1e40),
-           std::ldexp(1.0L, -24), static_cast<long double>(1e-30), inf, -inf,
+    all = {0.0L,
+           -0.0L,
+           1,
+           -1,
+           0.5,
+           -0.5,
+           2.5,
+           -2.5,
+           2.75,
+           -2.75,
+           -3.75,
+           7.9375,
+           100.5,
+           127,
+           128,
+           200,
+           255,
+           255.5,
+           256,
+           257,
+           258,
+           300,
+           -129,
+           -300,
+           1000.25,
+           2048,
+           65504,
+           70000,
+           3e9L,
+           -3e9L,
+           0x1p31L,
+           -0x1p31L,
+           1e10L,
+           -1e10L,
+           0x1p40L,
+           1e19L,
+           -1e19L,
+           0x1p63L,
+           -0x1p63L,
+           static_cast<long double>(1e40),
+           -static_cast<long double>(1e40),
+           std::ldexp(1.0L, -24),
+           static_cast<long double>(1e-30),
+           inf,
+           -inf,
            std::numeric_limits<long double>::quiet_NaN()};
   } else {
-    all = {0, 1, -1, 2, 127, 128, 200, 255, 256, 257, 300, -129, -300, 65504, 65520, 70000, 2147483647.0L,
-           -2147483648.0L, 2147483648.0L, 4294967301.0L, 1099511627779.0L, 9007199254740993.0L,
+    all = {0,
+           1,
+           -1,
+           2,
+           127,
+           128,
+           200,
+           255,
+           256,
+           257,
+           300,
+           -129,
+           -300,
+           65504,
+           65520,
+           70000,
+           2147483647.0L,
+           -2147483648.0L,
+           2147483648.0L,
+           4294967301.0L,
+           1099511627779.0L,
+           9007199254740993.0L,
            static_cast<long double>(std::numeric_limits<std::int64_t>::max()),
            static_cast<long double>(std::numeric_limits<std::int64_t>::min())};
   }
@@ -423,8 +503,10 @@ TEST_CASE("dtype: Tensor::to converts between every pair of dtypes as the contra
     const std::vector<long double> back = read_exact(a);
     for (std::size_t i = 0; i < xs.size(); ++i) {
       INFO(forge::dtype_name(src) << " value " << static_cast<double>(xs[i]));
-      if (std::isnan(xs[i])) CHECK(std::isnan(back[i]));
-      else CHECK(back[i] == xs[i]);
+      if (std::isnan(xs[i]))
+        CHECK(std::isnan(back[i]));
+      else
+        CHECK(back[i] == xs[i]);
     }
     for (DType dst : kAllDTypes) {
       const forge::Tensor b = a.to(dst);
@@ -454,8 +536,7 @@ TEST_CASE("dtype: to() pins: float -> int truncates toward zero and saturates wi
   const forge::Tensor x = ctx.from_vector<float>({2.7f, -2.7f, 0.5f, -0.5f, 3e9f, -3e9f, nan, inf, -inf, 300.5f});
   CHECK(x.to(DType::i32).to_vector<std::int32_t>() ==
         std::vector<std::int32_t>{2, -2, 0, 0, 2147483647, -2147483647 - 1, 0, 2147483647, -2147483647 - 1, 300});
-  CHECK(x.to(DType::u8).to_vector<std::uint8_t>() ==
-        std::vector<std::uint8_t>{2, 0, 0, 0, 255, 0, 0, 255, 0, 255});
+  CHECK(x.to(DType::u8).to_vector<std::uint8_t>() == std::vector<std::uint8_t>{2, 0, 0, 0, 255, 0, 0, 255, 0, 255});
   CHECK(x.to(DType::i64).to_vector<std::int64_t>()[4] == 3000000000LL);
   CHECK(x.to(DType::boolean).to_vector<bool>() ==
         std::vector<bool>{true, true, true, true, true, true, true, true, true, true});
@@ -602,7 +683,7 @@ TEST_CASE("shape: wrap_dim wraps negative dims and rejects out-of-range ones wit
   CHECK(forge::wrap_dim(2, 3, "t") == 2);
   CHECK(forge::wrap_dim(-1, 3, "t") == 2);
   CHECK(forge::wrap_dim(-3, 3, "t") == 0);
-  CHECK(forge::wrap_dim(0, 0, "t") == 0);   // a 0-d tensor accepts 0 and -1, as libtorch
+  CHECK(forge::wrap_dim(0, 0, "t") == 0);  // a 0-d tensor accepts 0 and -1, as libtorch
   CHECK(forge::wrap_dim(-1, 0, "t") == 0);
   std::string msg = FORGE_REQUIRE_ERROR(out_of_range, "myop", forge::wrap_dim(3, 3, "myop"));
   CHECK_THAT(msg, Catch::Contains("3"));

@@ -75,12 +75,18 @@ std::uint64_t bits_of(LD v) { return static_cast<std::uint64_t>(static_cast<std:
 // wrap, bool is "nonzero".
 LD to_dtype(LD v, DType t) {
   switch (t) {
-    case DType::f64: return static_cast<double>(v);
-    case DType::f32: return static_cast<float>(v);
-    case DType::f16: return forge_test::f16_format().value(forge_test::f16_format().round(static_cast<double>(v)));
-    case DType::bf16: return forge_test::bf16_format().value(forge_test::bf16_format().round(static_cast<double>(v)));
-    case DType::boolean: return (std::isnan(v) || v != 0) ? 1 : 0;
-    default: return wrap(bits_of(v), t);
+    case DType::f64:
+      return static_cast<double>(v);
+    case DType::f32:
+      return static_cast<float>(v);
+    case DType::f16:
+      return forge_test::f16_format().value(forge_test::f16_format().round(static_cast<double>(v)));
+    case DType::bf16:
+      return forge_test::bf16_format().value(forge_test::bf16_format().round(static_cast<double>(v)));
+    case DType::boolean:
+      return (std::isnan(v) || v != 0) ? 1 : 0;
+    default:
+      return wrap(bits_of(v), t);
   }
 }
 
@@ -104,15 +110,24 @@ LD int_pow(LD base, LD exponent, DType t) {
 // f32 for the division of integers).
 LD ref_binary(B op, LD x, LD y, DType c) {
   switch (op) {
-    case B::eq: return x == y;
-    case B::ne: return x != y;
-    case B::lt: return x < y;
-    case B::le: return x <= y;
-    case B::gt: return x > y;
-    case B::ge: return x >= y;
-    case B::land: return x != 0 && y != 0;
-    case B::lor: return x != 0 || y != 0;
-    default: break;
+    case B::eq:
+      return x == y;
+    case B::ne:
+      return x != y;
+    case B::lt:
+      return x < y;
+    case B::le:
+      return x <= y;
+    case B::gt:
+      return x > y;
+    case B::ge:
+      return x >= y;
+    case B::land:
+      return x != 0 && y != 0;
+    case B::lor:
+      return x != 0 || y != 0;
+    default:
+      break;
   }
   if (op == B::maximum || op == B::minimum) {
     if (std::isnan(x) || std::isnan(y)) return kNaN;
@@ -122,36 +137,52 @@ LD ref_binary(B op, LD x, LD y, DType c) {
     const double a = static_cast<double>(x), b = static_cast<double>(y);
     double r = 0;
     switch (op) {
-      case B::add: r = a + b; break;
-      case B::sub: r = a - b; break;
-      case B::mul: r = a * b; break;
-      case B::div: r = a / b; break;
-      default: r = std::pow(a, b); break;
+      case B::add:
+        r = a + b;
+        break;
+      case B::sub:
+        r = a - b;
+        break;
+      case B::mul:
+        r = a * b;
+        break;
+      case B::div:
+        r = a / b;
+        break;
+      default:
+        r = std::pow(a, b);
+        break;
     }
     return to_dtype(r, c);
   }
   if (c == DType::boolean) return op == B::add ? (x != 0 || y != 0) : (x != 0 && y != 0);
   switch (op) {
-    case B::add: return wrap(bits_of(x) + bits_of(y), c);
-    case B::sub: return wrap(bits_of(x) - bits_of(y), c);
-    case B::mul: return wrap(bits_of(x) * bits_of(y), c);
-    default: return int_pow(x, y, c);
+    case B::add:
+      return wrap(bits_of(x) + bits_of(y), c);
+    case B::sub:
+      return wrap(bits_of(x) - bits_of(y), c);
+    case B::mul:
+      return wrap(bits_of(x) * bits_of(y), c);
+    default:
+      return int_pow(x, y, c);
   }
 }
 
-DType compute_of(B op, DType promoted) {
-  return op == B::div && !forge::is_floating(promoted) ? DType::f32 : promoted;
-}
+DType compute_of(B op, DType promoted) { return op == B::div && !forge::is_floating(promoted) ? DType::f32 : promoted; }
 DType result_of(B op, DType promoted) { return gives_bool(op) ? DType::boolean : compute_of(op, promoted); }
 
 // Only pow (std::pow in f32 against pow in double) is not exact.
 double rel_tolerance(B op, DType t) {
   if (op != B::pow || !forge::is_floating(t)) return 0;
   switch (t) {
-    case DType::f64: return 1e-14;
-    case DType::f32: return 1e-6;
-    case DType::f16: return 1e-3;
-    default: return 8e-3;
+    case DType::f64:
+      return 1e-14;
+    case DType::f32:
+      return 1e-6;
+    case DType::f16:
+      return 1e-3;
+    default:
+      return 8e-3;
   }
 }
 
@@ -176,8 +207,10 @@ LD read_at(const Tensor& t, const std::int64_t* index) {
     } else {
       T v;
       std::memcpy(&v, p, sizeof(T));
-      if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) return static_cast<float>(v);
-      else return static_cast<LD>(v);
+      if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>)
+        return static_cast<float>(v);
+      else
+        return static_cast<LD>(v);
     }
   });
 }
@@ -310,11 +343,9 @@ const BinaryCase kBinary[] = {
      [](Tensor& o, const Tensor& a, const Tensor& b) -> Tensor& { return forge::ge_into(o, a, b); },
      [](const Tensor& a, Scalar s) { return forge::ge(a, s); }},
     {B::land, "logical_and", [](const Tensor& a, const Tensor& b) { return forge::logical_and(a, b); },
-     [](Tensor& o, const Tensor& a, const Tensor& b) -> Tensor& { return forge::logical_and_into(o, a, b); },
-     nullptr},
+     [](Tensor& o, const Tensor& a, const Tensor& b) -> Tensor& { return forge::logical_and_into(o, a, b); }, nullptr},
     {B::lor, "logical_or", [](const Tensor& a, const Tensor& b) { return forge::logical_or(a, b); },
-     [](Tensor& o, const Tensor& a, const Tensor& b) -> Tensor& { return forge::logical_or_into(o, a, b); },
-     nullptr},
+     [](Tensor& o, const Tensor& a, const Tensor& b) -> Tensor& { return forge::logical_or_into(o, a, b); }, nullptr},
 };
 
 // sub refuses any bool operand (tensor or scalar), pow two bool operands, as libtorch.
@@ -357,9 +388,12 @@ Tensor from_values(forge::ExecContext& ctx, const std::vector<LD>& xs, const Sha
     std::vector<T> v;
     v.reserve(xs.size());
     for (LD x : xs) {
-      if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) v.push_back(T(static_cast<float>(x)));
-      else if constexpr (std::is_same_v<T, bool>) v.push_back(x != 0);
-      else v.push_back(static_cast<T>(x));
+      if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>)
+        v.push_back(T(static_cast<float>(x)));
+      else if constexpr (std::is_same_v<T, bool>)
+        v.push_back(x != 0);
+      else
+        v.push_back(static_cast<T>(x));
     }
     return ctx.from_vector(v, shape);
   });
@@ -387,9 +421,19 @@ struct ShapePair {
 
 std::vector<ShapePair> broadcast_cases(Gen& gen) {
   std::vector<ShapePair> cases = {
-      {{4, 1, 3}, {2, 3}}, {{}, {5}},        {{5}, {}},           {{}, {}},           {{3, 1}, {1, 4}},
-      {{2, 0, 3}, {3}},    {{0}, {1}},       {{1}, {37}},         {{6, 35}, {6, 35}}, {{2, 3, 4, 5}, {3, 1, 5}},
-      {{7, 1, 1, 3}, {1, 5, 2, 1}},          {{3, 0}, {1, 1}},    {{9, 33}, {33}},
+      {{4, 1, 3}, {2, 3}},
+      {{}, {5}},
+      {{5}, {}},
+      {{}, {}},
+      {{3, 1}, {1, 4}},
+      {{2, 0, 3}, {3}},
+      {{0}, {1}},
+      {{1}, {37}},
+      {{6, 35}, {6, 35}},
+      {{2, 3, 4, 5}, {3, 1, 5}},
+      {{7, 1, 1, 3}, {1, 5, 2, 1}},
+      {{3, 0}, {1, 1}},
+      {{9, 33}, {33}},
   };
   for (int k = 0; k < 6; ++k) {
     const int r = static_cast<int>(gen.below(5));
@@ -473,8 +517,8 @@ TEST_CASE("elementwise: mixed dtype pairs promote as libtorch and compute in the
 TEST_CASE("elementwise: tensor-scalar forms use result_type and the scalar rounded to it", "[elementwise]") {
   TestContext ctx;
   Gen gen;
-  const Scalar scalars[] = {Scalar(3), Scalar(-2), Scalar(1000), Scalar(0.3), Scalar(-2.5), Scalar(true),
-                            Scalar(false), Scalar(std::int64_t{1} << 40)};
+  const Scalar scalars[] = {Scalar(3),    Scalar(-2),   Scalar(1000),  Scalar(0.3),
+                            Scalar(-2.5), Scalar(true), Scalar(false), Scalar(std::int64_t{1} << 40)};
   for (const BinaryCase& bc : kBinary) {
     if (!bc.scalar) continue;
     for (DType t : kAllDTypes) {
@@ -573,13 +617,13 @@ TEST_CASE("elementwise: _into writes the result converted into out's dtype, in p
   Gen gen;
   // (inputs' dtype, out's dtype) pairs that can_cast allows.
   const std::pair<DType, DType> pairs[] = {
-      {DType::f16, DType::f32}, {DType::bf16, DType::f64}, {DType::i32, DType::i64}, {DType::i64, DType::u8},
-      {DType::i32, DType::f32}, {DType::boolean, DType::f16}, {DType::u8, DType::i32}, {DType::f32, DType::f16}};
+      {DType::f16, DType::f32}, {DType::bf16, DType::f64},    {DType::i32, DType::i64}, {DType::i64, DType::u8},
+      {DType::i32, DType::f32}, {DType::boolean, DType::f16}, {DType::u8, DType::i32},  {DType::f32, DType::f16}};
   for (const BinaryCase& bc : kBinary) {
     for (const auto& [t, to] : pairs) {
       const DType result = result_of(bc.op, t);
       if (!takes(bc.op, t, t) || !((forge::is_floating(to) || !forge::is_floating(result)) &&
-                                 (result == DType::boolean || to != DType::boolean)))
+                                   (result == DType::boolean || to != DType::boolean)))
         continue;
       INFO(bc.name << " " << forge::dtype_name(t) << " into " << forge::dtype_name(to));
       const Tensor a = make_input(ctx, gen, {5, 4}, t, Layout::transposed, values_for(bc.op, false));
@@ -702,7 +746,8 @@ TEST_CASE("elementwise: an integer op refuses a scalar that does not fit its dty
   CHECK(u8s(u + 255) == std::vector<std::uint8_t>{0, 6});  // the arithmetic itself still wraps
   CHECK(bools(u == 255) == std::vector<bool>{false, false});
   CHECK(i32s(i + std::numeric_limits<std::int32_t>::min()) ==
-        std::vector<std::int32_t>{std::numeric_limits<std::int32_t>::min() + 5, std::numeric_limits<std::int32_t>::min() + 6});
+        std::vector<std::int32_t>{std::numeric_limits<std::int32_t>::min() + 5,
+                                  std::numeric_limits<std::int32_t>::min() + 6});
   CHECK(f64s(u + 0.5) == std::vector<double>{1.5, 7.5});
   CHECK(f64s(i * 0.5) == std::vector<double>{2.5, 3});
   CHECK(f64s(forge::div(i, std::int64_t{1} << 40)) == std::vector<double>{std::ldexp(5.0, -40), std::ldexp(6.0, -40)});
@@ -876,11 +921,14 @@ void check_where(const Tensor& cond, const Side& a, const Side& b, DType dtype, 
 TEST_CASE("elementwise: where broadcasts its three operands and promotes a with b", "[elementwise]") {
   TestContext ctx;
   Gen gen;
-  const Shape shapes[][3] = {{{4, 1, 3}, {2, 3}, {3}}, {{}, {5}, {}}, {{2, 0}, {1}, {2, 1}},
-                             {{6, 35}, {6, 35}, {6, 35}}, {{300, 1}, {1, 257}, {300, 257}}};
-  const std::pair<DType, DType> pairs[] = {{DType::f32, DType::f32}, {DType::i32, DType::f16},
+  const Shape shapes[][3] = {{{4, 1, 3}, {2, 3}, {3}},
+                             {{}, {5}, {}},
+                             {{2, 0}, {1}, {2, 1}},
+                             {{6, 35}, {6, 35}, {6, 35}},
+                             {{300, 1}, {1, 257}, {300, 257}}};
+  const std::pair<DType, DType> pairs[] = {{DType::f32, DType::f32},    {DType::i32, DType::f16},
                                            {DType::u8, DType::boolean}, {DType::bf16, DType::f64},
-                                           {DType::i64, DType::i64}, {DType::boolean, DType::boolean}};
+                                           {DType::i64, DType::i64},    {DType::boolean, DType::boolean}};
   for (const auto& s : shapes) {
     for (const auto& [ta, tb] : pairs) {
       INFO(s[0] << " " << s[1] << " " << forge::dtype_name(ta) << " " << s[2] << " " << forge::dtype_name(tb));

@@ -63,41 +63,47 @@ TEST_CASE("errors: shapes that do not broadcast are a shape error showing both s
   expect_clean_failure(ctx, ErrorCode::shape, "add", {"[2, 3]", "[4, 3]"}, [&] { (void)forge::add(a, l); });
   expect_clean_failure(ctx, ErrorCode::shape, "mul", {"[4, 3]", "[5]"}, [&] { (void)forge::mul(l, ctx.ones({5})); });
   Tensor out = ctx.zeros({2, 3});
-  expect_clean_failure(ctx, ErrorCode::shape, "add_into", {"[2, 3]", "[4, 3]"},
-                       [&] { forge::add_into(out, a, b); });
+  expect_clean_failure(ctx, ErrorCode::shape, "add_into", {"[2, 3]", "[4, 3]"}, [&] { forge::add_into(out, a, b); });
   expect_clean_failure(ctx, ErrorCode::shape, "copy_", {"[4, 3]", "[2, 3]"}, [&] { out.copy_(b); });
-  expect_clean_failure(ctx, ErrorCode::shape, "broadcast_to", {"[2, 3]", "[4, 3]"}, [&] { (void)a.broadcast_to({4, 3}); });
+  expect_clean_failure(ctx, ErrorCode::shape, "broadcast_to", {"[2, 3]", "[4, 3]"}, [&] {
+    (void)a.broadcast_to({4, 3});
+  });
   CHECK(out.to_vector<float>() == std::vector<float>(6, 0.0f));
 }
 
 TEST_CASE("errors: narrow past the end is out_of_range and shows start, length and size") {
   TestContext ctx;
   const Tensor t = ctx.zeros({4, 9});
-  const std::string msg = expect_clean_failure(ctx, ErrorCode::out_of_range, "narrow", {"7", "4", "9"},
-                                               [&] { (void)t.narrow(1, 7, 4); });
+  const std::string msg =
+      expect_clean_failure(ctx, ErrorCode::out_of_range, "narrow", {"7", "4", "9"}, [&] { (void)t.narrow(1, 7, 4); });
   CHECK(msg == "[narrow] start 7 + length 4 exceeds dimension 1 of size 9");
   expect_clean_failure(ctx, ErrorCode::out_of_range, "narrow", {"5", "4"}, [&] { (void)t.narrow(0, 5, 0); });
   expect_clean_failure(ctx, ErrorCode::out_of_range, "narrow", {"2"}, [&] { (void)t.narrow(2, 0, 1); });
   expect_clean_failure(ctx, ErrorCode::out_of_range, "select", {"4"}, [&] { (void)t.select(0, 4); });
   expect_clean_failure(ctx, ErrorCode::out_of_range, "size", {"2"}, [&] { (void)t.size(2); });
   expect_clean_failure(ctx, ErrorCode::out_of_range, "stride", {"-3"}, [&] { (void)t.stride(-3); });
-  expect_clean_failure(ctx, ErrorCode::out_of_range, "view_with_strides", {"[4, 10]"},
-                       [&] { (void)t.view_with_strides({4, 10}, {9, 1}, 0); });
+  expect_clean_failure(ctx, ErrorCode::out_of_range, "view_with_strides", {"[4, 10]"}, [&] {
+    (void)t.view_with_strides({4, 10}, {9, 1}, 0);
+  });
 }
 
 TEST_CASE("errors: a rank above 8 is invalid_argument, from unsqueeze, Shape and reshape") {
   TestContext ctx;
   const Tensor r8 = ctx.zeros({1, 1, 1, 1, 1, 1, 1, 2});
   expect_clean_failure(ctx, ErrorCode::invalid_argument, "unsqueeze", {"9", "8"}, [&] { (void)r8.unsqueeze(3); });
-  expect_clean_failure(ctx, ErrorCode::invalid_argument, "shape", {"9"},
-                       [&] { (void)Shape({1, 2, 3, 4, 5, 6, 7, 8, 9}); });
+  expect_clean_failure(ctx, ErrorCode::invalid_argument, "shape", {"9"}, [&] {
+    (void)Shape({1, 2, 3, 4, 5, 6, 7, 8, 9});
+  });
   // The 9-dim shape argument is refused while it is being built, before reshape or zeros run.
-  expect_clean_failure(ctx, ErrorCode::invalid_argument, "shape", {"9"},
-                       [&] { (void)r8.reshape({1, 1, 1, 1, 1, 1, 1, 1, 2}); });
-  expect_clean_failure(ctx, ErrorCode::invalid_argument, "shape", {"9"},
-                       [&] { (void)ctx.zeros({1, 1, 1, 1, 1, 1, 1, 1, 1}); });
-  expect_clean_failure(ctx, ErrorCode::invalid_argument, "shape", {"9"},
-                       [&] { (void)r8.expand({1, 1, 1, 1, 1, 1, 1, 1, 2}); });
+  expect_clean_failure(ctx, ErrorCode::invalid_argument, "shape", {"9"}, [&] {
+    (void)r8.reshape({1, 1, 1, 1, 1, 1, 1, 1, 2});
+  });
+  expect_clean_failure(ctx, ErrorCode::invalid_argument, "shape", {"9"}, [&] {
+    (void)ctx.zeros({1, 1, 1, 1, 1, 1, 1, 1, 1});
+  });
+  expect_clean_failure(ctx, ErrorCode::invalid_argument, "shape", {"9"}, [&] {
+    (void)r8.expand({1, 1, 1, 1, 1, 1, 1, 1, 2});
+  });
   CHECK(r8.shape() == Shape{1, 1, 1, 1, 1, 1, 1, 2});
 }
 
@@ -107,8 +113,9 @@ TEST_CASE("errors: negative sizes are invalid_argument from the creating call, s
   expect_clean_failure(ctx, ErrorCode::invalid_argument, "full", {"-2"}, [&] { (void)ctx.full({3, -2}, 1.0); });
   expect_clean_failure(ctx, ErrorCode::invalid_argument, "from_vector", {"-1"},
                        [&] { (void)ctx.from_vector<float>({}, {-1}); });
-  expect_clean_failure(ctx, ErrorCode::invalid_argument, "from_vector", {"-2"},
-                       [&] { (void)ctx.from_vector<float>({1, 2}, {-1, -2}); });
+  expect_clean_failure(ctx, ErrorCode::invalid_argument, "from_vector", {"-2"}, [&] {
+    (void)ctx.from_vector<float>({1, 2}, {-1, -2});
+  });
   expect_clean_failure(ctx, ErrorCode::invalid_argument, "rand", {"-5"}, [&] { (void)ctx.rand({-5}); });
   expect_clean_failure(ctx, ErrorCode::invalid_argument, "randn", {"-5"}, [&] { (void)ctx.randn({2, -5}); });
   expect_clean_failure(ctx, ErrorCode::invalid_argument, "eye", {"-3"}, [&] { (void)ctx.eye(-3); });
@@ -117,7 +124,9 @@ TEST_CASE("errors: negative sizes are invalid_argument from the creating call, s
   expect_clean_failure(ctx, ErrorCode::invalid_argument, "reshape", {"-2"}, [&] { (void)t.reshape({-2, -3}); });
   expect_clean_failure(ctx, ErrorCode::invalid_argument, "view_with_strides", {"-1"},
                        [&] { (void)t.view_with_strides({-1}, {1}, 0); });
-  expect_clean_failure(ctx, ErrorCode::invalid_argument, "broadcast_to", {"-4"}, [&] { (void)t.broadcast_to({-4, 6}); });
+  expect_clean_failure(ctx, ErrorCode::invalid_argument, "broadcast_to", {"-4"}, [&] {
+    (void)t.broadcast_to({-4, 6});
+  });
 }
 
 TEST_CASE("errors: zeros and ones with a negative size name zeros and ones") {
@@ -235,11 +244,13 @@ TEST_CASE("errors: dtype mistakes are dtype errors naming the op and the dtypes"
 
 TEST_CASE("errors: bad counts and arguments of the creation calls") {
   TestContext ctx;
-  expect_clean_failure(ctx, ErrorCode::shape, "from_vector", {"5", "[2, 2]"},
-                       [&] { (void)ctx.from_vector<float>({1, 2, 3, 4, 5}, {2, 2}); });
+  expect_clean_failure(ctx, ErrorCode::shape, "from_vector", {"5", "[2, 2]"}, [&] {
+    (void)ctx.from_vector<float>({1, 2, 3, 4, 5}, {2, 2});
+  });
   expect_clean_failure(ctx, ErrorCode::invalid_argument, "arange", {"0"}, [&] { (void)ctx.arange(0, 1, 0); });
   expect_clean_failure(ctx, ErrorCode::invalid_argument, "arange", {"-1"}, [&] { (void)ctx.arange(0, 3, -1); });
-  expect_clean_failure(ctx, ErrorCode::invalid_argument, "item", {"[3]", "3"}, [&] { (void)ctx.zeros({3}).item<float>(); });
+  expect_clean_failure(ctx, ErrorCode::invalid_argument, "item", {"[3]", "3"},
+                       [&] { (void)ctx.zeros({3}).item<float>(); });
   float data[2] = {1, 2};
   expect_clean_failure(ctx, ErrorCode::invalid_argument, "from_blob", {},
                        [&] { (void)ctx.from_blob(nullptr, {2}, DType::f32); });
@@ -252,7 +263,8 @@ TEST_CASE("errors: bad view arguments name the view op and show the values") {
   expect_clean_failure(ctx, ErrorCode::invalid_argument, "permute", {"[0, 0, 1]"}, [&] { (void)t.permute({0, 0, 1}); });
   expect_clean_failure(ctx, ErrorCode::invalid_argument, "permute", {"2", "3"}, [&] { (void)t.permute({0, 1}); });
   expect_clean_failure(ctx, ErrorCode::shape, "reshape", {"[5, 5]", "24"}, [&] { (void)t.reshape({5, 5}); });
-  expect_clean_failure(ctx, ErrorCode::invalid_argument, "view", {"[4, 3, 2]"}, [&] { (void)t.transpose(0, 2).view({24}); });
+  expect_clean_failure(ctx, ErrorCode::invalid_argument, "view", {"[4, 3, 2]"},
+                       [&] { (void)t.transpose(0, 2).view({24}); });
   expect_clean_failure(ctx, ErrorCode::invalid_argument, "slice", {"0"}, [&] { (void)t.slice(0, 0, 2, 0); });
   expect_clean_failure(ctx, ErrorCode::invalid_argument, "t", {"[2, 3, 4]"}, [&] { (void)t.t(); });
   expect_clean_failure(ctx, ErrorCode::invalid_argument, "flatten", {"2", "1"}, [&] { (void)t.flatten(2, 1); });
@@ -263,7 +275,9 @@ TEST_CASE("errors: bad view arguments name the view op and show the values") {
 TEST_CASE("errors: accessors of an undefined tensor throw invalid_argument instead of reading null") {
   TestContext ctx;
   const Tensor u;
-  auto undefined = [&](auto&& fn) { expect_clean_failure(ctx, ErrorCode::invalid_argument, "tensor", {"undefined"}, fn); };
+  auto undefined = [&](auto&& fn) {
+    expect_clean_failure(ctx, ErrorCode::invalid_argument, "tensor", {"undefined"}, fn);
+  };
   undefined([&] { (void)u.shape(); });
   undefined([&] { (void)u.strides(); });
   undefined([&] { (void)u.dim(); });
@@ -290,13 +304,15 @@ TEST_CASE("errors: huge indices, strides and offsets are errors, never integer o
   expect_clean_failure(ctx, ErrorCode::out_of_range, "unsqueeze", {}, [&] { (void)t.unsqueeze(small); });
   expect_clean_failure(ctx, ErrorCode::out_of_range, "view_with_strides", {},
                        [&] { (void)t.view_with_strides({3}, {big}, 0); });
-  expect_clean_failure(ctx, ErrorCode::out_of_range, "view_with_strides", {},
-                       [&] { (void)t.view_with_strides({2, 2}, {1, 1}, big); });
+  expect_clean_failure(ctx, ErrorCode::out_of_range, "view_with_strides", {}, [&] {
+    (void)t.view_with_strides({2, 2}, {1, 1}, big);
+  });
   expect_clean_failure(ctx, ErrorCode::out_of_range, "view_with_strides", {},
                        [&] { (void)t.view_with_strides({3}, {small / 2}, 35); });
   expect_clean_failure(ctx, ErrorCode::invalid_argument, "empty", {}, [&] { (void)ctx.empty({big, 2}); });
-  expect_clean_failure(ctx, ErrorCode::invalid_argument, "empty", {},
-                       [&] { (void)ctx.empty({std::int64_t{1} << 32, std::int64_t{1} << 32}); });
+  expect_clean_failure(ctx, ErrorCode::invalid_argument, "empty", {}, [&] {
+    (void)ctx.empty({std::int64_t{1} << 32, std::int64_t{1} << 32});
+  });
   // Huge steps and bounds clamp like Python instead of overflowing.
   CHECK(t.slice(1, small, big).shape() == Shape{4, 9});
   CHECK(t.slice(1, 0, 9, big).shape() == Shape{4, 1});

@@ -4,7 +4,6 @@
 // tensors of two contexts.
 
 #include <catch2/catch.hpp>
-
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
@@ -21,9 +20,9 @@ using forge::ErrorCode;
 using forge::ExecContext;
 using forge::ExecContextOptions;
 using forge::Tensor;
-using forge_test::TestContext;
 using forge_test::context_options;
 using forge_test::EnvGuard;
+using forge_test::TestContext;
 
 namespace {
 
@@ -249,10 +248,19 @@ TEST_CASE("exec_context: FORGE_SEED seeds a context's RNG") {
   std::vector<float> a, b, c, seeded, unseeded1, unseeded2;
   {
     EnvGuard env("FORGE_SEED", "12345");
-    { TestContext ctx; a = ctx.randn({32}).to_vector<float>(); }
-    { TestContext ctx; b = ctx.randn({32}).to_vector<float>(); }
+    {
+      TestContext ctx;
+      a = ctx.randn({32}).to_vector<float>();
+    }
+    {
+      TestContext ctx;
+      b = ctx.randn({32}).to_vector<float>();
+    }
     // An explicit seed option wins over the environment.
-    { TestContext ctx(context_options(1, 99)); c = ctx.randn({32}).to_vector<float>(); }
+    {
+      TestContext ctx(context_options(1, 99));
+      c = ctx.randn({32}).to_vector<float>();
+    }
   }
   {
     EnvGuard env("FORGE_SEED", "12346");
@@ -261,8 +269,14 @@ TEST_CASE("exec_context: FORGE_SEED seeds a context's RNG") {
   }
   {
     EnvGuard env("FORGE_SEED", nullptr);
-    { TestContext ctx; unseeded1 = ctx.randn({32}).to_vector<float>(); }
-    { TestContext ctx; unseeded2 = ctx.randn({32}).to_vector<float>(); }
+    {
+      TestContext ctx;
+      unseeded1 = ctx.randn({32}).to_vector<float>();
+    }
+    {
+      TestContext ctx;
+      unseeded2 = ctx.randn({32}).to_vector<float>();
+    }
     // FORGE_SEED=S is the same as manual_seed(S).
     TestContext manual;
     manual.manual_seed(12345);
@@ -270,8 +284,8 @@ TEST_CASE("exec_context: FORGE_SEED seeds a context's RNG") {
     TestContext opt(context_options(1, 99));
     CHECK(opt.randn({32}).to_vector<float>() == c);
   }
-  CHECK(a == b);          // same seed, same values
-  CHECK(a != seeded);     // another seed, other values
+  CHECK(a == b);       // same seed, same values
+  CHECK(a != seeded);  // another seed, other values
   CHECK(c != a);
   CHECK(unseeded1 == unseeded2);  // without FORGE_SEED: a fixed default seed
 

@@ -2,10 +2,9 @@
 // with and without a scope, stats, failed ops and views inside a scope, and
 // ctx.replace.
 
-#include <catch2/catch.hpp>
-
 #include <algorithm>
 #include <bit>
+#include <catch2/catch.hpp>
 #include <cstdint>
 #include <optional>
 #include <vector>
@@ -24,9 +23,12 @@ namespace {
 // One op of the chain: an add, a mul or a relu, each producing a new 64x64 tensor.
 Tensor chain_op(int i, const Tensor& h, const Tensor& x) {
   switch (i % 3) {
-    case 0: return h + x;
-    case 1: return h * x;
-    default: return forge::relu(h);
+    case 0:
+      return h + x;
+    case 1:
+      return h * x;
+    default:
+      return forge::relu(h);
   }
 }
 
@@ -35,10 +37,10 @@ constexpr int kChainOps = 16;
 // A forward with broadcasting, type promotion, a strided (transposed) operand
 // and a chain of intermediates.
 Tensor forward(const Tensor& x, const Tensor& bias, const Tensor& scale64) {
-  Tensor h = x + bias;                   // [64, 64] + [64]
+  Tensor h = x + bias;                     // [64, 64] + [64]
   h = forge::relu(h * x.transpose(0, 1));  // strided operand
   h = h + h.transpose(0, 1);
-  Tensor wide = h * scale64;             // f32 * f64 -> f64
+  Tensor wide = h * scale64;  // f32 * f64 -> f64
   Tensor back = wide.to(DType::f32);
   for (int i = 0; i < 6; ++i) back = chain_op(i, back, x);
   return back;
@@ -130,7 +132,7 @@ TEST_CASE("exec_scope: nested scopes release only their own suffix") {
       CHECK(ctx.pool().outstanding() == baseline + N + M);
       CHECK(inner.stats().buffers == static_cast<std::size_t>(M));
       inner.close();
-      CHECK(ctx.pool().outstanding() == baseline + N);  // exactly M dropped
+      CHECK(ctx.pool().outstanding() == baseline + N);              // exactly M dropped
       CHECK(inner.stats().buffers == static_cast<std::size_t>(M));  // what it held when it closed
       CHECK(outer.is_open());
     }
@@ -278,7 +280,7 @@ TEST_CASE("exec_scope: stats report buffers, block bytes and the peak") {
 
 TEST_CASE("exec_scope: the peak of a scope covers an op's transient temporaries") {
   TestContext ctx;
-  const Tensor f = ctx.ones({300});                // f32, 1200 bytes
+  const Tensor f = ctx.ones({300});                   // f32, 1200 bytes
   const Tensor g = ctx.full({300}, 2.0, DType::f64);  // f64, 2400 bytes
   auto scope = ctx.open_exec_scope();
   const std::size_t live_at_open = ctx.pool().live_bytes();

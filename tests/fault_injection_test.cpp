@@ -7,10 +7,11 @@
 // never happened. The hidden [.report] case prints the figures per family:
 //   ./build/release/tests/forge_tests "[.report]"
 
-#include <catch2/catch.hpp>
+#include <unistd.h>
 
 #include <array>
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -18,7 +19,6 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <unistd.h>
 #include <vector>
 
 #include "fault_support.h"
@@ -44,10 +44,10 @@ using forge_test::Results;
 struct Tally {
   std::string family;
   int threads = 0;
-  int calls = 0;                 // calls walked
-  int failures = 0;              // injected failures, each released cleanly
-  int absorbed = 0;              // injected nothrow failures the call did without
-  std::uint64_t allocations = 0; // system allocations of the never-failed runs
+  int calls = 0;                  // calls walked
+  int failures = 0;               // injected failures, each released cleanly
+  int absorbed = 0;               // injected nothrow failures the call did without
+  std::uint64_t allocations = 0;  // system allocations of the never-failed runs
   void add(const forge_test::Walked& w) {
     ++calls;
     failures += w.failures;
@@ -73,32 +73,46 @@ Tally walk_calls(const std::string& family, int threads, Fault fault, const std:
 
 Tally creation(int threads, Fault fault) {
   auto setup = [](ExecContext& ctx) { return Inputs{{ctx.randn({64, 48})}}; };
-  return walk_calls(
-      "creation", threads, fault, setup,
-      {{"empty + fill_", [](ExecContext& ctx, Inputs&) { return Results{ctx.empty({64, 48}).fill_(3)}; }},
-       {"zeros", [](ExecContext& ctx, Inputs&) { return Results{ctx.zeros({64, 48}, DType::f64)}; }},
-       {"ones", [](ExecContext& ctx, Inputs&) { return Results{ctx.ones({300}, DType::bf16)}; }},
-       {"full", [](ExecContext& ctx, Inputs&) { return Results{ctx.full({7, 9}, 2.5, DType::f16)}; }},
-       {"arange", [](ExecContext& ctx, Inputs&) { return Results{ctx.arange(0, 1000, 3, DType::i64)}; }},
-       {"linspace", [](ExecContext& ctx, Inputs&) { return Results{ctx.linspace(-1, 1, 513)}; }},
-       {"eye", [](ExecContext& ctx, Inputs&) { return Results{ctx.eye(33, 17, DType::i32)}; }},
-       {"rand", [](ExecContext& ctx, Inputs&) { return Results{ctx.rand({128, 300})}; }},
-       {"randn", [](ExecContext& ctx, Inputs&) { return Results{ctx.randn({128, 300}, DType::f64)}; }},
-       {"from_vector",
-        [](ExecContext& ctx, Inputs&) {
-          std::vector<float> values;
-          std::vector<bool> flags;
-          {
-            const forge_test::heap::Pause caller;  // the caller's vectors
-            values.assign(999, 1.5f);
-            flags = {true, false, true};
-          }
-          return Results{ctx.from_vector<float>(values, {27, 37}), ctx.from_vector<bool>(flags)};
-        }},
-       {"casts", [](ExecContext&, Inputs& in) {
-          return Results{in[0].to(DType::f16), in[0].to(DType::bf16), in[0].to(DType::f64), in[0].to(DType::i32),
-                         in[0].to(DType::boolean), in[0].t().to(DType::f64)};
-        }}});
+  return walk_calls("creation", threads, fault, setup,
+                    {{"empty + fill_",
+                      [](ExecContext& ctx, Inputs&) {
+                        return Results{ctx.empty({64, 48}).fill_(3)};
+                      }},
+                     {"zeros",
+                      [](ExecContext& ctx, Inputs&) {
+                        return Results{ctx.zeros({64, 48}, DType::f64)};
+                      }},
+                     {"ones", [](ExecContext& ctx, Inputs&) { return Results{ctx.ones({300}, DType::bf16)}; }},
+                     {"full",
+                      [](ExecContext& ctx, Inputs&) {
+                        return Results{ctx.full({7, 9}, 2.5, DType::f16)};
+                      }},
+                     {"arange", [](ExecContext& ctx, Inputs&) { return Results{ctx.arange(0, 1000, 3, DType::i64)}; }},
+                     {"linspace", [](ExecContext& ctx, Inputs&) { return Results{ctx.linspace(-1, 1, 513)}; }},
+                     {"eye", [](ExecContext& ctx, Inputs&) { return Results{ctx.eye(33, 17, DType::i32)}; }},
+                     {"rand",
+                      [](ExecContext& ctx, Inputs&) {
+                        return Results{ctx.rand({128, 300})};
+                      }},
+                     {"randn",
+                      [](ExecContext& ctx, Inputs&) {
+                        return Results{ctx.randn({128, 300}, DType::f64)};
+                      }},
+                     {"from_vector",
+                      [](ExecContext& ctx, Inputs&) {
+                        std::vector<float> values;
+                        std::vector<bool> flags;
+                        {
+                          const forge_test::heap::Pause caller;  // the caller's vectors
+                          values.assign(999, 1.5f);
+                          flags = {true, false, true};
+                        }
+                        return Results{ctx.from_vector<float>(values, {27, 37}), ctx.from_vector<bool>(flags)};
+                      }},
+                     {"casts", [](ExecContext&, Inputs& in) {
+                        return Results{in[0].to(DType::f16), in[0].to(DType::bf16),    in[0].to(DType::f64),
+                                       in[0].to(DType::i32), in[0].to(DType::boolean), in[0].t().to(DType::f64)};
+                      }}});
 }
 
 Tally elementwise(int threads, Fault fault) {
@@ -114,7 +128,8 @@ Tally elementwise(int threads, Fault fault) {
        {"div, transposed", [](ExecContext&, Inputs& in) { return Results{forge::div(in[0].t(), in[4])}; }},
        {"pow, scalar", [](ExecContext&, Inputs& in) { return Results{forge::pow(in[4], 1.5)}; }},
        {"maximum", [](ExecContext&, Inputs& in) { return Results{forge::maximum(in[0], in[1])}; }},
-       {"comparisons", [](ExecContext&, Inputs& in) {
+       {"comparisons",
+        [](ExecContext&, Inputs& in) {
           return Results{forge::lt(in[0], in[1]), forge::logical_and(forge::gt(in[0], 0.0), forge::le(in[2], 0.5))};
         }},
        // In place: a failure must come before the first write.
@@ -127,35 +142,51 @@ Tally unary(int threads, Fault fault) {
   auto setup = [](ExecContext& ctx) {
     return Inputs{{ctx.randn({256, 256}), ctx.arange(-500, 500, 1, DType::i32), ctx.randn({256, 256}, DType::bf16)}};
   };
-  return walk_calls(
-      "unary", threads, fault, setup,
-      {{"exp, tanh, sigmoid",
-        [](ExecContext&, Inputs& in) {
-          return Results{forge::exp(in[0]), forge::tanh(in[0]), forge::sigmoid(in[0].t())};
-        }},
-       {"gelu, silu, softplus",
-        [](ExecContext&, Inputs& in) {
-          return Results{forge::gelu(in[0], forge::GeluApproximation::tanh), forge::silu(in[2]),
-                         forge::softplus(in[0])};
-        }},
-       {"abs, neg, clamp of i32", [](ExecContext&, Inputs& in) {
-          return Results{forge::abs(in[1]), forge::neg(in[1]), forge::clamp(in[1], -3, 7)};
-        }}});
+  return walk_calls("unary", threads, fault, setup,
+                    {{"exp, tanh, sigmoid",
+                      [](ExecContext&, Inputs& in) {
+                        return Results{forge::exp(in[0]), forge::tanh(in[0]), forge::sigmoid(in[0].t())};
+                      }},
+                     {"gelu, silu, softplus",
+                      [](ExecContext&, Inputs& in) {
+                        return Results{forge::gelu(in[0], forge::GeluApproximation::tanh), forge::silu(in[2]),
+                                       forge::softplus(in[0])};
+                      }},
+                     {"abs, neg, clamp of i32", [](ExecContext&, Inputs& in) {
+                        return Results{forge::abs(in[1]), forge::neg(in[1]), forge::clamp(in[1], -3, 7)};
+                      }}});
 }
 
 Tally reductions(int threads, Fault fault) {
   auto setup = [](ExecContext& ctx) { return Inputs{{ctx.randn({256, 256}), ctx.randn({4096, 16})}}; };
   return walk_calls(
       "reductions", threads, fault, setup,
-      {{"sum", [](ExecContext&, Inputs& in) { return Results{forge::sum(in[0]), forge::sum(in[1], {0})}; }},
-       {"mean", [](ExecContext&, Inputs& in) { return Results{forge::mean(in[0], {1}), forge::mean(in[0].t(), {1})}; }},
-       {"amax, amin", [](ExecContext&, Inputs& in) { return Results{forge::amax(in[1], {0}), forge::amin(in[0])}; }},
-       {"argmax", [](ExecContext&, Inputs& in) { return Results{forge::argmax(in[1], 0), forge::argmax(in[0])}; }},
-       {"var, std", [](ExecContext&, Inputs& in) { return Results{forge::var(in[0], {1}), forge::std(in[1], {0})}; }},
-       {"cumsum", [](ExecContext&, Inputs& in) { return Results{forge::cumsum(in[0], 1), forge::cumsum(in[1], 0)}; }},
-       {"logsumexp", [](ExecContext&, Inputs& in) { return Results{forge::logsumexp(in[0], {1})}; }},
-       {"norm, prod, any",
+      {{"sum",
         [](ExecContext&, Inputs& in) {
+          return Results{forge::sum(in[0]), forge::sum(in[1], {0})};
+        }},
+       {"mean",
+        [](ExecContext&, Inputs& in) {
+          return Results{forge::mean(in[0], {1}), forge::mean(in[0].t(), {1})};
+        }},
+       {"amax, amin",
+        [](ExecContext&, Inputs& in) {
+          return Results{forge::amax(in[1], {0}), forge::amin(in[0])};
+        }},
+       {"argmax",
+        [](ExecContext&, Inputs& in) {
+          return Results{forge::argmax(in[1], 0), forge::argmax(in[0])};
+        }},
+       {"var, std",
+        [](ExecContext&, Inputs& in) {
+          return Results{forge::var(in[0], {1}), forge::std(in[1], {0})};
+        }},
+       {"cumsum",
+        [](ExecContext&, Inputs& in) {
+          return Results{forge::cumsum(in[0], 1), forge::cumsum(in[1], 0)};
+        }},
+       {"logsumexp", [](ExecContext&, Inputs& in) { return Results{forge::logsumexp(in[0], {1})}; }},
+       {"norm, prod, any", [](ExecContext&, Inputs& in) {
           return Results{forge::norm(in[1], 2.0, {1}), forge::prod(in[1], {1}), forge::any(forge::gt(in[0], 3.0))};
         }}});
 }
@@ -166,14 +197,24 @@ Tally shape_ops(int threads, Fault fault) {
   };
   return walk_calls(
       "shape ops", threads, fault, setup,
-      {{"cat", [](ExecContext&, Inputs& in) {
+      {{"cat",
+        [](ExecContext&, Inputs& in) {
           const Tensor b = in[1].t().t();
           return Results{forge::cat(caller_list({in[0], b}), 1)};
         }},
-       {"stack", [](ExecContext&, Inputs& in) { return Results{forge::stack(caller_list({in[0], in[1], in[0]}), 1)}; }},
+       {"stack",
+        [](ExecContext&, Inputs& in) {
+          return Results{forge::stack(caller_list({in[0], in[1], in[0]}), 1)};
+        }},
        {"split (views)", [](ExecContext&, Inputs& in) { return forge::split(in[0], 10, 1); }},
-       {"repeat", [](ExecContext&, Inputs& in) { return Results{forge::repeat(in[0], {2, 3})}; }},
-       {"flip", [](ExecContext&, Inputs& in) { return Results{forge::flip(in[0], {0, 1})}; }},
+       {"repeat",
+        [](ExecContext&, Inputs& in) {
+          return Results{forge::repeat(in[0], {2, 3})};
+        }},
+       {"flip",
+        [](ExecContext&, Inputs& in) {
+          return Results{forge::flip(in[0], {0, 1})};
+        }},
        {"pad", [](ExecContext&, Inputs& in) {
           return Results{forge::pad(in[2], {1, 2, 3, 4}), forge::pad(in[2], {2, 2, 2, 2}, forge::PadMode::reflect)};
         }}});
@@ -181,18 +222,18 @@ Tally shape_ops(int threads, Fault fault) {
 
 Tally views(int threads, Fault fault) {
   auto setup = [](ExecContext& ctx) { return Inputs{{ctx.randn({64, 96}), ctx.randn({4, 8, 16, 6})}}; };
-  return walk_calls(
-      "views + contiguous", threads, fault, setup,
-      {{"views (no copy)",
-        [](ExecContext&, Inputs& in) {
-          return Results{in[0].t(), in[0].view({96, 64}), in[1].permute({3, 1, 0, 2}), in[0].narrow(1, 3, 40),
-                         in[0].unsqueeze(0).expand({3, 64, 96})};
-        }},
-       {"contiguous", [](ExecContext&, Inputs& in) {
-          return Results{in[0].t().contiguous(), in[1].permute({3, 1, 0, 2}).contiguous(),
-                         in[0].slice(1, 1, 90, 3).contiguous(), in[1].transpose(1, 2).reshape({4, 128, 6}),
-                         in[0].unsqueeze(0).expand({3, 64, 96}).contiguous()};
-        }}});
+  return walk_calls("views + contiguous", threads, fault, setup,
+                    {{"views (no copy)",
+                      [](ExecContext&, Inputs& in) {
+                        return Results{in[0].t(), in[0].view({96, 64}), in[1].permute({3, 1, 0, 2}),
+                                       in[0].narrow(1, 3, 40), in[0].unsqueeze(0).expand({3, 64, 96})};
+                      }},
+                     {"contiguous", [](ExecContext&, Inputs& in) {
+                        return Results{in[0].t().contiguous(), in[1].permute({3, 1, 0, 2}).contiguous(),
+                                       in[0].slice(1, 1, 90, 3).contiguous(),
+                                       in[1].transpose(1, 2).reshape({4, 128, 6}),
+                                       in[0].unsqueeze(0).expand({3, 64, 96}).contiguous()};
+                      }}});
 }
 
 Tally indexing(int threads, Fault fault) {
@@ -221,20 +262,23 @@ Tally linalg(int threads, Fault fault) {
       "linalg", threads, fault, setup,
       {{"matmul 2-D", [](ExecContext&, Inputs& in) { return Results{forge::matmul(in[0], in[1])}; }},
        {"matmul transposed", [](ExecContext&, Inputs& in) { return Results{forge::matmul(in[1].t(), in[0].t())}; }},
-       {"matmul vector", [](ExecContext&, Inputs& in) {
+       {"matmul vector",
+        [](ExecContext&, Inputs& in) {
           return Results{forge::matmul(in[1], in[4]), forge::matmul(in[5], in[1]), forge::dot(in[5], in[5])};
         }},
-       {"matmul batched", [](ExecContext&, Inputs& in) {
+       {"matmul batched",
+        [](ExecContext&, Inputs& in) {
           return Results{forge::matmul(in[2], in[3]), forge::matmul(in[2], in[3].select(0, 0))};
         }},
-       {"matmul f16, bf16", [](ExecContext&, Inputs& in) {
+       {"matmul f16, bf16",
+        [](ExecContext&, Inputs& in) {
           return Results{forge::matmul(in[0].to(DType::f16), in[1].to(DType::f16)),
                          forge::matmul(in[2].to(DType::bf16), in[3].to(DType::bf16))};
         }},
-       {"matmul broadcast batch", [](ExecContext&, Inputs& in) {
-          return Results{forge::matmul(in[2].unsqueeze(0), in[3].narrow(0, 0, 1))};
-        }},
-       {"linear", [](ExecContext&, Inputs& in) {
+       {"matmul broadcast batch",
+        [](ExecContext&, Inputs& in) { return Results{forge::matmul(in[2].unsqueeze(0), in[3].narrow(0, 0, 1))}; }},
+       {"linear",
+        [](ExecContext&, Inputs& in) {
           const Tensor w = in[3].select(0, 0).t();  // [64, 48]
           return Results{forge::linear(in[0], in[1].t(), in[4]), forge::linear(in[2], w),
                          forge::linear(in[2].to(DType::bf16), w.to(DType::bf16))};
@@ -251,19 +295,25 @@ Tally nn_ops(int threads, Fault fault) {
   };
   return walk_calls(
       "nn ops", threads, fault, setup,
-      {{"softmax, log_softmax", [](ExecContext&, Inputs& in) {
+      {{"softmax, log_softmax",
+        [](ExecContext&, Inputs& in) {
           return Results{forge::softmax(in[0], 1), forge::log_softmax(in[0].t(), 0)};
         }},
-       {"layer_norm, rms_norm", [](ExecContext&, Inputs& in) {
+       {"layer_norm, rms_norm",
+        [](ExecContext&, Inputs& in) {
           return Results{forge::layer_norm(in[0], {256}, in[1], in[1]), forge::rms_norm(in[0].t().t(), {256}, in[1])};
         }},
        {"gelu, dropout",
-        [](ExecContext&, Inputs& in) { return Results{forge::gelu(in[0]), forge::dropout(in[0], 0.3)}; }},
-       {"attention", [](ExecContext&, Inputs& in) {
+        [](ExecContext&, Inputs& in) {
+          return Results{forge::gelu(in[0]), forge::dropout(in[0], 0.3)};
+        }},
+       {"attention",
+        [](ExecContext&, Inputs& in) {
           return Results{forge::scaled_dot_product_attention(in[2], in[2], in[2]),
                          forge::scaled_dot_product_attention(in[2], in[2], in[2], Tensor(), true)};
         }},
-       {"conv2d", [](ExecContext&, Inputs& in) {
+       {"conv2d",
+        [](ExecContext&, Inputs& in) {
           return Results{forge::conv2d(in[3], in[4], in[5], {.padding = {1, 1}}),
                          forge::conv2d(in[3], in[4], Tensor(), {.stride = {2, 2}})};
         }},
@@ -279,12 +329,14 @@ Tally losses(int threads, Fault fault) {
   };
   return walk_calls(
       "losses", threads, fault, setup,
-      {{"cross_entropy", [](ExecContext&, Inputs& in) {
-          return Results{forge::cross_entropy(in[0], in[1]),
-                         forge::cross_entropy(in[0], in[1],
-                                              {.reduction = forge::Reduction::none, .label_smoothing = 0.1})};
+      {{"cross_entropy",
+        [](ExecContext&, Inputs& in) {
+          return Results{
+              forge::cross_entropy(in[0], in[1]),
+              forge::cross_entropy(in[0], in[1], {.reduction = forge::Reduction::none, .label_smoothing = 0.1})};
         }},
-       {"nll_loss", [](ExecContext&, Inputs& in) {
+       {"nll_loss",
+        [](ExecContext&, Inputs& in) {
           return Results{forge::nll_loss(forge::log_softmax(in[0], 1), in[1], forge::Reduction::sum)};
         }},
        {"mse_loss", [](ExecContext&, Inputs& in) { return Results{forge::mse_loss(in[0], in[2])}; }}});
@@ -383,8 +435,8 @@ Tally scoped(int threads, Fault fault) {
   };
   Tally tally{"exec scope", threads};
   for (std::size_t filler : {62, 63})
-    tally.add(walk("exec scope / " + std::to_string(filler) + " held, then max, min, conv2d backward", threads,
-                   fault, setup, [filler](ExecContext& ctx, ScopedInputs& in) { return scoped_ops(ctx, in, filler); }));
+    tally.add(walk("exec scope / " + std::to_string(filler) + " held, then max, min, conv2d backward", threads, fault,
+                   setup, [filler](ExecContext& ctx, ScopedInputs& in) { return scoped_ops(ctx, in, filler); }));
   return tally;
 }
 
@@ -402,10 +454,8 @@ Tally modules(int threads, Fault fault) {
   return walk_calls(
       "nn modules", threads, fault, setup,
       {{"Linear", [=](ExecContext& ctx, Inputs&) { return parameters_of(nn::Linear(ctx, 48, 32)); }},
-       {"Conv2d",
-        [=](ExecContext& ctx, Inputs&) {
-          return parameters_of(nn::Conv2d(ctx, 3, 8, 3, nn::Conv2dOptions{.padding = 1}));
-        }},
+       {"Conv2d", [=](ExecContext& ctx,
+                      Inputs&) { return parameters_of(nn::Conv2d(ctx, 3, 8, 3, nn::Conv2dOptions{.padding = 1})); }},
        {"Embedding with padding_idx",
         [=](ExecContext& ctx, Inputs&) { return parameters_of(nn::Embedding(ctx, 50, 16, 3)); }},
        {"MultiheadAttention",
@@ -516,8 +566,8 @@ Tally optimizer(int threads, bool packed_grads, Fault fault = Fault::pool) {
     for (const Tensor& p : s.params) grads.push_back(p.grad());
     return grads;
   };
-  tally.add(walk(tally.family + " / clip_grad_norm_", threads, fault,
-                 step_setup(packed_grads, optimizers[0].second), clip));
+  tally.add(
+      walk(tally.family + " / clip_grad_norm_", threads, fault, step_setup(packed_grads, optimizers[0].second), clip));
   return tally;
 }
 
@@ -593,8 +643,8 @@ Tally npy_load(int threads, Fault fault) {
       return f;
     };
     auto load = [](ExecContext& ctx, File& f) { return Results{forge::io::load_npy(ctx, f.file->path)}; };
-    tally.add(walk("npy load / " + std::string(variant == 3 ? "fortran >f4" : forge::dtype_name(dtype)), threads,
-                   fault, setup, load));
+    tally.add(walk("npy load / " + std::string(variant == 3 ? "fortran >f4" : forge::dtype_name(dtype)), threads, fault,
+                   setup, load));
   }
   return tally;
 }
@@ -629,8 +679,10 @@ Tally file_saves(int threads, Fault fault) {
              {{ctx.randn({64, 48}), ctx.randn({48}, DType::f16).t(), ctx.arange(0, 100, 1, DType::i64)}},
              std::make_shared<TempFile>(npy ? "array.npy" : "model.safetensors"),
              npy};
-      if (npy) forge::io::save_npy(s.file->path, ctx.zeros({3}));
-      else forge::io::save_safetensors(s.file->path, {{"old", ctx.zeros({3})}});
+      if (npy)
+        forge::io::save_npy(s.file->path, ctx.zeros({3}));
+      else
+        forge::io::save_safetensors(s.file->path, {{"old", ctx.zeros({3})}});
       return s;
     };
     auto save = [](ExecContext&, Save& s) {
@@ -675,10 +727,10 @@ Tally arena_calls(int threads, Fault fault) {
       {"masked_select",
        [](ExecContext&, ArenaInputs& s) { return Results{forge::masked_select(s.in[0], s.in[4], s.arena())}; }},
       {"nonzero", [](ExecContext&, ArenaInputs& s) { return Results{forge::nonzero(s.in[2], s.arena())}; }},
-      {"rows_where", [](ExecContext&, ArenaInputs& s) {
-         return Results{forge::rows_where(s.in[2], s.in[3], s.arena()).tensor()};
-       }},
-      {"nonzero_per_row", [](ExecContext&, ArenaInputs& s) {
+      {"rows_where",
+       [](ExecContext&, ArenaInputs& s) { return Results{forge::rows_where(s.in[2], s.in[3], s.arena()).tensor()}; }},
+      {"nonzero_per_row",
+       [](ExecContext&, ArenaInputs& s) {
          const forge::TapeView v = forge::nonzero_per_row(s.in[1], s.arena());
          return Results{v.values(), v.offsets()};
        }},
@@ -712,8 +764,10 @@ Tally data_loader(int threads, Fault fault) {
       Loader s{{{(ctx.rand({64, 1, 8, 8}) * 255).to(DType::u8), (ctx.rand({64}) * 10).to(DType::i64)}}};
       s.loader = std::make_shared<forge::data::DataLoader>(
           ctx, s.data[0], s.data[1],
-          forge::data::DataLoaderOptions{.batch_size = 16, .seed = 3, .prefetch = prefetch,
-                                         .transform = [](const Tensor& x) { return x.to(DType::f32) / 255.0; }});
+          forge::data::DataLoaderOptions{
+              .batch_size = 16, .seed = 3, .prefetch = prefetch, .transform = [](const Tensor& x) {
+                return x.to(DType::f32) / 255.0;
+              }});
       s.loader->begin_epoch(0);
       s.loader->next();
       return s;
@@ -823,34 +877,33 @@ TEST_CASE("fault injection: every heap allocation failure of a DataLoader batch 
 
 TEST_CASE("fault injection: report of the failures walked per family", "[.report]") {
   using Family = std::function<Tally(int, Fault)>;
-  const std::vector<Family> families = {
-      creation,
-      elementwise,
-      unary,
-      reductions,
-      shape_ops,
-      views,
-      indexing,
-      linalg,
-      nn_ops,
-      losses,
-      backward,
-      scoped,
-      modules,
-      [](int threads, Fault fault) { return optimizer(threads, true, fault); },
-      [](int threads, Fault fault) { return optimizer(threads, false, fault); },
-      safetensors_load,
-      npy_load,
-      file_saves,
-      data_loader,
-      arena_calls};
+  const std::vector<Family> families = {creation,
+                                        elementwise,
+                                        unary,
+                                        reductions,
+                                        shape_ops,
+                                        views,
+                                        indexing,
+                                        linalg,
+                                        nn_ops,
+                                        losses,
+                                        backward,
+                                        scoped,
+                                        modules,
+                                        [](int threads, Fault fault) { return optimizer(threads, true, fault); },
+                                        [](int threads, Fault fault) { return optimizer(threads, false, fault); },
+                                        safetensors_load,
+                                        npy_load,
+                                        file_saves,
+                                        data_loader,
+                                        arena_calls};
   std::printf(
       "| family | fault | threads | calls | injected failures | absorbed (nothrow) | outcome |\n"
       "|---|---|---|---|---|---|---|\n");
   auto report = [](const Tally& t, const char* fault) {
     std::printf("| %s | %s | %d | %d | %d | %d | %s |\n", t.family.c_str(), fault, t.threads, t.calls, t.failures,
                 t.absorbed,
-                !t.complete()      ? "MISMATCH"
+                !t.complete()     ? "MISMATCH"
                 : t.failures == 0 ? "no allocation taken"
                                   : "all out_of_memory, released");
     CHECK(t.complete());
@@ -878,7 +931,8 @@ TEST_CASE("fault injection: a heap allocation failure is out_of_memory naming th
       {"[view] ", [&] { (void)b.view({64}); }},
       {"[sum] ", [&] { (void)forge::sum(b); }},
       {"[backward] ", [&] { loss.backward(); }},
-      {"[Adam] ", [&] {
+      {"[Adam] ",
+       [&] {
          std::vector<Tensor> list;
          {
            const forge_test::heap::Pause caller;  // the caller's copy of the list

@@ -10,9 +10,8 @@
 // of a never-failed run. A raw std::bad_alloc, or any other exception, fails
 // the walk.
 
-#include <catch2/catch.hpp>
-
 #include <array>
+#include <catch2/catch.hpp>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
@@ -98,8 +97,8 @@ enum class Fault { pool, arena, heap };
 
 // What one walk found.
 struct Walked {
-  int failures = 0;                  // attempts that failed with out_of_memory, all released
-  int absorbed = 0;                  // failed nothrow heap allocations the call did without
+  int failures = 0;                     // attempts that failed with out_of_memory, all released
+  int absorbed = 0;                     // failed nothrow heap allocations the call did without
   std::uint64_t clean_allocations = 0;  // system allocations of a never-failed run
 };
 
@@ -118,8 +117,10 @@ Walked walk(const std::string& name, int threads, Fault fault, Setup&& setup, Ca
     } else if (fault == Fault::heap) {
       forge_test::heap::fail_after(n);
     } else {
-      if constexpr (requires { s.arena(); }) s.arena()->fail_growth_after(n);
-      else FAIL(name << ": an arena walk needs a fixture with arena()");
+      if constexpr (requires { s.arena(); })
+        s.arena()->fail_growth_after(n);
+      else
+        FAIL(name << ": an arena walk needs a fixture with arena()");
     }
   };
   auto reset = [](auto& s) {

@@ -16,9 +16,9 @@ namespace forge_test {
 // range went on: rounding to nearest even between the largest finite value and
 // that virtual one decides overflow to infinity.
 struct Format16 {
-  int mantissa_bits;    // 10 for f16, 7 for bf16
-  int exponent_bias;    // 15, 127
-  std::uint16_t inf_bits;  // 0x7c00, 0x7f80
+  int mantissa_bits;           // 10 for f16, 7 for bf16
+  int exponent_bias;           // 15, 127
+  std::uint16_t inf_bits;      // 0x7c00, 0x7f80
   std::vector<double> values;  // values[k] for k in [0, inf_bits]
 
   Format16(int mbits, int bias, std::uint16_t inf) : mantissa_bits(mbits), exponent_bias(bias), inf_bits(inf) {
@@ -48,9 +48,12 @@ struct Format16 {
   double value(std::uint16_t bits) const {
     const std::uint16_t mag = bits & 0x7fffu;
     double v;
-    if (mag > inf_bits) v = std::numeric_limits<double>::quiet_NaN();
-    else if (mag == inf_bits) v = std::numeric_limits<double>::infinity();
-    else v = values[mag];
+    if (mag > inf_bits)
+      v = std::numeric_limits<double>::quiet_NaN();
+    else if (mag == inf_bits)
+      v = std::numeric_limits<double>::infinity();
+    else
+      v = values[mag];
     return (bits & 0x8000u) ? -v : v;
   }
   bool is_nan(std::uint16_t bits) const { return (bits & 0x7fffu) > inf_bits; }

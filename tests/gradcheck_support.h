@@ -4,7 +4,6 @@
 // floating inputs; the f32 VJP must agree with the f64 one.
 
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <functional>
 #include <vector>
@@ -43,7 +42,8 @@ inline void check_gradients(const GradFn& fn, const std::vector<forge::Tensor>& 
   REQUIRE(out32.dtype() == forge::DType::f32);
   const forge::Tensor w = forge::ones(out64.shape(), forge::DType::f64);
   const auto g64 = forge::autograd::grad({out64}, wrt64, {.grad_outputs = {w}, .allow_unused = true});
-  const auto g32 = forge::autograd::grad({out32}, wrt32, {.grad_outputs = {w.to(forge::DType::f32)}, .allow_unused = true});
+  const auto g32 =
+      forge::autograd::grad({out32}, wrt32, {.grad_outputs = {w.to(forge::DType::f32)}, .allow_unused = true});
   for (std::size_t k = 0; k < g64.size(); ++k) {
     REQUIRE(g64[k].defined() == g32[k].defined());
     if (!g64[k].defined()) continue;

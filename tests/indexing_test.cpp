@@ -136,7 +136,8 @@ TEST_CASE("index_select: every dtype, both index dtypes and layouts", "[indexing
     const std::int64_t n = s[d] == 0 ? 0 : pick(rng, 0, 5);
     const bool scalar_index = n == 1 && rng() % 2;
     const Tensor x = make_exact(ctx, rng, s, t, static_cast<int>(rng() % kLayouts));
-    const Tensor idx = make_index(ctx, rng, scalar_index ? Shape{} : Shape{n}, s[d], it, static_cast<int>(rng() % kLayouts));
+    const Tensor idx =
+        make_index(ctx, rng, scalar_index ? Shape{} : Shape{n}, s[d], it, static_cast<int>(rng() % kLayouts));
     INFO("iter " << iter << " shape " << s << " dim " << dim << " index " << idx.shape());
     auto check = [&](const Tensor& out) {
       Shape want = s;
@@ -309,11 +310,15 @@ TEST_CASE("scatter_add: bad input", "[indexing]") {
   const Tensor idx = ctx.from_vector(std::vector<std::int64_t>{0, 1, 3, 2}, {2, 2});
   const std::string msg = FORGE_REQUIRE_ERROR(out_of_range, "scatter_add", (void)forge::scatter_add(x, 0, idx, src));
   CHECK(contains(msg, "index 3 at position [1, 0] is out of range for dimension 0 of size 3"));
-  FORGE_REQUIRE_ERROR(out_of_range, "scatter_add", (void)forge::scatter_add(x, 1, ctx.full({1, 1}, -2, DType::i32), src));
-  FORGE_REQUIRE_ERROR(dtype, "scatter_add", (void)forge::scatter_add(x, 0, ctx.zeros({1, 1}, DType::i64), ctx.ones({3, 4}, DType::f64)));
+  FORGE_REQUIRE_ERROR(out_of_range, "scatter_add",
+                      (void)forge::scatter_add(x, 1, ctx.full({1, 1}, -2, DType::i32), src));
+  FORGE_REQUIRE_ERROR(dtype, "scatter_add",
+                      (void)forge::scatter_add(x, 0, ctx.zeros({1, 1}, DType::i64), ctx.ones({3, 4}, DType::f64)));
   FORGE_REQUIRE_ERROR(dtype, "scatter_add", (void)forge::scatter_add(x, 0, ctx.zeros({1, 1}, DType::u8), src));
-  FORGE_REQUIRE_ERROR(shape, "scatter_add", (void)forge::scatter_add(x, 0, ctx.zeros({4, 1}, DType::i64), ctx.ones({3, 1})));
-  FORGE_REQUIRE_ERROR(shape, "scatter_add", (void)forge::scatter_add(x, 0, ctx.zeros({1, 5}, DType::i64), ctx.ones({1, 5})));
+  FORGE_REQUIRE_ERROR(shape, "scatter_add",
+                      (void)forge::scatter_add(x, 0, ctx.zeros({4, 1}, DType::i64), ctx.ones({3, 1})));
+  FORGE_REQUIRE_ERROR(shape, "scatter_add",
+                      (void)forge::scatter_add(x, 0, ctx.zeros({1, 5}, DType::i64), ctx.ones({1, 5})));
   FORGE_REQUIRE_ERROR(shape, "scatter_add", (void)forge::scatter_add(x, 0, ctx.zeros({2}, DType::i64), src));
   FORGE_REQUIRE_ERROR(out_of_range, "scatter_add", (void)forge::scatter_add(x, 2, ctx.zeros({1, 1}, DType::i64), src));
   Tensor out = ctx.zeros({3, 4});
@@ -321,7 +326,8 @@ TEST_CASE("scatter_add: bad input", "[indexing]") {
   FORGE_REQUIRE_ERROR(invalid_argument, "scatter_add_into",
                       forge::scatter_add_into(out, x, 0, ctx.zeros({1, 1}, DType::i64), src_view));
   Tensor wrong = ctx.zeros({3, 4}, DType::i32);
-  FORGE_REQUIRE_ERROR(dtype, "scatter_add_into", forge::scatter_add_into(wrong, x, 0, ctx.zeros({1, 1}, DType::i64), src));
+  FORGE_REQUIRE_ERROR(dtype, "scatter_add_into",
+                      forge::scatter_add_into(wrong, x, 0, ctx.zeros({1, 1}, DType::i64), src));
   Tensor big = ctx.zeros({4, 4});
   Tensor shifted = big.narrow(0, 1, 3);
   const Tensor base = big.narrow(0, 0, 3);

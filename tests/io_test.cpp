@@ -2,28 +2,27 @@
 // layout), zero-copy loading that keeps the mapping alive, and hand-made
 // damaged or hostile files, each refused with ErrorCode::io.
 
-#include <catch2/catch.hpp>
-
-#include <algorithm>
-#include <atomic>
-#include <cstdint>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <iterator>
-#include <random>
-#include <string>
-#include <vector>
+#include "forge/io.h"
 
 #include <grp.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
 
 #include "forge/forge.h"
-#include "forge/io.h"
 #include "support.h"
 
 using forge::DType;
@@ -161,8 +160,10 @@ TEST_CASE("io: safetensors round trip is bit-exact for every dtype") {
 TEST_CASE("io: safetensors follows the standard layout and names") {
   TestContext ctx;
   TempDir dir;
-  StateDict sd{{"b", ctx.ones({2, 3}, DType::f32)}, {"a", ctx.zeros({4}, DType::u8)},
-               {"c", ctx.ones({1}, DType::bf16)}, {"d", ctx.ones({2}, DType::boolean)}};
+  StateDict sd{{"b", ctx.ones({2, 3}, DType::f32)},
+               {"a", ctx.zeros({4}, DType::u8)},
+               {"c", ctx.ones({1}, DType::bf16)},
+               {"d", ctx.ones({2}, DType::boolean)}};
   io::save_safetensors(dir / "m.safetensors", sd, {{"format", "pt"}});
   const nlohmann::json h = header_of(dir / "m.safetensors");
   CHECK(h["__metadata__"] == nlohmann::json{{"format", "pt"}});
@@ -275,8 +276,8 @@ TEST_CASE("io: save_safetensors refuses bad names and tensors and leaves no file
                       io::save_safetensors(dir / "keep.safetensors", {{"bad\xff", ctx.ones({1})}}));
   FORGE_REQUIRE_ERROR(invalid_argument, "save_safetensors",
                       io::save_safetensors(dir / "keep.safetensors", {{"x", ctx.ones({1})}}, {{"k", "\xc3"}}));
-  const std::string msg = FORGE_REQUIRE_ERROR(io, "save_safetensors",
-                                              io::save_safetensors(dir / "no/such/dir/x.safetensors", {}));
+  const std::string msg =
+      FORGE_REQUIRE_ERROR(io, "save_safetensors", io::save_safetensors(dir / "no/such/dir/x.safetensors", {}));
   CHECK(contains(msg, "x.safetensors"));
   // A header the reader would refuse (over 100 MB) is never written.
   const std::string long_header_msg = FORGE_REQUIRE_ERROR(
@@ -338,9 +339,9 @@ TEST_CASE("io: a truncated safetensors file is refused wherever it is cut") {
   const std::string good = safetensors_bytes(kGoodHeader, kGoodData);
   write_file(dir / "good.safetensors", good);
   CHECK(io::load_safetensors(ctx, dir / "good.safetensors").size() == 2);
-  for (std::size_t cut : {std::size_t{0}, std::size_t{4}, std::size_t{7}, std::size_t{8}, std::size_t{9},
-                          std::size_t{40}, good.size() - kGoodData.size() - 1, good.size() - kGoodData.size(),
-                          good.size() - 5, good.size() - 1}) {
+  for (std::size_t cut :
+       {std::size_t{0}, std::size_t{4}, std::size_t{7}, std::size_t{8}, std::size_t{9}, std::size_t{40},
+        good.size() - kGoodData.size() - 1, good.size() - kGoodData.size(), good.size() - 5, good.size() - 1}) {
     INFO("cut at " << cut);
     const fs::path path = dir / ("cut" + std::to_string(cut) + ".safetensors");
     write_file(path, good.substr(0, cut));
@@ -371,16 +372,16 @@ TEST_CASE("io: safetensors headers that are not the format's JSON are refused") 
   TempDir dir;
   const fs::path path = dir / "bad.safetensors";
   const std::string deep = std::string(100000, '[') + std::string(100000, ']');
-  for (const std::string& header : {
-           std::string(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]})"),  // unterminated
-           std::string(R"({"a":{"dtype":"F32",,"shape":[2],"data_offsets":[0,8]}})"),
-           std::string("{\"a\xff\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}"),  // bad UTF-8
-           std::string(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})") + std::string(1, '\0') + "x",
-           std::string(R"(["a"])"), std::string(R"(  {"a":1})"), std::string(R"({"a":[1]})"),
-           std::string(R"({"a":{"dtype":"F32","shape":[[2]],"data_offsets":[0,8]}})"),
-           std::string(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8],"x":{}}})"),
-           std::string(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}} x)"),
-           std::string("{\"a\":") + deep + "}", deep}) {
+  for (const std::string& header :
+       {std::string(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]})"),  // unterminated
+        std::string(R"({"a":{"dtype":"F32",,"shape":[2],"data_offsets":[0,8]}})"),
+        std::string("{\"a\xff\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}"),  // bad UTF-8
+        std::string(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})") + std::string(1, '\0') + "x",
+        std::string(R"(["a"])"), std::string(R"(  {"a":1})"), std::string(R"({"a":[1]})"),
+        std::string(R"({"a":{"dtype":"F32","shape":[[2]],"data_offsets":[0,8]}})"),
+        std::string(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8],"x":{}}})"),
+        std::string(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}} x)"), std::string("{\"a\":") + deep + "}",
+        deep}) {
     INFO(header.substr(0, 80));
     write_file(path, safetensors_bytes(header, std::string(8, '\0')));
     FORGE_REQUIRE_ERROR(io, "load_safetensors", io::load_safetensors(ctx, path));
@@ -457,8 +458,9 @@ TEST_CASE("io: overlapping, gapped or repeated safetensors tensors are refused")
     CHECK(contains(FORGE_REQUIRE_ERROR(io, "load_safetensors", io::load_safetensors(ctx, path)), bad.why));
   }
   // Empty tensors take no bytes, so they may sit anywhere inside the data.
-  write_file(path, safetensors_bytes("{\"a\":" + f32x2 + "[0,8]},\"e\":{\"dtype\":\"F64\",\"shape\":[0,3],"
-                                                           "\"data_offsets\":[3,3]}}",
+  write_file(path, safetensors_bytes("{\"a\":" + f32x2 +
+                                         "[0,8]},\"e\":{\"dtype\":\"F64\",\"shape\":[0,3],"
+                                         "\"data_offsets\":[3,3]}}",
                                      std::string(8, '\0')));
   CHECK(io::load_safetensors(ctx, path).at("e").shape() == Shape{0, 3});
 }
@@ -642,7 +644,10 @@ struct Writer {
 };
 
 const Writer kWriters[] = {
-    {"save_safetensors", [](const fs::path& p, const Tensor& t) { io::save_safetensors(p, {{"t", t}}); },
+    {"save_safetensors",
+     [](const fs::path& p, const Tensor& t) {
+       io::save_safetensors(p, {{"t", t}});
+     },
      [](forge::ExecContext& ctx, const fs::path& p) { return io::load_safetensors(ctx, p).at("t"); }},
     {"save_npy", [](const fs::path& p, const Tensor& t) { io::save_npy(p, t); },
      [](forge::ExecContext& ctx, const fs::path& p) { return io::load_npy(ctx, p); }},
@@ -748,7 +753,7 @@ TEST_CASE("io: saving through a symbolic link replaces the file it leads to and 
     const fs::path target = dir / "v" / "1.bin";
     w.save(target, ctx.ones({2}));
     REQUIRE(::chmod(target.c_str(), 0600) == 0);
-    fs::create_symlink("v/1.bin", dir / "latest");  // relative: resolved from the link's folder
+    fs::create_symlink("v/1.bin", dir / "latest");      // relative: resolved from the link's folder
     fs::create_symlink(dir / "latest", dir / "alias");  // absolute, to a link
     w.save(dir / "alias", ctx.arange(5, DType::f32));
     CHECK(fs::is_symlink(dir / "alias"));
@@ -816,9 +821,9 @@ TEST_CASE("io: replacing another user's file keeps no set-user-ID, nor group rig
     TempDir dir;
     REQUIRE(::chmod(dir.path().c_str(), 0777) == 0);
     struct Case {
-      gid_t group;     // the replaced file's group (its owner is root)
-      mode_t mode;     // and mode
-      mode_t expect;   // the mode after user 65534 replaced it
+      gid_t group;    // the replaced file's group (its owner is root)
+      mode_t mode;    // and mode
+      mode_t expect;  // the mode after user 65534 replaced it
       gid_t expect_group;
     };
     for (const Case c : {Case{0, 04775, 0705, 65534}, Case{65534, 06775, 02775, 65534}}) {

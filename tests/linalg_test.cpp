@@ -29,10 +29,14 @@ using Index = std::vector<std::int64_t>;
 // and, for 16-bit dtypes, one final rounding.
 double tolerance(DType t) {
   switch (t) {
-    case DType::f64: return 1e-12;
-    case DType::f32: return 1e-5;
-    case DType::f16: return 2e-3;
-    default: return 1.6e-2;
+    case DType::f64:
+      return 1e-12;
+    case DType::f32:
+      return 1e-5;
+    case DType::f16:
+      return 2e-3;
+    default:
+      return 1.6e-2;
   }
 }
 
@@ -144,11 +148,26 @@ TEST_CASE("linalg: matmul matches naive loops on 1-D, batched, broadcast and zer
           "[linalg]") {
   TestContext ctx;
   const Case cases[] = {
-      {{5}, {5}},          {{3, 4}, {4}},       {{4}, {4, 6}},           {{2, 3, 4}, {4}},
-      {{4}, {2, 4, 5}},    {{1, 1}, {1, 1}},    {{2, 1, 3, 4}, {5, 4, 6}}, {{3, 4}, {2, 4, 6}},
-      {{7, 1, 4}, {1, 4, 2}}, {{0, 4}, {4, 3}}, {{3, 0}, {0, 5}},       {{2, 0, 3, 4}, {4, 5}},
-      {{0}, {0}},          {{2, 3, 0}, {2, 0, 4}}, {{3, 2, 5}, {3, 5, 0}}, {{2, 130, 70}, {70, 90}},
-      {{4, 64, 48}, {4, 48, 40}}, {{300, 200}, {200, 260}}, {{1, 300}, {300, 500}}, {{600, 100}, {100}},
+      {{5}, {5}},
+      {{3, 4}, {4}},
+      {{4}, {4, 6}},
+      {{2, 3, 4}, {4}},
+      {{4}, {2, 4, 5}},
+      {{1, 1}, {1, 1}},
+      {{2, 1, 3, 4}, {5, 4, 6}},
+      {{3, 4}, {2, 4, 6}},
+      {{7, 1, 4}, {1, 4, 2}},
+      {{0, 4}, {4, 3}},
+      {{3, 0}, {0, 5}},
+      {{2, 0, 3, 4}, {4, 5}},
+      {{0}, {0}},
+      {{2, 3, 0}, {2, 0, 4}},
+      {{3, 2, 5}, {3, 5, 0}},
+      {{2, 130, 70}, {70, 90}},
+      {{4, 64, 48}, {4, 48, 40}},
+      {{300, 200}, {200, 260}},
+      {{1, 300}, {300, 500}},
+      {{600, 100}, {100}},
   };
   for (DType t : kFloatDTypes) {
     for (const Case& c : cases) {
@@ -178,18 +197,18 @@ TEST_CASE("linalg: operands are read through their strides (transposed, sliced, 
   TestContext ctx;
   for (DType t : kFloatDTypes) {
     INFO(forge::dtype_name(t));
-    const Tensor at = transposed_of(ctx, {9, 6}, t);                          // strides (1, 9)
-    const Tensor bs = ctx.randn({6, 20}, t).slice(1, 0, 20, 3);              // [6, 7], strides (20, 3)
+    const Tensor at = transposed_of(ctx, {9, 6}, t);                                 // strides (1, 9)
+    const Tensor bs = ctx.randn({6, 20}, t).slice(1, 0, 20, 3);                      // [6, 7], strides (20, 3)
     const Tensor ag = ctx.randn({18, 20}, t).slice(0, 0, 18, 2).slice(1, 1, 13, 2);  // [9, 6], strides (40, 2)
     const Tensor bt = transposed_of(ctx, {6, 7}, t);
     check_close(forge::matmul(at, bs), reference_matmul(at, bs), t);
     check_close(forge::matmul(ag, bt), reference_matmul(ag, bt), t);
     check_close(forge::matmul(at, bt), reference_matmul(at, bt), t);
     check_close(forge::matmul(ag, bs), reference_matmul(ag, bs), t);
-    const Tensor ap = ctx.randn({4, 2, 5}, t).permute({1, 0, 2});            // [2, 4, 5], batch stride 5
-    const Tensor be = ctx.randn({1, 5, 3}, t).expand({2, 5, 3});             // batch stride 0
+    const Tensor ap = ctx.randn({4, 2, 5}, t).permute({1, 0, 2});  // [2, 4, 5], batch stride 5
+    const Tensor be = ctx.randn({1, 5, 3}, t).expand({2, 5, 3});   // batch stride 0
     check_close(forge::matmul(ap, be), reference_matmul(ap, be), t);
-    const Tensor row = ctx.randn({5, 4}, t).select(1, 2);                    // 1-D, stride 4
+    const Tensor row = ctx.randn({5, 4}, t).select(1, 2);  // 1-D, stride 4
     check_close(forge::matmul(row, be), reference_matmul(row, be), t);
     check_close(forge::matmul(ap, row), reference_matmul(ap, row), t);
     // Large enough for the threaded split, with a transposed right operand.
@@ -315,7 +334,8 @@ TEST_CASE("linalg: batches run in parallel and match per-batch references", "[li
   TestContext ctx;
   REQUIRE(ctx.threads() == 2);
   for (DType t : {DType::f32, DType::f64, DType::bf16}) {
-    const Tensor a = ctx.randn({6, 40, 70}, t), b = ctx.randn({6, 70, 50}, t).transpose(1, 2).contiguous().transpose(1, 2);
+    const Tensor a = ctx.randn({6, 40, 70}, t),
+                 b = ctx.randn({6, 70, 50}, t).transpose(1, 2).contiguous().transpose(1, 2);
     check_close(forge::bmm(a, b), reference_matmul(a, b), t);
     const Tensor c = ctx.randn({2, 200, 90}, t), d = ctx.randn({2, 90, 120}, t);
     check_close(forge::matmul(c, d), reference_matmul(c, d), t);

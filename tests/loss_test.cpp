@@ -40,10 +40,14 @@ const Reduction kReductions[] = {Reduction::none, Reduction::mean, Reduction::su
 
 double tolerance(DType t) {
   switch (t) {
-    case DType::f64: return 1e-10;
-    case DType::f32: return 2e-5;
-    case DType::f16: return 2e-3;
-    default: return 1.6e-2;  // bf16
+    case DType::f64:
+      return 1e-10;
+    case DType::f32:
+      return 2e-5;
+    case DType::f16:
+      return 2e-3;
+    default:
+      return 1.6e-2;  // bf16
   }
 }
 
@@ -75,8 +79,7 @@ Expected expected_rows(const Tensor& input, const Tensor& target, std::int64_t i
   auto one = [&](const Dims& tidx) {
     const auto t = static_cast<std::int64_t>(at(target, tidx));
     Dims xidx;
-    for (int d = 0; d < input.dim(); ++d)
-      xidx.push_back(d == class_dim ? 0 : tidx[d < class_dim ? d : d - 1]);
+    for (int d = 0; d < input.dim(); ++d) xidx.push_back(d == class_dim ? 0 : tidx[d < class_dim ? d : d - 1]);
     std::vector<double> x(static_cast<std::size_t>(c));
     for (std::int64_t j = 0; j < c; ++j) {
       xidx[class_dim] = j;
@@ -115,8 +118,7 @@ void check_loss(const Tensor& out, const Expected& e, Reduction r, const Shape& 
     std::size_t i = 0;
     auto one = [&](const Dims& idx) {
       const double got = at(out, idx);
-      if (!close(got, e.rows[i], t))
-        FAIL_CHECK("row " << i << " got " << got << " want " << e.rows[i]);
+      if (!close(got, e.rows[i], t)) FAIL_CHECK("row " << i << " got " << got << " want " << e.rows[i]);
       ++i;
     };
     if (out.dim() == 0)
@@ -148,9 +150,8 @@ TEST_CASE("cross_entropy: every float dtype, reduction, ignore_index and label_s
     const std::int64_t n = batched ? pick(rng, 0, 7) : 1, c = iter % 13 == 0 ? 300 : pick(rng, 1, 9);
     const Tensor logits = make(ctx, rng, batched ? Shape{n, c} : Shape{c}, t, static_cast<int>(rng() % 3));
     // targets in range, some of them the ignore_index
-    const Tensor target = make_with(ctx, batched ? Shape{n} : Shape{}, it, static_cast<int>(rng() % 3), [&] {
-      return static_cast<double>(rng() % 4 == 0 ? ignore : pick(rng, 0, c - 1));
-    });
+    const Tensor target = make_with(ctx, batched ? Shape{n} : Shape{}, it, static_cast<int>(rng() % 3),
+                                    [&] { return static_cast<double>(rng() % 4 == 0 ? ignore : pick(rng, 0, c - 1)); });
     INFO("iter " << iter << " dtype " << forge::dtype_name(t) << " logits " << logits.shape() << " smoothing " << ls
                  << " ignore " << ignore << " reduction " << static_cast<int>(r));
     const forge::CrossEntropyOptions options{.reduction = r, .ignore_index = ignore, .label_smoothing = ls};
@@ -196,20 +197,17 @@ TEST_CASE("cross_entropy and nll_loss: [N, C, d1, ...] inputs with [N, d1, ...] 
     const Tensor target = make_with(ctx, target_shape, DType::i64, packed, [&] {
       return static_cast<double>(rng() % 4 == 0 ? ignore : pick(rng, 0, shape[1] - 1));
     });
-    INFO("iter " << iter << " dtype " << forge::dtype_name(t) << " input " << input.shape()
-                 << " strides " << input.strides() << " smoothing " << ls << " ignore " << ignore
-                 << " reduction " << static_cast<int>(r));
-    const forge::CrossEntropyOptions options{
-        .reduction = r, .ignore_index = ignore, .label_smoothing = ls};
-    const Expected ce =
-        expected_rows(input, target, ignore, [&](const std::vector<double>& x, std::int64_t k) {
-          return reference_cross_entropy(x, k, ls);
-        });
+    INFO("iter " << iter << " dtype " << forge::dtype_name(t) << " input " << input.shape() << " strides "
+                 << input.strides() << " smoothing " << ls << " ignore " << ignore << " reduction "
+                 << static_cast<int>(r));
+    const forge::CrossEntropyOptions options{.reduction = r, .ignore_index = ignore, .label_smoothing = ls};
+    const Expected ce = expected_rows(input, target, ignore, [&](const std::vector<double>& x, std::int64_t k) {
+      return reference_cross_entropy(x, k, ls);
+    });
     check_loss(forge::cross_entropy(input, target, options), ce, r, target_shape, t);
-    const Expected nll =
-        expected_rows(input, target, ignore, [](const std::vector<double>& x, std::int64_t k) {
-          return -x[static_cast<std::size_t>(k)];
-        });
+    const Expected nll = expected_rows(input, target, ignore, [](const std::vector<double>& x, std::int64_t k) {
+      return -x[static_cast<std::size_t>(k)];
+    });
     check_loss(forge::nll_loss(input, target, r, ignore), nll, r, target_shape, t);
     Tensor into = ctx.zeros(r == Reduction::none ? target_shape : Shape{}, t);
     if (r == Reduction::none && into.dim() >= 2)  // a strided out
@@ -219,14 +217,12 @@ TEST_CASE("cross_entropy and nll_loss: [N, C, d1, ...] inputs with [N, d1, ...] 
   }
   // The target must have the input's dims but the class dim.
   const Tensor x = ctx.zeros({2, 3, 4});
-  const std::string msg = FORGE_REQUIRE_ERROR(
-      shape, "cross_entropy", (void)forge::cross_entropy(x, ctx.zeros({2, 3}, DType::i64)));
+  const std::string msg =
+      FORGE_REQUIRE_ERROR(shape, "cross_entropy", (void)forge::cross_entropy(x, ctx.zeros({2, 3}, DType::i64)));
   CHECK(contains(msg, "needs [2, 4] (the classes are dim 1)"));
-  FORGE_REQUIRE_ERROR(shape, "nll_loss",
-                      (void)forge::nll_loss(x, ctx.zeros({2, 4, 1}, DType::i64)));
+  FORGE_REQUIRE_ERROR(shape, "nll_loss", (void)forge::nll_loss(x, ctx.zeros({2, 4, 1}, DType::i64)));
   const Tensor bad = ctx.from_vector(std::vector<std::int64_t>{0, 1, 2, 0, 1, 2, 3, 0}, {2, 4});
-  const std::string range =
-      FORGE_REQUIRE_ERROR(out_of_range, "nll_loss", (void)forge::nll_loss(x, bad));
+  const std::string range = FORGE_REQUIRE_ERROR(out_of_range, "nll_loss", (void)forge::nll_loss(x, bad));
   CHECK(contains(range, "target 3 at position [1, 2] is out of range for 3 classes"));
 }
 
@@ -258,9 +254,8 @@ TEST_CASE("cross_entropy: many rows give the same reduction on one thread and on
   const float a = forge::cross_entropy(l1, t1, {.label_smoothing = 0.2}).item<float>();
   const float b = forge::cross_entropy(l4, t4, {.label_smoothing = 0.2}).item<float>();
   CHECK(a == b);
-  const Expected e = expected_rows(l1, t1, -100, [](const std::vector<double>& x, std::int64_t k) {
-    return reference_cross_entropy(x, k, 0.2);
-  });
+  const Expected e = expected_rows(
+      l1, t1, -100, [](const std::vector<double>& x, std::int64_t k) { return reference_cross_entropy(x, k, 0.2); });
   CHECK(close(a, e.reduced(Reduction::mean), DType::f32));
 }
 
@@ -268,15 +263,18 @@ TEST_CASE("cross_entropy: bad input", "[loss]") {
   TestContext ctx;
   const Tensor logits = ctx.zeros({4, 5});
   const Tensor target = ctx.from_vector(std::vector<std::int64_t>{0, 1, 2, 7});
-  const std::string msg = FORGE_REQUIRE_ERROR(out_of_range, "cross_entropy", (void)forge::cross_entropy(logits, target));
+  const std::string msg =
+      FORGE_REQUIRE_ERROR(out_of_range, "cross_entropy", (void)forge::cross_entropy(logits, target));
   CHECK(contains(msg, "target 7 at position [3] is out of range for 5 classes"));
   const Tensor neg = ctx.from_vector(std::vector<std::int32_t>{0, -1, 2, 3});
   FORGE_REQUIRE_ERROR(out_of_range, "cross_entropy", (void)forge::cross_entropy(logits, neg));
   // -1 is fine when it is the ignore_index
   CHECK_NOTHROW(forge::cross_entropy(logits, neg, {.ignore_index = -1}));
   const Tensor good = ctx.zeros({4}, DType::i64);
-  FORGE_REQUIRE_ERROR(invalid_argument, "cross_entropy", (void)forge::cross_entropy(logits, good, {.label_smoothing = -0.1}));
-  FORGE_REQUIRE_ERROR(invalid_argument, "cross_entropy", (void)forge::cross_entropy(logits, good, {.label_smoothing = 1.5}));
+  FORGE_REQUIRE_ERROR(invalid_argument, "cross_entropy",
+                      (void)forge::cross_entropy(logits, good, {.label_smoothing = -0.1}));
+  FORGE_REQUIRE_ERROR(invalid_argument, "cross_entropy",
+                      (void)forge::cross_entropy(logits, good, {.label_smoothing = 1.5}));
   FORGE_REQUIRE_ERROR(invalid_argument, "cross_entropy",
                       (void)forge::cross_entropy(logits, good, {.label_smoothing = std::nan("")}));
   FORGE_REQUIRE_ERROR(dtype, "cross_entropy", (void)forge::cross_entropy(logits, ctx.zeros({4})));
@@ -309,9 +307,8 @@ TEST_CASE("nll_loss: every float dtype, reduction and ignore_index", "[loss]") {
     const bool batched = iter % 5 != 0;
     const std::int64_t n = batched ? pick(rng, 0, 7) : 1, c = pick(rng, 1, 9);
     const Tensor lp = make(ctx, rng, batched ? Shape{n, c} : Shape{c}, t, static_cast<int>(rng() % 3));
-    const Tensor target = make_with(ctx, batched ? Shape{n} : Shape{}, it, static_cast<int>(rng() % 3), [&] {
-      return static_cast<double>(rng() % 4 == 0 ? ignore : pick(rng, 0, c - 1));
-    });
+    const Tensor target = make_with(ctx, batched ? Shape{n} : Shape{}, it, static_cast<int>(rng() % 3),
+                                    [&] { return static_cast<double>(rng() % 4 == 0 ? ignore : pick(rng, 0, c - 1)); });
     INFO("iter " << iter << " dtype " << forge::dtype_name(t) << " log_probs " << lp.shape());
     const Expected e = expected_rows(lp, target, ignore, [](const std::vector<double>& x, std::int64_t k) {
       return -x[static_cast<std::size_t>(k)];
@@ -341,7 +338,7 @@ TEST_CASE("nll_loss: bad input", "[loss]") {
 TEST_CASE("mse_loss: broadcasting, mixed dtypes and every reduction", "[loss]") {
   TestContext ctx;
   std::mt19937_64 rng(231);
-  const DType pairs[][2] = {{DType::f32, DType::f32}, {DType::f64, DType::f64}, {DType::f16, DType::f16},
+  const DType pairs[][2] = {{DType::f32, DType::f32},   {DType::f64, DType::f64}, {DType::f16, DType::f16},
                             {DType::bf16, DType::bf16}, {DType::f32, DType::f64}, {DType::f16, DType::bf16},
                             {DType::f32, DType::i32}};
   for (int iter = 0; iter < 140; ++iter) {
@@ -355,7 +352,8 @@ TEST_CASE("mse_loss: broadcasting, mixed dtypes and every reduction", "[loss]") 
     if (rank > 0 && rng() % 3 == 0) sb.erase(0);
     const bool swap = rng() % 2;
     const Tensor a = make(ctx, rng, swap ? sb : s, p[0], static_cast<int>(rng() % kLayouts));
-    const Tensor b = p[1] == DType::i32 ? make_with(ctx, swap ? s : sb, p[1], packed, [&] { return static_cast<double>(pick(rng, -3, 3)); })
+    const Tensor b = p[1] == DType::i32 ? make_with(ctx, swap ? s : sb, p[1], packed,
+                                                    [&] { return static_cast<double>(pick(rng, -3, 3)); })
                                         : make(ctx, rng, swap ? s : sb, p[1], static_cast<int>(rng() % kLayouts));
     const DType t = p[0] == p[1] ? p[0] : (p[1] == DType::f64 ? DType::f64 : DType::f32);
     INFO("iter " << iter << " a " << a.shape() << " b " << b.shape() << " reduction " << static_cast<int>(r));

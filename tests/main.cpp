@@ -3,7 +3,6 @@
 
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
-
 #include <cstdio>
 #include <vector>
 

@@ -57,14 +57,18 @@ TEST_CASE("triu and tril: every dtype and layout against the j - i rule", "[shap
       check(upper ? forge::triu(x, diagonal) : forge::tril(x, diagonal), x);
       check(upper ? x.triu(diagonal) : x.tril(diagonal), x);
       Tensor target = ctx.full(s, 1, t);
-      if (upper) forge::triu_into(target, x, diagonal);
-      else forge::tril_into(target, x, diagonal);
+      if (upper)
+        forge::triu_into(target, x, diagonal);
+      else
+        forge::tril_into(target, x, diagonal);
       check(target, x);
       // exactly in place, through a transposed view
       Tensor copy = x.clone();
       Tensor in_place = x.dim() >= 2 ? copy.transpose(-1, -2).clone().transpose(-1, -2) : copy;
-      if (upper) forge::triu_into(in_place, in_place, diagonal);
-      else forge::tril_into(in_place, in_place, diagonal);
+      if (upper)
+        forge::triu_into(in_place, in_place, diagonal);
+      else
+        forge::tril_into(in_place, in_place, diagonal);
       check(in_place, x);
     }
   }
@@ -108,9 +112,12 @@ TEST_CASE("triu and tril: bad input", "[shape_ops]") {
 std::int64_t source_index(std::int64_t i, std::int64_t before, std::int64_t size, forge::PadMode mode) {
   const std::int64_t j = i - before;
   switch (mode) {
-    case forge::PadMode::constant: return (j >= 0 && j < size) ? j : -1;
-    case forge::PadMode::reflect: return j < 0 ? -j : j >= size ? 2 * (size - 1) - j : j;
-    case forge::PadMode::replicate: return std::clamp<std::int64_t>(j, 0, size - 1);
+    case forge::PadMode::constant:
+      return (j >= 0 && j < size) ? j : -1;
+    case forge::PadMode::reflect:
+      return j < 0 ? -j : j >= size ? 2 * (size - 1) - j : j;
+    case forge::PadMode::replicate:
+      return std::clamp<std::int64_t>(j, 0, size - 1);
   }
   return -1;
 }
@@ -195,7 +202,8 @@ TEST_CASE("pad: a large pad runs the parallel path", "[shape_ops]") {
   TestContext ctx(forge_test::context_options(4));
   std::mt19937_64 rng(41);
   const Tensor x = make_exact(ctx, rng, {3, 200, 150}, DType::bf16, transposed);
-  check_pad(forge::pad(x, {2, 3, -1, 4}, forge::PadMode::constant, -1.5), x, {2, 3, -1, 4}, forge::PadMode::constant, -1.5);
+  check_pad(forge::pad(x, {2, 3, -1, 4}, forge::PadMode::constant, -1.5), x, {2, 3, -1, 4}, forge::PadMode::constant,
+            -1.5);
   check_pad(forge::pad(x, {5, 7, 1, 0}, forge::PadMode::reflect), x, {5, 7, 1, 0}, forge::PadMode::reflect, 0);
 }
 

@@ -2,12 +2,13 @@
 // train/eval, dtype conversion, state dicts, initializers and module-level
 // gradient checks.
 
+#include "forge/nn.h"
+
 #include <cmath>
 #include <cstring>
 #include <memory>
 #include <numeric>
 
-#include "forge/nn.h"
 #include "support.h"
 
 using namespace forge;
@@ -87,8 +88,8 @@ TEST_CASE("nn: layers equal the functional ops they wrap") {
   const Tensor img = ctx.randn({2, 3, 8, 8});
   auto conv = std::make_shared<nn::Conv2d>(ctx, 3, 4, 3, nn::Conv2dOptions{.stride = 2, .padding = {1, 0}});
   CHECK(conv->weight().shape() == Shape{4, 3, 3, 3});
-  CHECK(same_bits(conv->forward(img),
-                  conv2d(img, conv->weight(), conv->bias(), {.stride = {2, 2}, .padding = {1, 0}})));
+  CHECK(
+      same_bits(conv->forward(img), conv2d(img, conv->weight(), conv->bias(), {.stride = {2, 2}, .padding = {1, 0}})));
   FORGE_REQUIRE_ERROR(invalid_argument, "nn.Conv2d", nn::Conv2d(ctx, 3, 4, 3, {.groups = 2}));
 
   auto pool = std::make_shared<nn::MaxPool2d>(2);
@@ -178,8 +179,8 @@ TEST_CASE("nn: named_parameters gives dotted names in registration order through
   for (const auto& [name, t] : net->named_parameters()) names.push_back(name);
   CHECK(names == std::vector<std::string>{"0.weight", "0.bias", "2.0.weight", "2.0.bias", "2.1.weight", "2.1.bias"});
   CHECK(net->parameters().size() == 6);
-  CHECK(net->parameters().at(2).is_same(std::static_pointer_cast<nn::Linear>(
-      std::static_pointer_cast<nn::Sequential>(net->at(2))->at(0))->weight()));
+  CHECK(net->parameters().at(2).is_same(
+      std::static_pointer_cast<nn::Linear>(std::static_pointer_cast<nn::Sequential>(net->at(2))->at(0))->weight()));
   CHECK(net->named_parameters(false).empty());
   CHECK(net->children().size() == 3);
   FORGE_REQUIRE_ERROR(out_of_range, "nn.Sequential", net->at(3));
@@ -438,8 +439,8 @@ TEST_CASE("nn: MultiheadAttention equals per-head attention written with matmul 
 
 TEST_CASE("nn: TransformerBlock is x + attn(ln1(x)) then h + mlp(ln2(h))") {
   TestContext ctx;
-  auto block = std::make_shared<nn::TransformerBlock>(ctx, 8, 2, nn::TransformerBlockOptions{.mlp_hidden = 16,
-                                                                                                .causal = true});
+  auto block =
+      std::make_shared<nn::TransformerBlock>(ctx, 8, 2, nn::TransformerBlockOptions{.mlp_hidden = 16, .causal = true});
   const Tensor x = ctx.randn({2, 4, 8});
   const Tensor y = block->forward(x);
   const Tensor h = x + block->attn()->forward(block->ln1()->forward(x));
@@ -532,9 +533,8 @@ TEST_CASE("nn: to(dtype) needs the module's context to be the current one") {
 TEST_CASE("nn: a scoped CNN training step on 2 threads takes no system memory after step 1") {
   TestContext ctx({.threads = 2, .seed = 21});
   auto model = std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
-      std::make_shared<nn::Conv2d>(ctx, 1, 16, 3, nn::Conv2dOptions{.padding = 1}),
-      std::make_shared<nn::ReLU>(), std::make_shared<nn::MaxPool2d>(2),
-      std::make_shared<nn::Conv2d>(ctx, 16, 32, 3, nn::Conv2dOptions{.padding = 1}),
+      std::make_shared<nn::Conv2d>(ctx, 1, 16, 3, nn::Conv2dOptions{.padding = 1}), std::make_shared<nn::ReLU>(),
+      std::make_shared<nn::MaxPool2d>(2), std::make_shared<nn::Conv2d>(ctx, 16, 32, 3, nn::Conv2dOptions{.padding = 1}),
       std::make_shared<nn::ReLU>(), std::make_shared<nn::MaxPool2d>(2), std::make_shared<nn::Flatten>(),
       std::make_shared<nn::Linear>(ctx, 32 * 7 * 7, 10)});
   forge::optim::Adam adam(model->parameters(), {.lr = 1e-3});

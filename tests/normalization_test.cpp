@@ -30,10 +30,14 @@ std::vector<double> randoms(std::mt19937_64& rng, std::int64_t n, double lo, dou
 
 double tolerance(DType t) {
   switch (t) {
-    case DType::f64: return 1e-12;
-    case DType::f32: return 3e-6;
-    case DType::f16: return 2e-3;
-    default: return 1.6e-2;
+    case DType::f64:
+      return 1e-12;
+    case DType::f32:
+      return 3e-6;
+    case DType::f16:
+      return 2e-3;
+    default:
+      return 1.6e-2;
   }
 }
 
@@ -59,7 +63,7 @@ void check_close(const std::vector<double>& got, const std::vector<double>& want
   REQUIRE(got.size() == want.size());
   int bad = 0;
   for (std::size_t i = 0; i < got.size(); ++i) {
-    const bool ok = std::isnan(want[i]) ? std::isnan(got[i])
+    const bool ok = std::isnan(want[i])   ? std::isnan(got[i])
                     : std::isinf(want[i]) ? got[i] == want[i]
                                           : std::abs(got[i] - want[i]) <= tol * std::max(floor, std::abs(want[i]));
     if (!ok && bad++ < 3) FAIL_CHECK("at " << i << ": got " << got[i] << ", want " << want[i]);
@@ -173,8 +177,8 @@ TEST_CASE("normalization: layer_norm and rms_norm match a double reference, with
     Shape shape;
     Shape normalized;
   };
-  const Case cases[] = {{{4, 6}, {6}}, {{2, 3, 5}, {3, 5}}, {{7}, {7}}, {{0, 4}, {4}}, {{3, 1}, {1}},
-                        {{300, 257}, {257}}, {{2, 5000}, {5000}}};
+  const Case cases[] = {{{4, 6}, {6}}, {{2, 3, 5}, {3, 5}}, {{7}, {7}},         {{0, 4}, {4}},
+                        {{3, 1}, {1}}, {{300, 257}, {257}}, {{2, 5000}, {5000}}};
   for (const Case& c : cases) {
     for (DType t : kFloatDTypes) {
       for (bool transposed : {false, true}) {
@@ -198,8 +202,10 @@ TEST_CASE("normalization: layer_norm and rms_norm match a double reference, with
                     reference_norm(xs, n, &ws, nullptr, 1e-3, false), tol);
         check_close(forge::layer_norm(x, c.normalized, Tensor(), b).to_vector<double>(),
                     reference_norm(xs, n, nullptr, &bs, 1e-5, false), tol);
-        const double eps = t == DType::f64 ? 2.220446049250313e-16 : t == DType::f32 ? 1.1920928955078125e-07
-                           : t == DType::f16 ? 0.0009765625 : 0.0078125;
+        const double eps = t == DType::f64   ? 2.220446049250313e-16
+                           : t == DType::f32 ? 1.1920928955078125e-07
+                           : t == DType::f16 ? 0.0009765625
+                                             : 0.0078125;
         check_close(forge::rms_norm(x, c.normalized, w).to_vector<double>(),
                     reference_norm(xs, n, &ws, nullptr, eps, true), tolerance(t) * 2);
         check_close(forge::rms_norm(x, c.normalized, Tensor(), 0.5).to_vector<double>(),
@@ -213,9 +219,8 @@ namespace {
 
 // reference_norm in long double, whose range holds the squares of f64 values
 // up to 1e300 (x87's 15-bit exponent).
-std::vector<double> wide_reference_norm(const std::vector<double>& xs, std::int64_t n,
-                                        const std::vector<double>& w, const std::vector<double>& b,
-                                        double eps, bool rms) {
+std::vector<double> wide_reference_norm(const std::vector<double>& xs, std::int64_t n, const std::vector<double>& w,
+                                        const std::vector<double>& b, double eps, bool rms) {
   std::vector<double> out(xs.size());
   for (std::size_t r = 0; r < xs.size() / static_cast<std::size_t>(n); ++r) {
     const double* x = xs.data() + r * static_cast<std::size_t>(n);
@@ -228,8 +233,7 @@ std::vector<double> wide_reference_norm(const std::vector<double>& xs, std::int6
     const long double rstd = 1 / std::sqrt(var / static_cast<long double>(n) + eps);
     for (std::int64_t i = 0; i < n; ++i) {
       const auto k = static_cast<std::size_t>(i);
-      out[r * static_cast<std::size_t>(n) + k] =
-          static_cast<double>((x[i] - mean) * rstd * w[k] + (rms ? 0 : b[k]));
+      out[r * static_cast<std::size_t>(n) + k] = static_cast<double>((x[i] - mean) * rstd * w[k] + (rms ? 0 : b[k]));
     }
   }
   return out;
@@ -237,8 +241,7 @@ std::vector<double> wide_reference_norm(const std::vector<double>& xs, std::int6
 
 // rows x n values of magnitude in [lo, hi] and random signs; row 0 stays
 // ordinary (in [-2, 2]) so that huge rows sit next to a fast one.
-std::vector<double> huge_rows(std::mt19937_64& rng, std::int64_t rows, std::int64_t n, double lo,
-                              double hi) {
+std::vector<double> huge_rows(std::mt19937_64& rng, std::int64_t rows, std::int64_t n, double lo, double hi) {
   std::vector<double> v = randoms(rng, rows * n, lo, hi);
   std::bernoulli_distribution sign(0.5);
   for (std::size_t i = 0; i < v.size(); ++i)
@@ -248,9 +251,8 @@ std::vector<double> huge_rows(std::mt19937_64& rng, std::int64_t rows, std::int6
 
 }  // namespace
 
-TEST_CASE(
-    "normalization: finite rows whose squares or sums overflow still give finite, correct results",
-    "[normalization]") {
+TEST_CASE("normalization: finite rows whose squares or sums overflow still give finite, correct results",
+          "[normalization]") {
   TestContext ctx;
   std::mt19937_64 rng(5);
   struct Case {
@@ -265,8 +267,7 @@ TEST_CASE(
                         {DType::f64, 1e200, 1e300, 1e-12}};
   for (const Case& c : cases) {
     for (std::int64_t n : {7, 1000, 5000}) {  // 5000: more than one block of partial sums
-      INFO(forge::dtype_name(c.dtype)
-           << " rows of " << n << " in [" << c.lo << ", " << c.hi << "]");
+      INFO(forge::dtype_name(c.dtype) << " rows of " << n << " in [" << c.lo << ", " << c.hi << "]");
       const Tensor x = ctx.from_vector(huge_rows(rng, 3, n, c.lo, c.hi), {3, n}).to(c.dtype);
       const Tensor w = ctx.from_vector(randoms(rng, n, 0.5, 2), {n}).to(c.dtype);
       const Tensor b = ctx.from_vector(randoms(rng, n, -1, 1), {n}).to(c.dtype);
@@ -274,20 +275,18 @@ TEST_CASE(
       const double rms_eps = c.dtype == DType::f64   ? 2.220446049250313e-16
                              : c.dtype == DType::f32 ? 1.1920928955078125e-07
                                                      : 0.0078125;  // the dtype's epsilon
-      check_close(forge::layer_norm(x, {n}, w, b).to_vector<double>(),
-                  wide_reference_norm(xs, n, ws, bs, 1e-5, false), c.tol);
-      check_close(forge::rms_norm(x, {n}, w).to_vector<double>(),
-                  wide_reference_norm(xs, n, ws, bs, rms_eps, true), c.tol);
+      check_close(forge::layer_norm(x, {n}, w, b).to_vector<double>(), wide_reference_norm(xs, n, ws, bs, 1e-5, false),
+                  c.tol);
+      check_close(forge::rms_norm(x, {n}, w).to_vector<double>(), wide_reference_norm(xs, n, ws, bs, rms_eps, true),
+                  c.tol);
     }
   }
   // A constant row of 3e38 (its f32 sum overflows) has no deviation: exactly the bias.
   const Tensor flat = ctx.full({2, 4096}, 3e38);
   const Tensor bias = ctx.full({4096}, 0.25);
-  for (double v : forge::layer_norm(flat, {4096}, Tensor(), bias).to_vector<double>())
-    CHECK(v == 0.25);
+  for (double v : forge::layer_norm(flat, {4096}, Tensor(), bias).to_vector<double>()) CHECK(v == 0.25);
   // A row that holds inf or NaN is not finite: NaN, as in libtorch.
-  const Tensor special =
-      ctx.from_vector(std::vector<float>{1, INFINITY, 2, 3, 1, NAN, 2, 3}, {2, 4});
+  const Tensor special = ctx.from_vector(std::vector<float>{1, INFINITY, 2, 3, 1, NAN, 2, 3}, {2, 4});
   for (double v : forge::layer_norm(special, {4}).to_vector<double>()) CHECK(std::isnan(v));
 }
 

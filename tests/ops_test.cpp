@@ -28,12 +28,10 @@ using forge::ErrorCode;
 using forge::Half;
 using forge::Shape;
 using forge::Tensor;
-using forge_test::TestContext;
 using forge_test::kAllDTypes;
 using forge_test::kFloatDTypes;
+using forge_test::TestContext;
 using Index = std::vector<std::int64_t>;
-
-
 
 // ---- the reference semantics ----
 
@@ -55,12 +53,18 @@ DType reference_promote(DType a, DType b) {
 // promotion needs (anything into a float; bool or a narrower int into an int).
 long double to_dtype(long double v, DType t) {
   switch (t) {
-    case DType::f64: return static_cast<double>(v);
-    case DType::f32: return static_cast<float>(v);
-    case DType::f16: return forge_test::f16_format().value(forge_test::f16_format().round(static_cast<double>(v)));
-    case DType::bf16: return forge_test::bf16_format().value(forge_test::bf16_format().round(static_cast<double>(v)));
-    case DType::boolean: return (std::isnan(v) || v != 0) ? 1 : 0;
-    default: return v;
+    case DType::f64:
+      return static_cast<double>(v);
+    case DType::f32:
+      return static_cast<float>(v);
+    case DType::f16:
+      return forge_test::f16_format().value(forge_test::f16_format().round(static_cast<double>(v)));
+    case DType::bf16:
+      return forge_test::bf16_format().value(forge_test::bf16_format().round(static_cast<double>(v)));
+    case DType::boolean:
+      return (std::isnan(v) || v != 0) ? 1 : 0;
+    default:
+      return v;
   }
 }
 
@@ -105,9 +109,12 @@ long double read_at(const Tensor& t, const std::int64_t* index) {
     using T = decltype(tag);
     T v;
     std::memcpy(&v, p, sizeof(T));
-    if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) return static_cast<float>(v);
-    else if constexpr (std::is_same_v<T, bool>) return v ? 1 : 0;
-    else return static_cast<long double>(v);
+    if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>)
+      return static_cast<float>(v);
+    else if constexpr (std::is_same_v<T, bool>)
+      return v ? 1 : 0;
+    else
+      return static_cast<long double>(v);
   });
 }
 
@@ -194,10 +201,14 @@ struct Gen {
         const double v = std::uniform_real_distribution<double>(-8, 8)(rng);
         return to_dtype(v, t);
       }
-      case DType::i32: return static_cast<std::int32_t>(static_cast<std::uint32_t>(rng()));
-      case DType::i64: return static_cast<long double>(static_cast<std::int64_t>(rng()));
-      case DType::u8: return static_cast<long double>(rng() & 0xffu);
-      case DType::boolean: return static_cast<long double>(rng() & 1u);
+      case DType::i32:
+        return static_cast<std::int32_t>(static_cast<std::uint32_t>(rng()));
+      case DType::i64:
+        return static_cast<long double>(static_cast<std::int64_t>(rng()));
+      case DType::u8:
+        return static_cast<long double>(rng() & 0xffu);
+      case DType::boolean:
+        return static_cast<long double>(rng() & 1u);
     }
     return 0;
   }
@@ -205,7 +216,8 @@ struct Gen {
   long double small(DType t) {
     if (t == DType::boolean) return static_cast<long double>(rng() & 1u);
     if (t == DType::u8) return static_cast<long double>(rng() % 200);
-    if (forge::is_floating(t)) return to_dtype(std::ldexp(static_cast<double>(static_cast<std::int64_t>(rng() % 2001) - 1000), -3), t);
+    if (forge::is_floating(t))
+      return to_dtype(std::ldexp(static_cast<double>(static_cast<std::int64_t>(rng() % 2001) - 1000), -3), t);
     return static_cast<long double>(static_cast<std::int64_t>(rng() % 201) - 100);
   }
   std::int64_t below(std::int64_t n) { return static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(n)); }
@@ -217,9 +229,12 @@ Tensor from_values(forge::ExecContext& ctx, const std::vector<long double>& xs, 
     std::vector<T> v;
     v.reserve(xs.size());
     for (long double x : xs) {
-      if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) v.push_back(T(static_cast<float>(x)));
-      else if constexpr (std::is_same_v<T, bool>) v.push_back(x != 0);
-      else v.push_back(static_cast<T>(x));
+      if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>)
+        v.push_back(T(static_cast<float>(x)));
+      else if constexpr (std::is_same_v<T, bool>)
+        v.push_back(x != 0);
+      else
+        v.push_back(static_cast<T>(x));
     }
     return ctx.from_vector(v, shape);
   });
@@ -228,11 +243,16 @@ Tensor from_values(forge::ExecContext& ctx, const std::vector<long double>& xs, 
 using Layout = forge_test::reference::View;
 const char* layout_name(Layout l) {
   switch (l) {
-    case Layout::packed: return "packed";
-    case Layout::transposed: return "transposed";
-    case Layout::stepped: return "stepped";
-    case Layout::expanded: return "expanded";
-    case Layout::offset: return "offset";
+    case Layout::packed:
+      return "packed";
+    case Layout::transposed:
+      return "transposed";
+    case Layout::stepped:
+      return "stepped";
+    case Layout::expanded:
+      return "expanded";
+    case Layout::offset:
+      return "offset";
   }
   return "?";
 }
@@ -253,9 +273,12 @@ struct ShapePair {
 
 std::vector<ShapePair> broadcast_cases(Gen& gen) {
   std::vector<ShapePair> cases = {
-      {{4, 1, 3}, {2, 3}}, {{}, {5}},         {{5}, {}},           {{}, {}},
-      {{3, 1}, {1, 4}},    {{2, 0, 3}, {3}},  {{0}, {1}},          {{1}, {7}},
-      {{6, 5}, {6, 5}},    {{2, 3, 4, 5}, {3, 1, 5}}, {{1, 1, 1}, {1}}, {{7, 1, 1, 3}, {1, 5, 2, 1}},
+      {{4, 1, 3}, {2, 3}}, {{}, {5}},
+      {{5}, {}},           {{}, {}},
+      {{3, 1}, {1, 4}},    {{2, 0, 3}, {3}},
+      {{0}, {1}},          {{1}, {7}},
+      {{6, 5}, {6, 5}},    {{2, 3, 4, 5}, {3, 1, 5}},
+      {{1, 1, 1}, {1}},    {{7, 1, 1, 3}, {1, 5, 2, 1}},
       {{3, 0}, {1, 1}},    {{1, 1, 1, 1, 1, 2}, {2, 1}},
   };
   // Random ones: an output shape, each operand a suffix of it with some dims set to 1.
@@ -284,9 +307,10 @@ TEST_CASE("ops: add and mul match naive loops on broadcast shapes and every layo
   TestContext ctx;
   Gen gen;
   const std::vector<ShapePair> cases = broadcast_cases(gen);
-  const std::pair<Layout, Layout> layouts[] = {
-      {Layout::packed, Layout::packed}, {Layout::offset, Layout::offset}, {Layout::transposed, Layout::stepped},
-      {Layout::expanded, Layout::transposed}};
+  const std::pair<Layout, Layout> layouts[] = {{Layout::packed, Layout::packed},
+                                               {Layout::offset, Layout::offset},
+                                               {Layout::transposed, Layout::stepped},
+                                               {Layout::expanded, Layout::transposed}};
   for (DType t : kAllDTypes) {
     for (const ShapePair& c : cases) {
       for (const auto& [la, lb] : layouts) {
@@ -369,16 +393,20 @@ TEST_CASE("ops: bool add is logical or, bool mul is logical and") {
 
 TEST_CASE("ops: integer add and mul wrap around on overflow") {
   TestContext ctx;
-  const std::int32_t i32max = std::numeric_limits<std::int32_t>::max(), i32min = std::numeric_limits<std::int32_t>::min();
-  const std::int64_t i64max = std::numeric_limits<std::int64_t>::max(), i64min = std::numeric_limits<std::int64_t>::min();
+  const std::int32_t i32max = std::numeric_limits<std::int32_t>::max(),
+                     i32min = std::numeric_limits<std::int32_t>::min();
+  const std::int64_t i64max = std::numeric_limits<std::int64_t>::max(),
+                     i64min = std::numeric_limits<std::int64_t>::min();
   CHECK(forge::add(ctx.from_vector<std::int32_t>({i32max, i32min}), ctx.from_vector<std::int32_t>({1, -1}))
             .to_vector<std::int32_t>() == std::vector<std::int32_t>{i32min, i32max});
-  CHECK(forge::mul(ctx.from_vector<std::int32_t>({65536, i32min, 3}), ctx.from_vector<std::int32_t>({65536, -1, i32max}))
-            .to_vector<std::int32_t>() == std::vector<std::int32_t>{0, i32min, 2147483645});
+  CHECK(
+      forge::mul(ctx.from_vector<std::int32_t>({65536, i32min, 3}), ctx.from_vector<std::int32_t>({65536, -1, i32max}))
+          .to_vector<std::int32_t>() == std::vector<std::int32_t>{0, i32min, 2147483645});
   CHECK(forge::add(ctx.from_vector<std::int64_t>({i64max}), ctx.from_vector<std::int64_t>({1}))
             .to_vector<std::int64_t>() == std::vector<std::int64_t>{i64min});
-  CHECK(forge::mul(ctx.from_vector<std::int64_t>({std::int64_t{1} << 62, i64min}), ctx.from_vector<std::int64_t>({4, -1}))
-            .to_vector<std::int64_t>() == std::vector<std::int64_t>{0, i64min});
+  CHECK(
+      forge::mul(ctx.from_vector<std::int64_t>({std::int64_t{1} << 62, i64min}), ctx.from_vector<std::int64_t>({4, -1}))
+          .to_vector<std::int64_t>() == std::vector<std::int64_t>{0, i64min});
   CHECK(forge::add(ctx.from_vector<std::uint8_t>({200, 255}), ctx.from_vector<std::uint8_t>({100, 1}))
             .to_vector<std::uint8_t>() == std::vector<std::uint8_t>{44, 0});
   CHECK(forge::mul(ctx.from_vector<std::uint8_t>({16, 255}), ctx.from_vector<std::uint8_t>({16, 255}))
@@ -408,8 +436,8 @@ TEST_CASE("ops: float add and mul follow IEEE (overflow to inf, inf - inf and 0 
 TEST_CASE("ops: mixed dtypes promote as libtorch (i64 + f32 -> f32, bool + i32 -> i32, f16 + bf16 -> f32, ...)") {
   TestContext ctx;
   Gen gen;
-  const std::pair<DType, DType> pins[] = {{DType::i64, DType::f32}, {DType::boolean, DType::i32},
-                                          {DType::f16, DType::bf16}};
+  const std::pair<DType, DType> pins[] = {
+      {DType::i64, DType::f32}, {DType::boolean, DType::i32}, {DType::f16, DType::bf16}};
   const DType pinned[] = {DType::f32, DType::i32, DType::f32};
   for (int k = 0; k < 3; ++k) {
     const Tensor a = make_input(ctx, gen, {3}, pins[k].first, Layout::packed, true);

@@ -2,7 +2,6 @@
 // clip_grad_norm_ and the learning-rate schedules.
 
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -52,9 +51,14 @@ using Factory = std::function<std::unique_ptr<optim::Optimizer>(std::vector<Tens
 
 const std::vector<std::pair<const char*, Factory>>& factories() {
   static const std::vector<std::pair<const char*, Factory>> all = {
-      {"Adam", [](std::vector<Tensor> p, double lr) { return std::make_unique<optim::Adam>(p, optim::AdamOptions{.lr = lr}); }},
-      {"AdamW", [](std::vector<Tensor> p, double lr) { return std::make_unique<optim::AdamW>(p, optim::AdamOptions{.lr = lr, .weight_decay = 0.1}); }},
-      {"SGD", [](std::vector<Tensor> p, double lr) {
+      {"Adam",
+       [](std::vector<Tensor> p, double lr) { return std::make_unique<optim::Adam>(p, optim::AdamOptions{.lr = lr}); }},
+      {"AdamW",
+       [](std::vector<Tensor> p, double lr) {
+         return std::make_unique<optim::AdamW>(p, optim::AdamOptions{.lr = lr, .weight_decay = 0.1});
+       }},
+      {"SGD",
+       [](std::vector<Tensor> p, double lr) {
          return std::make_unique<optim::SGD>(p, optim::SGDOptions{.lr = lr, .momentum = 0.9, .nesterov = true});
        }},
   };
@@ -73,8 +77,8 @@ TEST_CASE("optim: state_dict holds the moments, per-parameter steps and hyper-pa
   std::vector<std::string> keys;
   for (const auto& [k, v] : d) keys.push_back(k);
   CHECK(keys == std::vector<std::string>{"beta1", "beta2", "decoupled_weight_decay", "eps", "lr", "state.0.exp_avg",
-                                         "state.0.exp_avg_sq", "state.0.step", "state.1.exp_avg",
-                                         "state.1.exp_avg_sq", "state.1.step", "step", "weight_decay"});
+                                         "state.0.exp_avg_sq", "state.0.step", "state.1.exp_avg", "state.1.exp_avg_sq",
+                                         "state.1.step", "step", "weight_decay"});
   CHECK(d.at("step").dim() == 0);
   CHECK(d.at("step").dtype() == DType::i64);
   CHECK(d.at("step").item<std::int64_t>() == 1);
@@ -164,11 +168,11 @@ TEST_CASE("optim: a refused state dict names the key and leaves the optimizer as
 
   // A dict for more or fewer parameters.
   optim::Adam one({ps.tensors[0]});
-  const std::string more = forge_test::expect_error(forge::ErrorCode::invalid_argument, op,
-                                                    [&] { one.load_state_dict(good); });
+  const std::string more =
+      forge_test::expect_error(forge::ErrorCode::invalid_argument, op, [&] { one.load_state_dict(good); });
   CHECK(more.find("'state.1.exp_avg'") != std::string::npos);
-  const std::string fewer = forge_test::expect_error(forge::ErrorCode::invalid_argument, op,
-                                                     [&] { adam.load_state_dict(one.state_dict()); });
+  const std::string fewer =
+      forge_test::expect_error(forge::ErrorCode::invalid_argument, op, [&] { adam.load_state_dict(one.state_dict()); });
   CHECK(fewer.find("'state.1.") != std::string::npos);
 
   // SGD: momentum on one side only, and a flag that is not 0 or 1.
@@ -236,8 +240,7 @@ TEST_CASE("optim: clip_grad_norm_ applies a non-finite norm as libtorch, or refu
     set(inf);
     CHECK(optim::clip_grad_norm_({a, b}, 1.0, norm_type) == inf);
     const auto ga = a.grad().to_vector<double>(), gb = b.grad().to_vector<double>();
-    CHECK((ga[0] == 0 && !std::signbit(ga[0]) && std::isnan(ga[1]) && ga[2] == 0 &&
-           std::signbit(ga[2])));
+    CHECK((ga[0] == 0 && !std::signbit(ga[0]) && std::isnan(ga[1]) && ga[2] == 0 && std::signbit(ga[2])));
     CHECK((gb[0] == 0 && gb[1] == 0 && std::signbit(gb[1])));
     // A NaN norm: every entry becomes NaN.
     set(std::nan(""));
@@ -247,13 +250,11 @@ TEST_CASE("optim: clip_grad_norm_ applies a non-finite norm as libtorch, or refu
     // error_if_nonfinite refuses either before touching a gradient.
     for (double special : {inf, std::nan("")}) {
       set(special);
-      const std::string msg =
-          FORGE_REQUIRE_ERROR(invalid_argument, "clip_grad_norm_",
-                              optim::clip_grad_norm_({a, b}, 1.0, norm_type, true));
+      const std::string msg = FORGE_REQUIRE_ERROR(invalid_argument, "clip_grad_norm_",
+                                                  optim::clip_grad_norm_({a, b}, 1.0, norm_type, true));
       CHECK_THAT(msg, Catch::Contains(std::isnan(special) ? "nan, so" : "is inf, so"));
       const auto g = a.grad().to_vector<double>();
-      CHECK(
-          (g[0] == 1 && g[2] == -2 && b.grad().to_vector<double>() == std::vector<double>{3, -4}));
+      CHECK((g[0] == 1 && g[2] == -2 && b.grad().to_vector<double>() == std::vector<double>{3, -4}));
     }
   }
   // Finite f32 gradients whose 2-norm passes f32's range: libtorch's f32 sum
@@ -310,8 +311,10 @@ TEST_CASE("optim: CosineWithWarmup warms up linearly from 0, then follows the co
   for (int t = 0; t <= 13; ++t) {
     INFO(t);
     double want = 0.01;
-    if (t < 4) want = 0.1 * t / 4.0;
-    else if (t < 10) want = 0.01 + 0.09 * 0.5 * (1 + std::cos(std::numbers::pi * (t - 4) / 6.0));
+    if (t < 4)
+      want = 0.1 * t / 4.0;
+    else if (t < 10)
+      want = 0.01 + 0.09 * 0.5 * (1 + std::cos(std::numbers::pi * (t - 4) / 6.0));
     CHECK(sched.lr() == Approx(want).epsilon(1e-14).margin(1e-17));
     CHECK(adamw.lr() == sched.lr());
     sched.step();

@@ -27,8 +27,10 @@ struct ScalarAdam {
   int t = 0;
   void step(double g) {
     ++t;
-    if (decoupled) p -= lr * wd * p;
-    else g += wd * p;
+    if (decoupled)
+      p -= lr * wd * p;
+    else
+      g += wd * p;
     m = b1 * m + (1 - b1) * g;
     v = b2 * v + (1 - b2) * g * g;
     const double mhat = m / (1 - std::pow(b1, t)), vhat = v / (1 - std::pow(b2, t));
@@ -41,11 +43,13 @@ void three_steps(bool decoupled, double wd, DType dtype) {
   const std::vector<double> start = {1.0, -2.0, 0.5};
   const std::vector<std::vector<double>> grads = {{0.5, -1.0, 0.0}, {0.25, 2.0, -0.1}, {-0.75, 0.5, 0.3}};
   Tensor p = ctx.from_vector<double>(start, {3}).to(dtype).requires_grad_();
-  forge::optim::AdamOptions o{.lr = 0.1, .beta1 = 0.8, .beta2 = 0.9, .eps = 1e-6, .weight_decay = wd,
-                              .decoupled_weight_decay = decoupled};
+  forge::optim::AdamOptions o{
+      .lr = 0.1, .beta1 = 0.8, .beta2 = 0.9, .eps = 1e-6, .weight_decay = wd, .decoupled_weight_decay = decoupled};
   std::unique_ptr<forge::optim::Adam> made;
-  if (decoupled) made = std::make_unique<forge::optim::AdamW>(std::vector<Tensor>{p}, o);  // forces decoupled
-  else made = std::make_unique<forge::optim::Adam>(std::vector<Tensor>{p}, o);
+  if (decoupled)
+    made = std::make_unique<forge::optim::AdamW>(std::vector<Tensor>{p}, o);  // forces decoupled
+  else
+    made = std::make_unique<forge::optim::Adam>(std::vector<Tensor>{p}, o);
   forge::optim::Optimizer& adam = *made;
   std::vector<ScalarAdam> ref;
   for (double s : start) ref.push_back({o.lr, o.beta1, o.beta2, o.eps, wd, decoupled, s});
@@ -266,8 +270,7 @@ TEST_CASE("optim: SGD refuses bad options") {
   FORGE_REQUIRE_ERROR(invalid_argument, "AdamW", forge::optim::AdamW({p}, {.eps = -1}));
 }
 
-TEST_CASE(
-    "optim: a parameter listed twice or two views whose bytes meet are refused, naming both") {
+TEST_CASE("optim: a parameter listed twice or two views whose bytes meet are refused, naming both") {
   TestContext ctx;
   Tensor p = ctx.randn({3}, DType::f64).requires_grad_();
   Tensor q = ctx.randn({2, 2}).requires_grad_();
@@ -281,8 +284,8 @@ TEST_CASE(
   const Tensor base = ctx.zeros({10}, DType::f64);
   Tensor head = base.narrow(0, 0, 6).requires_grad_(), tail = base.narrow(0, 4, 6).requires_grad_();
   msg = FORGE_REQUIRE_ERROR(invalid_argument, "AdamW", forge::optim::AdamW({p, tail, head}));
-  CHECK_THAT(msg, Catch::Contains("parameters 1 and 2 overlap") && Catch::Contains("[32, 80)") &&
-                      Catch::Contains("[0, 48)"));
+  CHECK_THAT(
+      msg, Catch::Contains("parameters 1 and 2 overlap") && Catch::Contains("[32, 80)") && Catch::Contains("[0, 48)"));
   // Rows 1-2 and 2-3 of a matrix, with unrelated parameters between them.
   const Tensor m = ctx.zeros({4, 3});
   Tensor rows12 = m.narrow(0, 1, 2).requires_grad_(), rows23 = m.narrow(0, 2, 2).requires_grad_();
@@ -290,12 +293,10 @@ TEST_CASE(
   CHECK_THAT(msg, Catch::Contains("parameters 0 and 2 overlap"));
 
   // Views that only touch are disjoint: each element is stepped once.
-  Tensor left = base.narrow(0, 0, 5).requires_grad_(),
-         right = base.narrow(0, 5, 5).requires_grad_();
+  Tensor left = base.narrow(0, 0, 5).requires_grad_(), right = base.narrow(0, 5, 5).requires_grad_();
   forge::optim::SGD sgd({right, left}, {.lr = 0.5});
   left.set_grad(ctx.ones({5}, DType::f64));
   right.set_grad(ctx.full({5}, 2.0, DType::f64));
   sgd.step();
-  CHECK(base.to_vector<double>() ==
-        std::vector<double>{-0.5, -0.5, -0.5, -0.5, -0.5, -1, -1, -1, -1, -1});
+  CHECK(base.to_vector<double>() == std::vector<double>{-0.5, -0.5, -0.5, -0.5, -0.5, -1, -1, -1, -1, -1});
 }

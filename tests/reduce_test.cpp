@@ -17,8 +17,8 @@
 
 namespace {
 
-using forge::DType;
 using forge::DimList;
+using forge::DType;
 using forge::Shape;
 using forge::Tensor;
 using forge_test::kAllDTypes;
@@ -36,10 +36,14 @@ std::vector<double> random_values(Rng& g, std::int64_t n, DType t, double lo = -
                                   bool quarters = false) {
   std::vector<double> v(static_cast<std::size_t>(n));
   for (auto& x : v) {
-    if (t == DType::boolean) x = static_cast<double>(g.below(2));
-    else if (t == DType::u8) x = static_cast<double>(g.below(6));
-    else if (!forge::is_floating(t)) x = static_cast<double>(g.below(7) - 3);
-    else x = quarters ? std::round(g.uniform(lo, hi) * 4) / 4 : g.uniform(lo, hi);
+    if (t == DType::boolean)
+      x = static_cast<double>(g.below(2));
+    else if (t == DType::u8)
+      x = static_cast<double>(g.below(6));
+    else if (!forge::is_floating(t))
+      x = static_cast<double>(g.below(7) - 3);
+    else
+      x = quarters ? std::round(g.uniform(lo, hi) * 4) / 4 : g.uniform(lo, hi);
   }
   return v;
 }
@@ -85,7 +89,8 @@ Groups group(const Tensor& x, const std::vector<bool>& reduced) {
   std::vector<std::int64_t> idx(static_cast<std::size_t>(r), 0);
   for (std::size_t n = 0; n < xs.size(); ++n) {
     std::int64_t o = 0;
-    for (int d = 0; d < r; ++d) o = o * g.out_shape[d] + (reduced[static_cast<std::size_t>(d)] ? 0 : idx[static_cast<std::size_t>(d)]);
+    for (int d = 0; d < r; ++d)
+      o = o * g.out_shape[d] + (reduced[static_cast<std::size_t>(d)] ? 0 : idx[static_cast<std::size_t>(d)]);
     g.vals[static_cast<std::size_t>(o)].push_back(xs[n]);
     for (int d = r - 1; d >= 0; --d) {
       if (++idx[static_cast<std::size_t>(d)] < x.shape()[d]) break;
@@ -97,7 +102,8 @@ Groups group(const Tensor& x, const std::vector<bool>& reduced) {
 
 enum class Op { sum, mean, prod, amax, amin, var, std, logsumexp, norm1, norm2, all, any };
 const char* op_name(Op op) {
-  static const char* names[] = {"sum", "mean", "prod", "amax", "amin", "var", "std", "logsumexp", "norm1", "norm2", "all", "any"};
+  static const char* names[] = {"sum", "mean",      "prod",  "amax",  "amin", "var",
+                                "std", "logsumexp", "norm1", "norm2", "all",  "any"};
   return names[static_cast<int>(op)];
 }
 
@@ -105,9 +111,16 @@ double reference(Op op, const std::vector<double>& v, std::int64_t correction = 
   const double n = static_cast<double>(v.size());
   double s = 0, m;
   switch (op) {
-    case Op::sum: for (double x : v) s += x; return s;
-    case Op::mean: for (double x : v) s += x; return s / n;
-    case Op::prod: s = 1; for (double x : v) s *= x; return s;
+    case Op::sum:
+      for (double x : v) s += x;
+      return s;
+    case Op::mean:
+      for (double x : v) s += x;
+      return s / n;
+    case Op::prod:
+      s = 1;
+      for (double x : v) s *= x;
+      return s;
     case Op::amax:
     case Op::amin:
       m = v[0];
@@ -131,10 +144,20 @@ double reference(Op op, const std::vector<double>& v, std::int64_t correction = 
       if (std::isinf(m)) return m;
       for (double x : v) s += std::exp(x - m);
       return m + std::log(s);
-    case Op::norm1: for (double x : v) s += std::abs(x); return s;
-    case Op::norm2: for (double x : v) s += x * x; return std::sqrt(s);
-    case Op::all: for (double x : v) if (x == 0) return 0; return 1;
-    case Op::any: for (double x : v) if (x != 0) return 1; return 0;
+    case Op::norm1:
+      for (double x : v) s += std::abs(x);
+      return s;
+    case Op::norm2:
+      for (double x : v) s += x * x;
+      return std::sqrt(s);
+    case Op::all:
+      for (double x : v)
+        if (x == 0) return 0;
+      return 1;
+    case Op::any:
+      for (double x : v)
+        if (x != 0) return 1;
+      return 0;
   }
   return 0;
 }
@@ -150,28 +173,45 @@ double scale(Op op, const std::vector<double>& v, double want) {
 
 double tolerance(DType t) {
   switch (t) {
-    case DType::f64: return 1e-12;
-    case DType::f32: return 2e-6;
-    case DType::f16: return 2e-3;
-    case DType::bf16: return 1.6e-2;
-    default: return 0;
+    case DType::f64:
+      return 1e-12;
+    case DType::f32:
+      return 2e-6;
+    case DType::f16:
+      return 2e-3;
+    case DType::bf16:
+      return 1.6e-2;
+    default:
+      return 0;
   }
 }
 
 Tensor apply(Op op, const Tensor& x, const DimList& dims, bool keepdim, std::int64_t correction = 1) {
   switch (op) {
-    case Op::sum: return forge::sum(x, dims, keepdim);
-    case Op::mean: return forge::mean(x, dims, keepdim);
-    case Op::prod: return forge::prod(x, dims, keepdim);
-    case Op::amax: return forge::amax(x, dims, keepdim);
-    case Op::amin: return forge::amin(x, dims, keepdim);
-    case Op::var: return forge::var(x, dims, correction, keepdim);
-    case Op::std: return forge::std(x, dims, correction, keepdim);
-    case Op::logsumexp: return forge::logsumexp(x, dims, keepdim);
-    case Op::norm1: return forge::norm(x, 1.0, dims, keepdim);
-    case Op::norm2: return forge::norm(x, 2.0, dims, keepdim);
-    case Op::all: return forge::all(x, dims, keepdim);
-    case Op::any: return forge::any(x, dims, keepdim);
+    case Op::sum:
+      return forge::sum(x, dims, keepdim);
+    case Op::mean:
+      return forge::mean(x, dims, keepdim);
+    case Op::prod:
+      return forge::prod(x, dims, keepdim);
+    case Op::amax:
+      return forge::amax(x, dims, keepdim);
+    case Op::amin:
+      return forge::amin(x, dims, keepdim);
+    case Op::var:
+      return forge::var(x, dims, correction, keepdim);
+    case Op::std:
+      return forge::std(x, dims, correction, keepdim);
+    case Op::logsumexp:
+      return forge::logsumexp(x, dims, keepdim);
+    case Op::norm1:
+      return forge::norm(x, 1.0, dims, keepdim);
+    case Op::norm2:
+      return forge::norm(x, 2.0, dims, keepdim);
+    case Op::all:
+      return forge::all(x, dims, keepdim);
+    case Op::any:
+      return forge::any(x, dims, keepdim);
   }
   return {};
 }
@@ -184,8 +224,15 @@ DType expected_dtype(Op op, DType in) {
 
 bool accepts(Op op, DType t) {
   switch (op) {
-    case Op::sum: case Op::prod: case Op::amax: case Op::amin: case Op::all: case Op::any: return true;
-    default: return forge::is_floating(t);
+    case Op::sum:
+    case Op::prod:
+    case Op::amax:
+    case Op::amin:
+    case Op::all:
+    case Op::any:
+      return true;
+    default:
+      return forge::is_floating(t);
   }
 }
 
@@ -209,15 +256,20 @@ void check(Op op, const Tensor& x, const std::vector<bool>& reduced, bool keepdi
     }
     return;
   }
-  const double max_finite = x.dtype() == DType::f16 ? 65504.0 : x.dtype() == DType::f32 || x.dtype() == DType::bf16 ? 3.4e38 : 1e308;
+  const double max_finite = x.dtype() == DType::f16                               ? 65504.0
+                            : x.dtype() == DType::f32 || x.dtype() == DType::bf16 ? 3.4e38
+                                                                                  : 1e308;
   int bad = 0;
   for (std::size_t o = 0; o < got.size(); ++o) {
     double want = reference(op, g.vals[o], correction);
     if (std::abs(want) > max_finite) want = want > 0 ? INFINITY : -INFINITY;
     bool ok;
-    if (std::isnan(want)) ok = std::isnan(got[o]);
-    else if (std::isinf(want)) ok = got[o] == want;
-    else ok = std::abs(got[o] - want) <= tol * scale(op, g.vals[o], want) * (op == Op::prod ? 4 : 1);
+    if (std::isnan(want))
+      ok = std::isnan(got[o]);
+    else if (std::isinf(want))
+      ok = got[o] == want;
+    else
+      ok = std::abs(got[o] - want) <= tol * scale(op, g.vals[o], want) * (op == Op::prod ? 4 : 1);
     if (!ok && bad++ < 3) FAIL_CHECK(op_name(op) << " output " << o << ": got " << got[o] << ", want " << want);
   }
   CHECK(bad == 0);
@@ -236,8 +288,8 @@ Shape random_shape(Rng& g) {
 TEST_CASE("reduce: every op matches a naive reference on random shapes, dims, layouts and dtypes", "[reduce]") {
   TestContext ctx;
   Rng g;
-  const Op ops[] = {Op::sum, Op::mean, Op::prod, Op::amax, Op::amin, Op::var, Op::std,
-                    Op::logsumexp, Op::norm1, Op::norm2, Op::all, Op::any};
+  const Op ops[] = {Op::sum, Op::mean,      Op::prod,  Op::amax,  Op::amin, Op::var,
+                    Op::std, Op::logsumexp, Op::norm1, Op::norm2, Op::all,  Op::any};
   const Layout layouts[] = {Layout::packed, Layout::transposed, Layout::stepped, Layout::expanded};
   for (int trial = 0; trial < 60; ++trial) {
     const Shape shape = random_shape(g);
@@ -278,12 +330,12 @@ TEST_CASE("reduce: large reductions take the parallel, split and row-accumulatin
     std::vector<bool> reduced;
   };
   const Case cases[] = {
-      {{3, 70001}, {1}, {false, true}},         // few outputs, long rows: split reduction
-      {{70001, 3}, {0}, {true, false}},         // few outputs, outer axis: split over rows
-      {{5000, 300}, {0}, {true, false}},        // outer axis, many tiles
-      {{300, 5000}, {1}, {false, true}},        // many rows
+      {{3, 70001}, {1}, {false, true}},   // few outputs, long rows: split reduction
+      {{70001, 3}, {0}, {true, false}},   // few outputs, outer axis: split over rows
+      {{5000, 300}, {0}, {true, false}},  // outer axis, many tiles
+      {{300, 5000}, {1}, {false, true}},  // many rows
       {{64, 33, 40}, {0, 2}, {true, false, true}},
-      {{200001}, {}, {true}},                   // one long run
+      {{200001}, {}, {true}},  // one long run
       {{2, 3, 40000}, {0, 1}, {true, true, false}},
   };
   for (const Case& c : cases) {
@@ -507,20 +559,42 @@ TEST_CASE("reduce: _into forms write into the caller's tensor, strided too", "[r
   forge::mean_into(s2, xs, 2);
   check(Op::mean, xs, {false, false, true}, false, s2);
   (void)strided;
-  for (Op op : {Op::prod, Op::amax, Op::amin, Op::var, Op::std, Op::logsumexp, Op::norm1, Op::norm2, Op::all, Op::any}) {
+  for (Op op :
+       {Op::prod, Op::amax, Op::amin, Op::var, Op::std, Op::logsumexp, Op::norm1, Op::norm2, Op::all, Op::any}) {
     Tensor o = ctx.zeros({3, 1, 5}, expected_dtype(op, DType::f64));
     switch (op) {
-      case Op::prod: forge::prod_into(o, xs, 1, true); break;
-      case Op::amax: forge::amax_into(o, xs, 1, true); break;
-      case Op::amin: forge::amin_into(o, xs, 1, true); break;
-      case Op::var: forge::var_into(o, xs, 1, 1, true); break;
-      case Op::std: forge::std_into(o, xs, 1, 1, true); break;
-      case Op::logsumexp: forge::logsumexp_into(o, xs, 1, true); break;
-      case Op::norm1: forge::norm_into(o, xs, 1.0, 1, true); break;
-      case Op::norm2: forge::norm_into(o, xs, 2.0, 1, true); break;
-      case Op::all: forge::all_into(o, xs, 1, true); break;
-      case Op::any: forge::any_into(o, xs, 1, true); break;
-      default: break;
+      case Op::prod:
+        forge::prod_into(o, xs, 1, true);
+        break;
+      case Op::amax:
+        forge::amax_into(o, xs, 1, true);
+        break;
+      case Op::amin:
+        forge::amin_into(o, xs, 1, true);
+        break;
+      case Op::var:
+        forge::var_into(o, xs, 1, 1, true);
+        break;
+      case Op::std:
+        forge::std_into(o, xs, 1, 1, true);
+        break;
+      case Op::logsumexp:
+        forge::logsumexp_into(o, xs, 1, true);
+        break;
+      case Op::norm1:
+        forge::norm_into(o, xs, 1.0, 1, true);
+        break;
+      case Op::norm2:
+        forge::norm_into(o, xs, 2.0, 1, true);
+        break;
+      case Op::all:
+        forge::all_into(o, xs, 1, true);
+        break;
+      case Op::any:
+        forge::any_into(o, xs, 1, true);
+        break;
+      default:
+        break;
     }
     INFO(op_name(op));
     check(op, xs, {false, true, false}, true, o);

@@ -24,8 +24,10 @@ inline double at(const forge::Tensor& t, const forge::Dims& idx) {
     using T = decltype(tag);
     T v;
     std::memcpy(&v, p, sizeof(T));
-    if constexpr (std::is_same_v<T, forge::Half> || std::is_same_v<T, forge::BFloat16>) return static_cast<float>(v);
-    else return static_cast<double>(v);
+    if constexpr (std::is_same_v<T, forge::Half> || std::is_same_v<T, forge::BFloat16>)
+      return static_cast<float>(v);
+    else
+      return static_cast<double>(v);
   });
 }
 

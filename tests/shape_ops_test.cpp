@@ -118,7 +118,8 @@ TEST_CASE("cat: promotes mixed dtypes as libtorch does", "[shape_ops]") {
 TEST_CASE("cat: a large concatenation runs the parallel path", "[shape_ops]") {
   TestContext ctx(forge_test::context_options(4));
   std::mt19937_64 rng(9);
-  const Tensor a = make_exact(ctx, rng, {300, 257}, DType::f32, stepped), b = make_exact(ctx, rng, {300, 100}, DType::f32, packed);
+  const Tensor a = make_exact(ctx, rng, {300, 257}, DType::f32, stepped),
+               b = make_exact(ctx, rng, {300, 100}, DType::f32, packed);
   check_cat(forge::cat({a, b}, 1), {a, b}, 1);
 }
 
@@ -160,7 +161,8 @@ TEST_CASE("stack: random shapes, every dtype and layout, against a naive lookup"
     const Shape s = random_shape(rng, rank);
     std::vector<Tensor> xs;
     const int n = static_cast<int>(pick(rng, 1, 4));
-    for (int i = 0; i < n; ++i) xs.push_back(make_exact(ctx, rng, s, i == 1 ? DType::i32 : t, static_cast<int>(rng() % kLayouts)));
+    for (int i = 0; i < n; ++i)
+      xs.push_back(make_exact(ctx, rng, s, i == 1 ? DType::i32 : t, static_cast<int>(rng() % kLayouts)));
     DType dtype = t;
     for (const Tensor& x : xs) dtype = reference_promote(dtype, x.dtype());
     INFO("iter " << iter << " shape " << s << " dim " << dim);

@@ -5,7 +5,6 @@
 // message starts with the operation.
 
 #include <catch2/catch.hpp>
-
 #include <cstdlib>
 #include <optional>
 #include <string>
@@ -25,9 +24,9 @@ class TestContext : public forge::ExecContext {
   explicit TestContext(const forge::ExecContextOptions& options) : forge::ExecContext(options) { track(runtime()); }
 };
 
-inline constexpr forge::DType kAllDTypes[] = {forge::DType::f32, forge::DType::f64, forge::DType::f16,
-                                              forge::DType::bf16, forge::DType::i32, forge::DType::i64,
-                                              forge::DType::u8,  forge::DType::boolean};
+inline constexpr forge::DType kAllDTypes[] = {forge::DType::f32,  forge::DType::f64,    forge::DType::f16,
+                                              forge::DType::bf16, forge::DType::i32,    forge::DType::i64,
+                                              forge::DType::u8,   forge::DType::boolean};
 inline constexpr forge::DType kFloatDTypes[] = {forge::DType::f32, forge::DType::f64, forge::DType::f16,
                                                 forge::DType::bf16};
 
@@ -43,12 +42,16 @@ class EnvGuard {
  public:
   EnvGuard(const char* name, const char* value) : name_(name) {
     if (const char* old = std::getenv(name)) old_ = std::string(old);
-    if (value) ::setenv(name, value, 1);
-    else ::unsetenv(name);
+    if (value)
+      ::setenv(name, value, 1);
+    else
+      ::unsetenv(name);
   }
   ~EnvGuard() {
-    if (old_) ::setenv(name_, old_->c_str(), 1);
-    else ::unsetenv(name_);
+    if (old_)
+      ::setenv(name_, old_->c_str(), 1);
+    else
+      ::unsetenv(name_);
   }
   EnvGuard(const EnvGuard&) = delete;
   EnvGuard& operator=(const EnvGuard&) = delete;
@@ -91,4 +94,5 @@ std::string expect_error(forge::ErrorCode code, const std::string& op, Fn&& fn) 
 
 }  // namespace forge_test
 
-#define FORGE_REQUIRE_ERROR(code, op, ...) ::forge_test::expect_error(::forge::ErrorCode::code, op, [&] { __VA_ARGS__; })
+#define FORGE_REQUIRE_ERROR(code, op, ...) \
+  ::forge_test::expect_error(::forge::ErrorCode::code, op, [&] { __VA_ARGS__; })

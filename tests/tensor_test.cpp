@@ -26,10 +26,9 @@ using forge::Half;
 using forge::Shape;
 using forge::Strides;
 using forge::Tensor;
-using forge_test::TestContext;
 using forge_test::kAllDTypes;
 using forge_test::kFloatDTypes;
-
+using forge_test::TestContext;
 
 // The element at `index` read straight from the buffer with the tensor's own
 // strides and offset (no kernel involved), widened to double.
@@ -41,8 +40,10 @@ double read_at(const Tensor& t, const std::vector<std::int64_t>& index) {
     using T = decltype(tag);
     T v;
     std::memcpy(&v, p, sizeof(T));
-    if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) return static_cast<float>(v);
-    else return static_cast<double>(v);
+    if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>)
+      return static_cast<float>(v);
+    else
+      return static_cast<double>(v);
   });
 }
 
@@ -155,12 +156,12 @@ TEST_CASE("tensor: full, fill_ and the ranges refuse a value that does not fit t
     double value;
     DType dtype;
   };
-  for (const Bad& b : {Bad{256, DType::u8}, Bad{-1.0, DType::u8}, Bad{255.5, DType::u8}, Bad{-0.5, DType::u8},
-                       Bad{-2147483648.5, DType::i32}, Bad{0x1p63, DType::i64}, Bad{3e9, DType::i32},
-                       Bad{-2147483649.0, DType::i32}, Bad{9.3e18, DType::i64}, Bad{kNaN, DType::i64},
-                       Bad{kInf, DType::u8}, Bad{-kInf, DType::i32}, Bad{0.5, DType::boolean},
-                       Bad{kNaN, DType::boolean}, Bad{-1, DType::boolean}, Bad{1e6, DType::f16},
-                       Bad{1e39, DType::bf16}, Bad{1e300, DType::f32}}) {
+  for (const Bad& b :
+       {Bad{256, DType::u8}, Bad{-1.0, DType::u8}, Bad{255.5, DType::u8}, Bad{-0.5, DType::u8},
+        Bad{-2147483648.5, DType::i32}, Bad{0x1p63, DType::i64}, Bad{3e9, DType::i32}, Bad{-2147483649.0, DType::i32},
+        Bad{9.3e18, DType::i64}, Bad{kNaN, DType::i64}, Bad{kInf, DType::u8}, Bad{-kInf, DType::i32},
+        Bad{0.5, DType::boolean}, Bad{kNaN, DType::boolean}, Bad{-1, DType::boolean}, Bad{1e6, DType::f16},
+        Bad{1e39, DType::bf16}, Bad{1e300, DType::f32}}) {
     CAPTURE(b.value, forge::dtype_name(b.dtype));
     FORGE_REQUIRE_ERROR(out_of_range, "full", (void)ctx.full({2}, b.value, b.dtype));
     FORGE_REQUIRE_ERROR(out_of_range, "full", (void)forge::full({2}, b.value, b.dtype));
@@ -277,7 +278,8 @@ TEST_CASE("tensor: eye is the identity, also rectangular and in every dtype") {
       CHECK(e.dtype() == t);
       const std::vector<double> v = e.to_vector<double>();
       for (std::int64_t i = 0; i < n; ++i)
-        for (std::int64_t j = 0; j < cols; ++j) CHECK(v[static_cast<std::size_t>(i * cols + j)] == (i == j ? 1.0 : 0.0));
+        for (std::int64_t j = 0; j < cols; ++j)
+          CHECK(v[static_cast<std::size_t>(i * cols + j)] == (i == j ? 1.0 : 0.0));
     }
   }
   CHECK(ctx.eye(0).shape() == Shape{0, 0});
@@ -391,8 +393,7 @@ TEST_CASE("tensor: from_blob shares the caller's memory and releases it once, af
   std::int64_t ints[3] = {4, 5, 6};
   CHECK(ctx.from_blob(ints, {3}, DType::i64).to_vector<std::int64_t>() == std::vector<std::int64_t>{4, 5, 6});
   // Misaligned for the dtype, or null with elements: refused.
-  FORGE_REQUIRE_ERROR(invalid_argument, "from_blob",
-                      ctx.from_blob(reinterpret_cast<char*>(data) + 1, {2}, DType::f32));
+  FORGE_REQUIRE_ERROR(invalid_argument, "from_blob", ctx.from_blob(reinterpret_cast<char*>(data) + 1, {2}, DType::f32));
   FORGE_REQUIRE_ERROR(invalid_argument, "from_blob", ctx.from_blob(nullptr, {2}, DType::f32));
   FORGE_REQUIRE_ERROR(invalid_argument, "from_blob", ctx.from_blob(data, {-2}, DType::f32));
 }
@@ -614,10 +615,10 @@ TEST_CASE("tensor: printing a 1-D tensor gives a column") {
 
 TEST_CASE("tensor: printing names every dtype's libtorch type in the footer") {
   TestContext ctx;
-  const std::pair<DType, const char*> names[] = {
-      {DType::f32, "CPUFloatType"}, {DType::f64, "CPUDoubleType"}, {DType::f16, "CPUHalfType"},
-      {DType::bf16, "CPUBFloat16Type"}, {DType::i32, "CPUIntType"}, {DType::i64, "CPULongType"},
-      {DType::u8, "CPUByteType"}, {DType::boolean, "CPUBoolType"}};
+  const std::pair<DType, const char*> names[] = {{DType::f32, "CPUFloatType"}, {DType::f64, "CPUDoubleType"},
+                                                 {DType::f16, "CPUHalfType"},  {DType::bf16, "CPUBFloat16Type"},
+                                                 {DType::i32, "CPUIntType"},   {DType::i64, "CPULongType"},
+                                                 {DType::u8, "CPUByteType"},   {DType::boolean, "CPUBoolType"}};
   for (const auto& [t, name] : names) {
     INFO(name);
     CHECK(print(ctx.ones({2}, t)) == std::string(" 1\n 1\n[ ") + name + "{2} ]");
@@ -653,8 +654,7 @@ TEST_CASE("tensor: printing a 3-D tensor gives libtorch's (i,.,.) blocks with in
   TestContext ctx;
   const Tensor t = ctx.from_vector<float>({1, 2, 3, 4, 5, 6, 7, 8}, {2, 2, 2});
   // libtorch prints each slice with __printMatrix(..., indent = 1): every row starts with one extra space.
-  CHECK(print(t) ==
-        "(1,.,.) = \n  1  2\n  3  4\n\n(2,.,.) = \n  5  6\n  7  8\n[ CPUFloatType{2,2,2} ]");
+  CHECK(print(t) == "(1,.,.) = \n  1  2\n  3  4\n\n(2,.,.) = \n  5  6\n  7  8\n[ CPUFloatType{2,2,2} ]");
 }
 
 TEST_CASE("tensor: printing a 3-D tensor names each block and prints its values") {

@@ -53,12 +53,18 @@ std::uint64_t bits_of(LD v) { return static_cast<std::uint64_t>(static_cast<std:
 
 LD to_dtype(LD v, DType t) {
   switch (t) {
-    case DType::f64: return static_cast<double>(v);
-    case DType::f32: return static_cast<float>(v);
-    case DType::f16: return forge_test::f16_format().value(forge_test::f16_format().round(static_cast<double>(v)));
-    case DType::bf16: return forge_test::bf16_format().value(forge_test::bf16_format().round(static_cast<double>(v)));
-    case DType::boolean: return (std::isnan(v) || v != 0) ? 1 : 0;
-    default: return wrap(bits_of(v), t);
+    case DType::f64:
+      return static_cast<double>(v);
+    case DType::f32:
+      return static_cast<float>(v);
+    case DType::f16:
+      return forge_test::f16_format().value(forge_test::f16_format().round(static_cast<double>(v)));
+    case DType::bf16:
+      return forge_test::bf16_format().value(forge_test::bf16_format().round(static_cast<double>(v)));
+    case DType::boolean:
+      return (std::isnan(v) || v != 0) ? 1 : 0;
+    default:
+      return wrap(bits_of(v), t);
   }
 }
 
@@ -75,8 +81,10 @@ LD read_at(const Tensor& t, const std::int64_t* index) {
     } else {
       T v;
       std::memcpy(&v, p, sizeof(T));
-      if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) return static_cast<float>(v);
-      else return static_cast<LD>(v);
+      if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>)
+        return static_cast<float>(v);
+      else
+        return static_cast<LD>(v);
     }
   });
 }
@@ -108,16 +116,14 @@ struct UnaryCase {
 
 double ref_sigmoid(double x) { return 1 / (1 + std::exp(-x)); }
 double ref_gelu(double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }
-double ref_gelu_tanh(double x) {
-  return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
-}
+double ref_gelu_tanh(double x) { return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))); }
 double ref_softplus(double x, double beta, double threshold) {
   return x * beta > threshold ? x : std::log1p(std::exp(x * beta)) / beta;
 }
 double ref_elu(double x, double alpha) { return x <= 0 ? std::expm1(x) * alpha : x; }
 double ref_sign(double x) { return std::isnan(x) ? 0 : (x > 0) - (x < 0); }
 
-#define FORGE_UNARY(name)                      \
+#define FORGE_UNARY(name)                         \
   [](const Tensor& x) { return forge::name(x); }, \
       [](Tensor& o, const Tensor& x) -> Tensor& { return forge::name##_into(o, x); }
 
@@ -127,8 +133,9 @@ const std::vector<UnaryCase>& unary_cases() {
       {"abs", FORGE_UNARY(abs), [](double x) { return std::fabs(x); }, Rule::keep, true},
       {"sign", FORGE_UNARY(sign), ref_sign, Rule::keep, true},
       {"square", FORGE_UNARY(square), [](double x) { return x * x; }, Rule::square, true},
-      {"relu", FORGE_UNARY(relu), [](double x) { return std::isnan(x) ? x : x > 0 ? x : 0; }, Rule::keep_no_bool,
-       true},
+      {"relu", FORGE_UNARY(relu), [](double x) { return std::isnan(x) ? x
+                                                        : x > 0       ? x
+                                                                      : 0; }, Rule::keep_no_bool, true},
       {"exp", FORGE_UNARY(exp), [](double x) { return std::exp(x); }, Rule::floating, false},
       {"expm1", FORGE_UNARY(expm1), [](double x) { return std::expm1(x); }, Rule::floating, false},
       {"log", FORGE_UNARY(log), [](double x) { return std::log(x); }, Rule::floating, false},
@@ -165,9 +172,12 @@ const std::vector<UnaryCase>& unary_cases() {
 DType result_of(Rule rule, DType t) {
   switch (rule) {
     case Rule::keep:
-    case Rule::keep_no_bool: return t;
-    case Rule::square: return t == DType::boolean ? DType::i64 : t;
-    default: return forge::is_floating(t) ? t : DType::f32;
+    case Rule::keep_no_bool:
+      return t;
+    case Rule::square:
+      return t == DType::boolean ? DType::i64 : t;
+    default:
+      return forge::is_floating(t) ? t : DType::f32;
   }
 }
 
@@ -190,10 +200,14 @@ struct Tolerance {
 };
 Tolerance tolerance(DType t) {
   switch (t) {
-    case DType::f64: return {1e-12, 1e-14};
-    case DType::f32: return {1e-5, 1e-6};
-    case DType::f16: return {1.5e-3, 1e-4};
-    default: return {1.2e-2, 1e-3};
+    case DType::f64:
+      return {1e-12, 1e-14};
+    case DType::f32:
+      return {1e-5, 1e-6};
+    case DType::f16:
+      return {1.5e-3, 1e-4};
+    default:
+      return {1.2e-2, 1e-3};
   }
 }
 
@@ -227,7 +241,8 @@ void check_unary(const std::string& what, const std::function<LD(LD, DType)>& f,
 
 void check_case(const UnaryCase& uc, const Tensor& x, const Tensor& out) {
   const DType c = result_of(uc.rule, x.dtype());
-  check_unary(uc.name, [&](LD v, DType t) { return reference(uc, v, t); }, uc.exact, c, x, out);
+  check_unary(
+      uc.name, [&](LD v, DType t) { return reference(uc, v, t); }, uc.exact, c, x, out);
 }
 
 // The op's name in its errors: the case label up to its parameters.
@@ -257,9 +272,12 @@ Tensor from_values(forge::ExecContext& ctx, const std::vector<LD>& xs, const Sha
     using T = decltype(tag);
     std::vector<T> v;
     for (LD x : xs) {
-      if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) v.push_back(T(static_cast<float>(x)));
-      else if constexpr (std::is_same_v<T, bool>) v.push_back(x != 0);
-      else v.push_back(static_cast<T>(x));
+      if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>)
+        v.push_back(T(static_cast<float>(x)));
+      else if constexpr (std::is_same_v<T, bool>)
+        v.push_back(x != 0);
+      else
+        v.push_back(static_cast<T>(x));
     }
     return ctx.from_vector(v, shape);
   });
@@ -302,8 +320,8 @@ TEST_CASE("unary: every op matches the reference in every dtype and layout", "[e
 
 TEST_CASE("unary: special values (zeros, infinities, NaN, overflow) in every float dtype", "[elementwise]") {
   TestContext ctx;
-  const std::vector<double> specials = {0.0, -0.0, kInf, -kInf, kNaN, 1e-30, -1e-30, 88.5, 89.0, -87.0, -104.0,
-                                        -200.0, 200.0, 3.9, -3.9, 4.5, -6.0, 8.5, -20.0, 20.5, 1e-4, -5e-4};
+  const std::vector<double> specials = {0.0,    -0.0,  kInf, -kInf, kNaN, 1e-30, -1e-30, 88.5,  89.0, -87.0, -104.0,
+                                        -200.0, 200.0, 3.9,  -3.9,  4.5,  -6.0,  8.5,    -20.0, 20.5, 1e-4,  -5e-4};
   for (const UnaryCase& uc : unary_cases()) {
     for (DType t : forge_test::kFloatDTypes) {
       const Tensor x = ctx.from_vector<double>(specials).to(t);
@@ -330,8 +348,8 @@ TEST_CASE("unary: large inputs take the parallel and streaming paths", "[element
 TEST_CASE("unary: _into writes into out's dtype, in place or into a view", "[elementwise]") {
   TestContext ctx;
   Gen gen;
-  const std::pair<DType, DType> pairs[] = {{DType::f16, DType::f32}, {DType::i32, DType::f64},
-                                           {DType::f32, DType::f32}, {DType::i32, DType::i64},
+  const std::pair<DType, DType> pairs[] = {{DType::f16, DType::f32},     {DType::i32, DType::f64},
+                                           {DType::f32, DType::f32},     {DType::i32, DType::i64},
                                            {DType::boolean, DType::f32}, {DType::bf16, DType::f16}};
   for (const UnaryCase& uc : unary_cases()) {
     for (const auto& [t, to] : pairs) {
@@ -386,8 +404,7 @@ TEST_CASE("unary: integer and bool semantics (wrapping, sign, square of bool)", 
         std::vector<float>{2.0f, std::sqrt(2.0f)});
   CHECK(forge::reciprocal(ctx.from_vector<std::int32_t>({0, 4})).to_vector<float>() ==
         std::vector<float>{std::numeric_limits<float>::infinity(), 0.25f});
-  CHECK(forge::sign(ctx.from_vector<double>({kNaN, -0.0, -2})).to_vector<double>() ==
-        std::vector<double>{0, 0, -1});
+  CHECK(forge::sign(ctx.from_vector<double>({kNaN, -0.0, -2})).to_vector<double>() == std::vector<double>{0, 0, -1});
 }
 
 TEST_CASE("unary: Tensor methods call the free functions", "[elementwise]") {
@@ -428,9 +445,9 @@ LD scalar_value(const Scalar& s) {
 TEST_CASE("clamp: bounds of any kind, result_type over x and the bounds, NaN propagates", "[elementwise]") {
   TestContext ctx;
   Gen gen;
-  const std::optional<Scalar> bounds[][2] = {{Scalar(-2), Scalar(3)}, {Scalar(-1.5), std::nullopt},
+  const std::optional<Scalar> bounds[][2] = {{Scalar(-2), Scalar(3)},      {Scalar(-1.5), std::nullopt},
                                              {std::nullopt, Scalar(2.25)}, {Scalar(0), Scalar(100)},
-                                             {Scalar(4), Scalar(-4)}, {Scalar(-3), Scalar(2.5)}};
+                                             {Scalar(4), Scalar(-4)},      {Scalar(-3), Scalar(2.5)}};
   for (DType t : kAllDTypes) {
     for (const auto& [lo, hi] : bounds) {
       DType c = t;
@@ -473,8 +490,7 @@ TEST_CASE("clamp: bounds of any kind, result_type over x and the bounds, NaN pro
   CHECK(std::isnan(forge::clamp(n, kNaN, std::nullopt).to_vector<double>()[1]));
   // A bound is rounded to f16 for an f16 tensor: 0.1 becomes 0.0999755859375.
   CHECK(forge::clamp(ctx.full({1}, 1, DType::f16), std::nullopt, 0.1).to_vector<double>()[0] == 0.0999755859375);
-  CHECK(forge::clamp(ctx.from_vector<std::int32_t>({1, 5}), 0, 3.5).to_vector<float>() ==
-        std::vector<float>{1, 3.5f});
+  CHECK(forge::clamp(ctx.from_vector<std::int32_t>({1, 5}), 0, 3.5).to_vector<float>() == std::vector<float>{1, 3.5f});
 }
 
 // ---- bad input ----
@@ -566,9 +582,9 @@ LD normal_pdf(LD x) { return std::exp(-x * x / 2) * 0.39894228040143267793994605
 struct Activation {
   const char* name;
   Tensor (*op)(const Tensor&);
-  LD (*f)(LD);                  // the function
-  LD (*df)(LD);                 // its derivative
-  LD (*df_terms)(LD);           // the magnitude of the terms the derivative adds
+  LD (*f)(LD);         // the function
+  LD (*df)(LD);        // its derivative
+  LD (*df_terms)(LD);  // the magnitude of the terms the derivative adds
 };
 
 const Activation kActivations[] = {
@@ -640,8 +656,8 @@ struct Misses {
     }
     if (ok) return;
     if (count++ == 0)
-      first = forge::detail::cat(std::setprecision(17), what, "(", static_cast<double>(x), ") = ",
-                                 static_cast<double>(got), ", want ", static_cast<double>(ref));
+      first = forge::detail::cat(std::setprecision(17), what, "(", static_cast<double>(x),
+                                 ") = ", static_cast<double>(got), ", want ", static_cast<double>(ref));
   }
 };
 
@@ -690,9 +706,9 @@ TEST_CASE("unary: tanh, sigmoid, silu and both gelus and their gradients track l
       INFO(a.name << "(" << v << ") broadcast");
       const LD want = a.f(v);
       const float got = a.op(ctx.full({}, v).expand({3})).to_vector<float>()[1];
-      CHECK(std::fabs(static_cast<LD>(got) - want) <=
-            kTanhUlps * ulp_at<float>(want) + kSteep * ulp_at<float>(1) * condition(a.f, v) +
-                std::fabs(v) * std::numeric_limits<float>::min());
+      CHECK(std::fabs(static_cast<LD>(got) - want) <= kTanhUlps * ulp_at<float>(want) +
+                                                          kSteep * ulp_at<float>(1) * condition(a.f, v) +
+                                                          std::fabs(v) * std::numeric_limits<float>::min());
     }
   }
 }
@@ -706,6 +722,6 @@ TEST_CASE("unary: the activation tails the issue names are no longer rounded to 
   const Tensor y = forge::gelu(x, forge::GeluApproximation::tanh);
   const float d = autograd::grad({y}, {x}, {.grad_outputs = {ctx.ones(y.shape(), y.dtype())}})[0].to_vector<float>()[0];
   CHECK(std::fabs(d - -1.54636199e-06f) <= 4e-12f);
-  CHECK(y.to_vector<float>()[0] < 0);  // -2.29e-7, not 0
+  CHECK(y.to_vector<float>()[0] < 0);                                  // -2.29e-7, not 0
   CHECK(forge::gelu(ctx.full({16}, -6.0)).to_vector<float>()[0] < 0);  // erf form: -5.9e-9
 }

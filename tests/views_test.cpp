@@ -134,9 +134,13 @@ void check_view(TestContext& ctx, const Shape& parent_shape, const MakeView& mak
 
 TEST_CASE("views: clone_view aliases the whole tensor") {
   TestContext ctx;
-  check_view(ctx, {3, 4}, [](const Tensor& p) { return p.clone_view(); }, {3, 4}, [](const Index& i) { return i; });
-  check_view(ctx, {3, 4}, [](const Tensor& p) { return p.t().clone_view(); }, {4, 3},
-             [](const Index& i) { return Index{i[1], i[0]}; });
+  check_view(
+      ctx, {3, 4}, [](const Tensor& p) { return p.clone_view(); }, {3, 4}, [](const Index& i) { return i; });
+  check_view(
+      ctx, {3, 4}, [](const Tensor& p) { return p.t().clone_view(); }, {4, 3},
+      [](const Index& i) {
+        return Index{i[1], i[0]};
+      });
   const Tensor a = ctx.zeros({2});
   const Tensor v = a.clone_view();
   CHECK_FALSE(v.is_same(a));  // a new impl over the same buffer
@@ -146,20 +150,40 @@ TEST_CASE("views: clone_view aliases the whole tensor") {
 TEST_CASE("views: view_with_strides maps (shape, strides, offset) onto the buffer, negative strides too") {
   TestContext ctx;
   // Element (i, j) at 1 + i + 3j of a 12-element buffer.
-  check_view(ctx, {12}, [](const Tensor& p) { return p.view_with_strides({3, 2}, {1, 3}, 1); }, {3, 2},
-             [](const Index& i) { return Index{1 + i[0] + 3 * i[1]}; });
+  check_view(
+      ctx, {12},
+      [](const Tensor& p) {
+        return p.view_with_strides({3, 2}, {1, 3}, 1);
+      },
+      {3, 2}, [](const Index& i) { return Index{1 + i[0] + 3 * i[1]}; });
   // Reversed.
-  check_view(ctx, {6}, [](const Tensor& p) { return p.view_with_strides({5}, {-1}, 4); }, {5},
-             [](const Index& i) { return Index{4 - i[0]}; });
+  check_view(
+      ctx, {6}, [](const Tensor& p) { return p.view_with_strides({5}, {-1}, 4); }, {5},
+      [](const Index& i) { return Index{4 - i[0]}; });
   // Offsets are absolute in the buffer, not relative to the tensor viewed.
-  check_view(ctx, {3, 4}, [](const Tensor& p) { return p.narrow(0, 2, 1).view_with_strides({2, 2}, {4, 1}, 1); },
-             {2, 2}, [](const Index& i) { return Index{i[0], 1 + i[1]}; });
+  check_view(
+      ctx, {3, 4},
+      [](const Tensor& p) {
+        return p.narrow(0, 2, 1).view_with_strides({2, 2}, {4, 1}, 1);
+      },
+      {2, 2},
+      [](const Index& i) {
+        return Index{i[0], 1 + i[1]};
+      });
   // A stride-0 dimension of size 1 is not an expansion: still writable.
-  check_view(ctx, {3}, [](const Tensor& p) { return p.view_with_strides({3, 1}, {1, 0}, 0); }, {3, 1},
-             [](const Index& i) { return Index{i[0]}; });
+  check_view(
+      ctx, {3},
+      [](const Tensor& p) {
+        return p.view_with_strides({3, 1}, {1, 0}, 0);
+      },
+      {3, 1}, [](const Index& i) { return Index{i[0]}; });
   // An overlapping stride-0 view of size > 1 reads fine but is not writable.
-  check_view(ctx, {3}, [](const Tensor& p) { return p.view_with_strides({2, 3}, {0, 1}, 0); }, {2, 3},
-             [](const Index& i) { return Index{i[1]}; }, /*writable=*/false);
+  check_view(
+      ctx, {3},
+      [](const Tensor& p) {
+        return p.view_with_strides({2, 3}, {0, 1}, 0);
+      },
+      {2, 3}, [](const Index& i) { return Index{i[1]}; }, /*writable=*/false);
 }
 
 TEST_CASE("views: view_with_strides is bounds-checked against the buffer") {
@@ -184,21 +208,57 @@ TEST_CASE("views: view_with_strides is bounds-checked against the buffer") {
 
 TEST_CASE("views: view and reshape reinterpret packed memory without a copy, inferring one -1") {
   TestContext ctx;
-  check_view(ctx, {12}, [](const Tensor& p) { return p.view({3, 4}); }, {3, 4},
-             [](const Index& i) { return Index{4 * i[0] + i[1]}; });
-  check_view(ctx, {3, 4}, [](const Tensor& p) { return p.reshape({2, -1}); }, {2, 6},
-             [](const Index& i) { return Index{(6 * i[0] + i[1]) / 4, (6 * i[0] + i[1]) % 4}; });
-  check_view(ctx, {2, 6}, [](const Tensor& p) { return p.view({-1}); }, {12},
-             [](const Index& i) { return Index{i[0] / 6, i[0] % 6}; });
-  check_view(ctx, {1}, [](const Tensor& p) { return p.view({}); }, {}, [](const Index&) { return Index{0}; });
+  check_view(
+      ctx, {12},
+      [](const Tensor& p) {
+        return p.view({3, 4});
+      },
+      {3, 4}, [](const Index& i) { return Index{4 * i[0] + i[1]}; });
+  check_view(
+      ctx, {3, 4},
+      [](const Tensor& p) {
+        return p.reshape({2, -1});
+      },
+      {2, 6},
+      [](const Index& i) {
+        return Index{(6 * i[0] + i[1]) / 4, (6 * i[0] + i[1]) % 4};
+      });
+  check_view(
+      ctx, {2, 6}, [](const Tensor& p) { return p.view({-1}); }, {12},
+      [](const Index& i) {
+        return Index{i[0] / 6, i[0] % 6};
+      });
+  check_view(
+      ctx, {1}, [](const Tensor& p) { return p.view({}); }, {}, [](const Index&) { return Index{0}; });
   // A contiguous row block of a narrowed tensor can be viewed.
-  check_view(ctx, {4, 6}, [](const Tensor& p) { return p.narrow(0, 1, 2).view({3, 4}); }, {3, 4},
-             [](const Index& i) { return Index{1 + (4 * i[0] + i[1]) / 6, (4 * i[0] + i[1]) % 6}; });
+  check_view(
+      ctx, {4, 6},
+      [](const Tensor& p) {
+        return p.narrow(0, 1, 2).view({3, 4});
+      },
+      {3, 4},
+      [](const Index& i) {
+        return Index{1 + (4 * i[0] + i[1]) / 6, (4 * i[0] + i[1]) % 6};
+      });
   // Splitting or adding size-1 dims of a transposed tensor needs no copy either.
-  check_view(ctx, {2, 3}, [](const Tensor& p) { return p.t().view({3, 2, 1}); }, {3, 2, 1},
-             [](const Index& i) { return Index{i[1], i[0]}; });
-  check_view(ctx, {4, 6}, [](const Tensor& p) { return p.t().view({2, 3, 4}); }, {2, 3, 4},
-             [](const Index& i) { return Index{i[2], 3 * i[0] + i[1]}; });
+  check_view(
+      ctx, {2, 3},
+      [](const Tensor& p) {
+        return p.t().view({3, 2, 1});
+      },
+      {3, 2, 1},
+      [](const Index& i) {
+        return Index{i[1], i[0]};
+      });
+  check_view(
+      ctx, {4, 6},
+      [](const Tensor& p) {
+        return p.t().view({2, 3, 4});
+      },
+      {2, 3, 4},
+      [](const Index& i) {
+        return Index{i[2], 3 * i[0] + i[1]};
+      });
 }
 
 TEST_CASE("views: view of a transposed tensor that needs a copy is invalid_argument and reshape copies then") {
@@ -236,15 +296,36 @@ TEST_CASE("views: reshape and view reject sizes that do not fit the element coun
 
 TEST_CASE("views: broadcast_to and expand give zero strides and refuse writes") {
   TestContext ctx;
-  check_view(ctx, {3, 1}, [](const Tensor& p) { return p.broadcast_to({2, 3, 4}); }, {2, 3, 4},
-             [](const Index& i) { return Index{i[1], 0}; }, /*writable=*/false);
-  check_view(ctx, {3, 1}, [](const Tensor& p) { return p.expand({2, -1, 4}); }, {2, 3, 4},
-             [](const Index& i) { return Index{i[1], 0}; }, /*writable=*/false);
-  check_view(ctx, {1}, [](const Tensor& p) { return p.expand({5}); }, {5}, [](const Index&) { return Index{0}; },
-             /*writable=*/false);
+  check_view(
+      ctx, {3, 1},
+      [](const Tensor& p) {
+        return p.broadcast_to({2, 3, 4});
+      },
+      {2, 3, 4},
+      [](const Index& i) {
+        return Index{i[1], 0};
+      },
+      /*writable=*/false);
+  check_view(
+      ctx, {3, 1},
+      [](const Tensor& p) {
+        return p.expand({2, -1, 4});
+      },
+      {2, 3, 4},
+      [](const Index& i) {
+        return Index{i[1], 0};
+      },
+      /*writable=*/false);
+  check_view(
+      ctx, {1}, [](const Tensor& p) { return p.expand({5}); }, {5}, [](const Index&) { return Index{0}; },
+      /*writable=*/false);
   // Broadcasting to the same shape changes nothing and stays writable.
-  check_view(ctx, {2, 3}, [](const Tensor& p) { return p.expand({-1, -1}); }, {2, 3},
-             [](const Index& i) { return i; });
+  check_view(
+      ctx, {2, 3},
+      [](const Tensor& p) {
+        return p.expand({-1, -1});
+      },
+      {2, 3}, [](const Index& i) { return i; });
   const Tensor p = make_parent(ctx, {3, 1});
   CHECK(p.broadcast_to({2, 3, 4}).strides() == Strides{0, 1, 0});
   CHECK(ctx.full({}, 2.0).expand({2, 2}).strides() == Strides{0, 0});
@@ -269,16 +350,25 @@ TEST_CASE("views: broadcast_to and expand reject shapes that do not broadcast") 
 
 TEST_CASE("views: narrow selects a range of one dimension, negative start counts from the end") {
   TestContext ctx;
-  check_view(ctx, {5, 9}, [](const Tensor& p) { return p.narrow(1, 2, 4); }, {5, 4},
-             [](const Index& i) { return Index{i[0], i[1] + 2}; });
-  check_view(ctx, {5, 9}, [](const Tensor& p) { return p.narrow(0, -2, 2); }, {2, 9},
-             [](const Index& i) { return Index{i[0] + 3, i[1]}; });
-  check_view(ctx, {5, 9}, [](const Tensor& p) { return p.narrow(-1, 0, 9); }, {5, 9},
-             [](const Index& i) { return i; });
-  check_view(ctx, {5, 9}, [](const Tensor& p) { return p.narrow(1, 9, 0); }, {5, 0},
-             [](const Index& i) { return i; });
-  check_view(ctx, {5, 9}, [](const Tensor& p) { return p.t().narrow(0, 1, 3).narrow(1, 2, 2); }, {3, 2},
-             [](const Index& i) { return Index{i[1] + 2, i[0] + 1}; });
+  check_view(
+      ctx, {5, 9}, [](const Tensor& p) { return p.narrow(1, 2, 4); }, {5, 4},
+      [](const Index& i) {
+        return Index{i[0], i[1] + 2};
+      });
+  check_view(
+      ctx, {5, 9}, [](const Tensor& p) { return p.narrow(0, -2, 2); }, {2, 9},
+      [](const Index& i) {
+        return Index{i[0] + 3, i[1]};
+      });
+  check_view(
+      ctx, {5, 9}, [](const Tensor& p) { return p.narrow(-1, 0, 9); }, {5, 9}, [](const Index& i) { return i; });
+  check_view(
+      ctx, {5, 9}, [](const Tensor& p) { return p.narrow(1, 9, 0); }, {5, 0}, [](const Index& i) { return i; });
+  check_view(
+      ctx, {5, 9}, [](const Tensor& p) { return p.t().narrow(0, 1, 3).narrow(1, 2, 2); }, {3, 2},
+      [](const Index& i) {
+        return Index{i[1] + 2, i[0] + 1};
+      });
 }
 
 TEST_CASE("views: narrow past the end is out_of_range and shows the values") {
@@ -299,19 +389,29 @@ TEST_CASE("views: narrow past the end is out_of_range and shows the values") {
 
 TEST_CASE("views: slice takes every step-th element and clamps its bounds like Python") {
   TestContext ctx;
-  check_view(ctx, {10}, [](const Tensor& p) { return p.slice(0, 1, 8, 3); }, {3},
-             [](const Index& i) { return Index{1 + 3 * i[0]}; });
-  check_view(ctx, {10}, [](const Tensor& p) { return p.slice(0, -3, 100); }, {3},
-             [](const Index& i) { return Index{7 + i[0]}; });
-  check_view(ctx, {10}, [](const Tensor& p) { return p.slice(0, -100, 3); }, {3},
-             [](const Index& i) { return Index{i[0]}; });
-  check_view(ctx, {10}, [](const Tensor& p) { return p.slice(0, 5, 2); }, {0}, [](const Index& i) { return i; });
-  check_view(ctx, {10}, [](const Tensor& p) { return p.slice(0, 0, 10, 4); }, {3},
-             [](const Index& i) { return Index{4 * i[0]}; });
-  check_view(ctx, {4, 6}, [](const Tensor& p) { return p.slice(1, 1, 6, 2); }, {4, 3},
-             [](const Index& i) { return Index{i[0], 1 + 2 * i[1]}; });
-  check_view(ctx, {4, 6}, [](const Tensor& p) { return p.slice(0, 1, -1).slice(1, 0, 6, 5); }, {2, 2},
-             [](const Index& i) { return Index{1 + i[0], 5 * i[1]}; });
+  check_view(
+      ctx, {10}, [](const Tensor& p) { return p.slice(0, 1, 8, 3); }, {3},
+      [](const Index& i) { return Index{1 + 3 * i[0]}; });
+  check_view(
+      ctx, {10}, [](const Tensor& p) { return p.slice(0, -3, 100); }, {3},
+      [](const Index& i) { return Index{7 + i[0]}; });
+  check_view(
+      ctx, {10}, [](const Tensor& p) { return p.slice(0, -100, 3); }, {3}, [](const Index& i) { return Index{i[0]}; });
+  check_view(
+      ctx, {10}, [](const Tensor& p) { return p.slice(0, 5, 2); }, {0}, [](const Index& i) { return i; });
+  check_view(
+      ctx, {10}, [](const Tensor& p) { return p.slice(0, 0, 10, 4); }, {3},
+      [](const Index& i) { return Index{4 * i[0]}; });
+  check_view(
+      ctx, {4, 6}, [](const Tensor& p) { return p.slice(1, 1, 6, 2); }, {4, 3},
+      [](const Index& i) {
+        return Index{i[0], 1 + 2 * i[1]};
+      });
+  check_view(
+      ctx, {4, 6}, [](const Tensor& p) { return p.slice(0, 1, -1).slice(1, 0, 6, 5); }, {2, 2},
+      [](const Index& i) {
+        return Index{1 + i[0], 5 * i[1]};
+      });
   const Tensor p = make_parent(ctx, {10});
   FORGE_REQUIRE_ERROR(invalid_argument, "slice", p.slice(0, 0, 5, 0));
   FORGE_REQUIRE_ERROR(invalid_argument, "slice", p.slice(0, 0, 5, -1));
@@ -320,13 +420,23 @@ TEST_CASE("views: slice takes every step-th element and clamps its bounds like P
 
 TEST_CASE("views: select drops a dimension, negative index counts from the end") {
   TestContext ctx;
-  check_view(ctx, {3, 4, 5}, [](const Tensor& p) { return p.select(1, -1); }, {3, 5},
-             [](const Index& i) { return Index{i[0], 3, i[1]}; });
-  check_view(ctx, {3, 4, 5}, [](const Tensor& p) { return p.select(0, 2); }, {4, 5},
-             [](const Index& i) { return Index{2, i[0], i[1]}; });
-  check_view(ctx, {3, 4, 5}, [](const Tensor& p) { return p.select(-1, 0).select(0, 1); }, {4},
-             [](const Index& i) { return Index{1, i[0], 0}; });
-  check_view(ctx, {4}, [](const Tensor& p) { return p.select(0, 3); }, {}, [](const Index&) { return Index{3}; });
+  check_view(
+      ctx, {3, 4, 5}, [](const Tensor& p) { return p.select(1, -1); }, {3, 5},
+      [](const Index& i) {
+        return Index{i[0], 3, i[1]};
+      });
+  check_view(
+      ctx, {3, 4, 5}, [](const Tensor& p) { return p.select(0, 2); }, {4, 5},
+      [](const Index& i) {
+        return Index{2, i[0], i[1]};
+      });
+  check_view(
+      ctx, {3, 4, 5}, [](const Tensor& p) { return p.select(-1, 0).select(0, 1); }, {4},
+      [](const Index& i) {
+        return Index{1, i[0], 0};
+      });
+  check_view(
+      ctx, {4}, [](const Tensor& p) { return p.select(0, 3); }, {}, [](const Index&) { return Index{3}; });
   const Tensor p = make_parent(ctx, {3, 4});
   std::string msg = FORGE_REQUIRE_ERROR(out_of_range, "select", p.select(0, 3));
   CHECK_THAT(msg, Catch::Contains("3"));
@@ -337,12 +447,30 @@ TEST_CASE("views: select drops a dimension, negative index counts from the end")
 
 TEST_CASE("views: permute reorders dimensions and rejects repeated or missing dims") {
   TestContext ctx;
-  check_view(ctx, {2, 3, 4}, [](const Tensor& p) { return p.permute({2, 0, 1}); }, {4, 2, 3},
-             [](const Index& i) { return Index{i[1], i[2], i[0]}; });
-  check_view(ctx, {2, 3, 4}, [](const Tensor& p) { return p.permute({-1, 0, -2}); }, {4, 2, 3},
-             [](const Index& i) { return Index{i[1], i[2], i[0]}; });
-  check_view(ctx, {2, 3, 4}, [](const Tensor& p) { return p.permute({0, 1, 2}); }, {2, 3, 4},
-             [](const Index& i) { return i; });
+  check_view(
+      ctx, {2, 3, 4},
+      [](const Tensor& p) {
+        return p.permute({2, 0, 1});
+      },
+      {4, 2, 3},
+      [](const Index& i) {
+        return Index{i[1], i[2], i[0]};
+      });
+  check_view(
+      ctx, {2, 3, 4},
+      [](const Tensor& p) {
+        return p.permute({-1, 0, -2});
+      },
+      {4, 2, 3},
+      [](const Index& i) {
+        return Index{i[1], i[2], i[0]};
+      });
+  check_view(
+      ctx, {2, 3, 4},
+      [](const Tensor& p) {
+        return p.permute({0, 1, 2});
+      },
+      {2, 3, 4}, [](const Index& i) { return i; });
   const Tensor p = make_parent(ctx, {2, 3, 4});
   std::string msg = FORGE_REQUIRE_ERROR(invalid_argument, "permute", p.permute({0, 0, 1}));
   CHECK_THAT(msg, Catch::Contains("0"));
@@ -353,14 +481,25 @@ TEST_CASE("views: permute reorders dimensions and rejects repeated or missing di
 
 TEST_CASE("views: transpose swaps two dimensions and t() transposes rank <= 2") {
   TestContext ctx;
-  check_view(ctx, {2, 3, 4}, [](const Tensor& p) { return p.transpose(0, 2); }, {4, 3, 2},
-             [](const Index& i) { return Index{i[2], i[1], i[0]}; });
-  check_view(ctx, {2, 3, 4}, [](const Tensor& p) { return p.transpose(-1, 1); }, {2, 4, 3},
-             [](const Index& i) { return Index{i[0], i[2], i[1]}; });
-  check_view(ctx, {2, 3}, [](const Tensor& p) { return p.t(); }, {3, 2},
-             [](const Index& i) { return Index{i[1], i[0]}; });
-  check_view(ctx, {5}, [](const Tensor& p) { return p.t(); }, {5}, [](const Index& i) { return i; });
-  check_view(ctx, {2, 3}, [](const Tensor& p) { return p.t().t(); }, {2, 3}, [](const Index& i) { return i; });
+  check_view(
+      ctx, {2, 3, 4}, [](const Tensor& p) { return p.transpose(0, 2); }, {4, 3, 2},
+      [](const Index& i) {
+        return Index{i[2], i[1], i[0]};
+      });
+  check_view(
+      ctx, {2, 3, 4}, [](const Tensor& p) { return p.transpose(-1, 1); }, {2, 4, 3},
+      [](const Index& i) {
+        return Index{i[0], i[2], i[1]};
+      });
+  check_view(
+      ctx, {2, 3}, [](const Tensor& p) { return p.t(); }, {3, 2},
+      [](const Index& i) {
+        return Index{i[1], i[0]};
+      });
+  check_view(
+      ctx, {5}, [](const Tensor& p) { return p.t(); }, {5}, [](const Index& i) { return i; });
+  check_view(
+      ctx, {2, 3}, [](const Tensor& p) { return p.t().t(); }, {2, 3}, [](const Index& i) { return i; });
   const Tensor p = make_parent(ctx, {2, 3, 4});
   FORGE_REQUIRE_ERROR(invalid_argument, "t", p.t());
   FORGE_REQUIRE_ERROR(out_of_range, "transpose", p.transpose(0, 3));
@@ -368,35 +507,66 @@ TEST_CASE("views: transpose swaps two dimensions and t() transposes rank <= 2") 
 
 TEST_CASE("views: squeeze drops size-1 dims (all of them or one) and other dims stay") {
   TestContext ctx;
-  check_view(ctx, {1, 3, 1, 2}, [](const Tensor& p) { return p.squeeze(); }, {3, 2},
-             [](const Index& i) { return Index{0, i[0], 0, i[1]}; });
-  check_view(ctx, {1, 3, 1, 2}, [](const Tensor& p) { return p.squeeze(2); }, {1, 3, 2},
-             [](const Index& i) { return Index{0, i[1], 0, i[2]}; });
-  check_view(ctx, {1, 3, 1, 2}, [](const Tensor& p) { return p.squeeze(-4); }, {3, 1, 2},
-             [](const Index& i) { return Index{0, i[0], 0, i[2]}; });
-  check_view(ctx, {1, 3, 1, 2}, [](const Tensor& p) { return p.squeeze(1); }, {1, 3, 1, 2},
-             [](const Index& i) { return i; });
-  check_view(ctx, {1, 1}, [](const Tensor& p) { return p.squeeze(); }, {}, [](const Index&) { return Index{0, 0}; });
+  check_view(
+      ctx, {1, 3, 1, 2}, [](const Tensor& p) { return p.squeeze(); }, {3, 2},
+      [](const Index& i) {
+        return Index{0, i[0], 0, i[1]};
+      });
+  check_view(
+      ctx, {1, 3, 1, 2}, [](const Tensor& p) { return p.squeeze(2); }, {1, 3, 2},
+      [](const Index& i) {
+        return Index{0, i[1], 0, i[2]};
+      });
+  check_view(
+      ctx, {1, 3, 1, 2}, [](const Tensor& p) { return p.squeeze(-4); }, {3, 1, 2},
+      [](const Index& i) {
+        return Index{0, i[0], 0, i[2]};
+      });
+  check_view(
+      ctx, {1, 3, 1, 2}, [](const Tensor& p) { return p.squeeze(1); }, {1, 3, 1, 2}, [](const Index& i) { return i; });
+  check_view(
+      ctx, {1, 1}, [](const Tensor& p) { return p.squeeze(); }, {},
+      [](const Index&) {
+        return Index{0, 0};
+      });
   const Tensor p = make_parent(ctx, {1, 3});
   FORGE_REQUIRE_ERROR(out_of_range, "squeeze", p.squeeze(2));
 }
 
 TEST_CASE("views: unsqueeze inserts a size-1 dim anywhere, including at the end and by a negative dim") {
   TestContext ctx;
-  check_view(ctx, {2, 3}, [](const Tensor& p) { return p.unsqueeze(0); }, {1, 2, 3},
-             [](const Index& i) { return Index{i[1], i[2]}; });
-  check_view(ctx, {2, 3}, [](const Tensor& p) { return p.unsqueeze(1); }, {2, 1, 3},
-             [](const Index& i) { return Index{i[0], i[2]}; });
-  check_view(ctx, {2, 3}, [](const Tensor& p) { return p.unsqueeze(2); }, {2, 3, 1},
-             [](const Index& i) { return Index{i[0], i[1]}; });
-  check_view(ctx, {2, 3}, [](const Tensor& p) { return p.unsqueeze(-1); }, {2, 3, 1},
-             [](const Index& i) { return Index{i[0], i[1]}; });
-  check_view(ctx, {2, 3}, [](const Tensor& p) { return p.unsqueeze(-3); }, {1, 2, 3},
-             [](const Index& i) { return Index{i[1], i[2]}; });
-  check_view(ctx, {2, 3}, [](const Tensor& p) { return p.t().unsqueeze(1); }, {3, 1, 2},
-             [](const Index& i) { return Index{i[2], i[0]}; });
-  check_view(ctx, {1}, [](const Tensor& p) { return p.view({}).unsqueeze(0); }, {1},
-             [](const Index&) { return Index{0}; });
+  check_view(
+      ctx, {2, 3}, [](const Tensor& p) { return p.unsqueeze(0); }, {1, 2, 3},
+      [](const Index& i) {
+        return Index{i[1], i[2]};
+      });
+  check_view(
+      ctx, {2, 3}, [](const Tensor& p) { return p.unsqueeze(1); }, {2, 1, 3},
+      [](const Index& i) {
+        return Index{i[0], i[2]};
+      });
+  check_view(
+      ctx, {2, 3}, [](const Tensor& p) { return p.unsqueeze(2); }, {2, 3, 1},
+      [](const Index& i) {
+        return Index{i[0], i[1]};
+      });
+  check_view(
+      ctx, {2, 3}, [](const Tensor& p) { return p.unsqueeze(-1); }, {2, 3, 1},
+      [](const Index& i) {
+        return Index{i[0], i[1]};
+      });
+  check_view(
+      ctx, {2, 3}, [](const Tensor& p) { return p.unsqueeze(-3); }, {1, 2, 3},
+      [](const Index& i) {
+        return Index{i[1], i[2]};
+      });
+  check_view(
+      ctx, {2, 3}, [](const Tensor& p) { return p.t().unsqueeze(1); }, {3, 1, 2},
+      [](const Index& i) {
+        return Index{i[2], i[0]};
+      });
+  check_view(
+      ctx, {1}, [](const Tensor& p) { return p.view({}).unsqueeze(0); }, {1}, [](const Index&) { return Index{0}; });
   // The new dimension's stride keeps the result viewable and contiguous where the input was.
   const Tensor p = make_parent(ctx, {2, 3});
   CHECK(p.unsqueeze(2).is_contiguous());
@@ -411,16 +581,25 @@ TEST_CASE("views: unsqueeze inserts a size-1 dim anywhere, including at the end 
 
 TEST_CASE("views: flatten merges a range of dims, viewing packed memory and copying otherwise") {
   TestContext ctx;
-  check_view(ctx, {2, 3, 4}, [](const Tensor& p) { return p.flatten(); }, {24},
-             [](const Index& i) { return Index{i[0] / 12, (i[0] / 4) % 3, i[0] % 4}; });
-  check_view(ctx, {2, 3, 4}, [](const Tensor& p) { return p.flatten(1); }, {2, 12},
-             [](const Index& i) { return Index{i[0], i[1] / 4, i[1] % 4}; });
-  check_view(ctx, {2, 3, 4}, [](const Tensor& p) { return p.flatten(0, 1); }, {6, 4},
-             [](const Index& i) { return Index{i[0] / 3, i[0] % 3, i[1]}; });
-  check_view(ctx, {2, 3, 4}, [](const Tensor& p) { return p.flatten(1, 1); }, {2, 3, 4},
-             [](const Index& i) { return i; });
-  check_view(ctx, {1}, [](const Tensor& p) { return p.view({}).flatten(); }, {1},
-             [](const Index&) { return Index{0}; });
+  check_view(
+      ctx, {2, 3, 4}, [](const Tensor& p) { return p.flatten(); }, {24},
+      [](const Index& i) {
+        return Index{i[0] / 12, (i[0] / 4) % 3, i[0] % 4};
+      });
+  check_view(
+      ctx, {2, 3, 4}, [](const Tensor& p) { return p.flatten(1); }, {2, 12},
+      [](const Index& i) {
+        return Index{i[0], i[1] / 4, i[1] % 4};
+      });
+  check_view(
+      ctx, {2, 3, 4}, [](const Tensor& p) { return p.flatten(0, 1); }, {6, 4},
+      [](const Index& i) {
+        return Index{i[0] / 3, i[0] % 3, i[1]};
+      });
+  check_view(
+      ctx, {2, 3, 4}, [](const Tensor& p) { return p.flatten(1, 1); }, {2, 3, 4}, [](const Index& i) { return i; });
+  check_view(
+      ctx, {1}, [](const Tensor& p) { return p.view({}).flatten(); }, {1}, [](const Index&) { return Index{0}; });
   const Tensor p = make_parent(ctx, {2, 3});
   const Tensor f = p.t().flatten();  // needs a copy
   CHECK(f.buffer().get() != p.buffer().get());

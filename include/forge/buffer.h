@@ -45,19 +45,17 @@ class Buffer : public RefCounted<Buffer> {
   static constexpr std::size_t kAlignmentBytes = 64;
 
   // Wraps memory the caller owns; `on_release` runs once when forge is done with it.
-  static Ref<Buffer> borrow(void* data, std::size_t nbytes, Device device,
-                            std::function<void()> on_release);
+  static Ref<Buffer> borrow(void* data, std::size_t nbytes, Device device, std::function<void()> on_release);
 
   std::byte* data() const noexcept { return data_; }
-  std::size_t nbytes() const noexcept { return nbytes_; }           // what was asked for
+  std::size_t nbytes() const noexcept { return nbytes_; }                  // what was asked for
   std::size_t capacity_bytes() const noexcept { return capacity_bytes_; }  // the block behind it
   Device device() const noexcept { return device_; }
   bool pooled() const noexcept { return pooled_; }
 
   // An arena region a later call has rewound (Note [Stale outputs] in arena.cpp).
   bool stale() const noexcept {
-    return generation_source_ != nullptr &&
-           generation_source_->load(std::memory_order_acquire) != generation_;
+    return generation_source_ != nullptr && generation_source_->load(std::memory_order_acquire) != generation_;
   }
   // The arena this buffer lies in, if any (compared by identity only).
   const void* arena() const noexcept { return arena_; }

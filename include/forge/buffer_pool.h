@@ -29,8 +29,8 @@ struct PoolStats {
   std::uint64_t failed_allocations = 0;  // system refusals (reported as out_of_memory)
   std::size_t cached_bytes = 0;          // bytes on the free list
   std::size_t cached_blocks = 0;
-  std::int64_t outstanding = 0;          // buffers handed out and not yet released
-  std::size_t live_bytes = 0;            // block bytes of the outstanding buffers
+  std::int64_t outstanding = 0;  // buffers handed out and not yet released
+  std::size_t live_bytes = 0;    // block bytes of the outstanding buffers
   std::size_t peak_live_bytes = 0;
   std::size_t max_cached_bytes = 0;
 };
@@ -48,9 +48,9 @@ class ScratchLease;
 class BufferPool {
  public:
   static constexpr std::size_t kMinBlockBytes = 64;
-  static constexpr std::size_t kSmallLimitBytes = 4096;  // up to here: powers of two
+  static constexpr std::size_t kSmallLimitBytes = 4096;   // up to here: powers of two
   static constexpr std::size_t kSlabQuantumBytes = 4096;  // beyond: multiples of this
-  static constexpr std::size_t kMaxOversizeFactor = 2;   // a cached block > 2x the request stays put
+  static constexpr std::size_t kMaxOversizeFactor = 2;    // a cached block > 2x the request stays put
   static constexpr std::size_t kDefaultMaxCachedBytes = forge::kDefaultMaxCachedBytes;
 
   // The block size that serves a request of `nbytes`.
@@ -118,8 +118,8 @@ class ScratchLease {
 
 template <typename T>
 ScratchLease<T> BufferPool::scratch(std::size_t count) {
-  FORGE_CHECK(count <= SIZE_MAX / sizeof(T), out_of_memory, "scratch", count, " elements of ",
-              sizeof(T), " bytes overflow the address space");
+  FORGE_CHECK(count <= SIZE_MAX / sizeof(T), out_of_memory, "scratch", count, " elements of ", sizeof(T),
+              " bytes overflow the address space");
   return ScratchLease<T>(acquire(count * sizeof(T), "scratch"), count);
 }
 

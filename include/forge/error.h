@@ -58,8 +58,7 @@ template <typename... Args>
   throw Error(code, cat("[", op, "] ", args...));
 }
 
-[[noreturn]] void assert_failed(const char* condition, const char* file, int line,
-                                const std::string& detail);
+[[noreturn]] void assert_failed(const char* condition, const char* file, int line, const std::string& detail);
 
 // Throws ErrorCode::out_of_memory: "[op] out of memory ...".
 [[noreturn]] void fail_out_of_memory(const char* op);
@@ -67,21 +66,22 @@ template <typename... Args>
 }  // namespace detail
 }  // namespace forge
 
-#define FORGE_CHECK(cond, code, op, ...)                                      \
-  do {                                                                        \
-    if (!(cond)) [[unlikely]]                                                 \
-      ::forge::detail::fail(::forge::ErrorCode::code, op, __VA_ARGS__);       \
+#define FORGE_CHECK(cond, code, op, ...)                                \
+  do {                                                                  \
+    if (!(cond)) [[unlikely]]                                           \
+      ::forge::detail::fail(::forge::ErrorCode::code, op, __VA_ARGS__); \
   } while (0)
 
 #define FORGE_FAIL(code, op, ...) ::forge::detail::fail(::forge::ErrorCode::code, op, __VA_ARGS__)
 
 //   Tensor matmul(const Tensor& a, const Tensor& b) try { ... } FORGE_CATCH_OOM("matmul")
-#define FORGE_CATCH_OOM(op) \
-  catch (const std::bad_alloc&) { ::forge::detail::fail_out_of_memory(op); }
+#define FORGE_CATCH_OOM(op)                  \
+  catch (const std::bad_alloc&) {            \
+    ::forge::detail::fail_out_of_memory(op); \
+  }
 
-#define FORGE_ASSERT(cond, ...)                                                              \
-  do {                                                                                       \
-    if (!(cond)) [[unlikely]]                                                                \
-      ::forge::detail::assert_failed(#cond, __FILE__, __LINE__,                              \
-                                     ::forge::detail::cat("" __VA_OPT__(, ) __VA_ARGS__)); \
+#define FORGE_ASSERT(cond, ...)                                                                                       \
+  do {                                                                                                                \
+    if (!(cond)) [[unlikely]]                                                                                         \
+      ::forge::detail::assert_failed(#cond, __FILE__, __LINE__, ::forge::detail::cat("" __VA_OPT__(, ) __VA_ARGS__)); \
   } while (0)

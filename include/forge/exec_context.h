@@ -82,8 +82,7 @@ class ExecContext {
   // A tensor over memory the caller owns (contiguous, 64-byte alignment not
   // required); `on_release` runs once when the last view of it dies. A call
   // that throws never runs it: the memory stays the caller's.
-  Tensor from_blob(void* data, const Shape& shape, DType dtype,
-                   std::function<void()> on_release = {});
+  Tensor from_blob(void* data, const Shape& shape, DType dtype, std::function<void()> on_release = {});
 
  private:
   Tensor filled(const char* op, const Shape& shape, Scalar value, DType dtype);
@@ -100,7 +99,8 @@ Tensor ExecContext::from_vector(const std::vector<T>& values, const Shape& shape
   } else {
     return from_host_checked(values.data(), values.size(), shape, dtype_v<T>);
   }
-} FORGE_CATCH_OOM("from_vector")
+}
+FORGE_CATCH_OOM("from_vector")
 
 // Free creation functions on the current context (ExecContext::current()).
 Tensor empty(const Shape& shape, DType dtype = DType::f32);

@@ -105,8 +105,7 @@ class Runtime : public RefCounted<Runtime> {
     std::size_t mark;          // index into scope_held_ where this scope begins
     std::size_t saved_window;  // the pool peak window of the enclosing scope
   };
-  void parallel_for_impl(std::int64_t n, std::int64_t grain,
-                         std::function<void(std::int64_t, std::int64_t)> fn);
+  void parallel_for_impl(std::int64_t n, std::int64_t grain, std::function<void(std::int64_t, std::int64_t)> fn);
   // Makes the calling thread the scopes' owner (opening the outermost scope)
   // or checks that it is; releases ownership when the last scope closes.
   void scope_claim(const char* op);
@@ -118,8 +117,8 @@ class Runtime : public RefCounted<Runtime> {
   BufferPool pool_;
   std::unique_ptr<detail::Threading> threading_;
   std::mt19937_64 rng_;
-  std::atomic<std::thread::id> rng_holder_{};    // the thread leasing rng_; id() when none
-  std::atomic<std::thread::id> scope_owner_{};   // the thread whose scopes are open; id() when none
+  std::atomic<std::thread::id> rng_holder_{};   // the thread leasing rng_; id() when none
+  std::atomic<std::thread::id> scope_owner_{};  // the thread whose scopes are open; id() when none
   std::vector<Ref<Buffer>> scope_held_;
   // Reservations not yet adopted. An allocation that is never adopted (a
   // temporary) leaves one counted until the last scope closes: it costs a

@@ -18,7 +18,7 @@ class Scalar {
   enum class Kind : std::uint8_t { boolean, integral, floating };
 
   template <typename T>
-    requires std::is_arithmetic_v<T>
+  requires std::is_arithmetic_v<T>
   constexpr Scalar(T v) noexcept {  // NOLINT(google-explicit-constructor): scalars convert implicitly, as in libtorch
     if constexpr (std::is_same_v<T, bool>) {
       kind_ = Kind::boolean;

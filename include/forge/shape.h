@@ -35,10 +35,10 @@ class Dims {
   operator std::span<const std::int64_t>() const noexcept { return {d_.data(), static_cast<std::size_t>(rank_)}; }
   std::vector<std::int64_t> vec() const { return {begin(), end()}; }
 
-  void push_back(std::int64_t v);                 // throws past kMaxRank
-  void insert(int pos, std::int64_t v);           // throws past kMaxRank
+  void push_back(std::int64_t v);        // throws past kMaxRank
+  void insert(int pos, std::int64_t v);  // throws past kMaxRank
   void erase(int pos) noexcept;
-  void resize(int rank, std::int64_t fill = 0);   // throws past kMaxRank
+  void resize(int rank, std::int64_t fill = 0);  // throws past kMaxRank
 
   // Product of the extents (1 for rank 0). Callers validate non-negativity.
   std::int64_t numel() const noexcept {

@@ -8,8 +8,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
-#include <optional>
 #include <iosfwd>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -114,7 +114,7 @@ class Tensor {
   Tensor view(const Shape& shape) const;     // error when the strides do not allow it
   Tensor reshape(const Shape& shape) const;  // a view when possible, else a copy
   Tensor broadcast_to(const Shape& shape) const;
-  Tensor expand(const Shape& shape) const;   // -1 keeps a dimension
+  Tensor expand(const Shape& shape) const;  // -1 keeps a dimension
   Tensor narrow(std::int64_t dim, std::int64_t start, std::int64_t length) const;
   Tensor slice(std::int64_t dim, std::int64_t start, std::int64_t end, std::int64_t step = 1) const;
   Tensor select(std::int64_t dim, std::int64_t index) const;
@@ -158,9 +158,9 @@ class Tensor {
   Tensor& clamp_(std::optional<Scalar> min, std::optional<Scalar> max);
 
   // ---- copies ----
-  Tensor clone() const;              // a packed copy
-  Tensor to(DType dtype) const;      // this tensor when the dtype already matches
-  Tensor& fill_(Scalar value);  // the value must fit the dtype, as for full
+  Tensor clone() const;          // a packed copy
+  Tensor to(DType dtype) const;  // this tensor when the dtype already matches
+  Tensor& fill_(Scalar value);   // the value must fit the dtype, as for full
   Tensor& zero_();
   Tensor& copy_(const Tensor& src);  // broadcasts src, converts dtype
 
@@ -251,7 +251,8 @@ class Tensor {
   Tensor broadcast_as(const Shape& shape, const char* op) const;
   Tensor& fill_as(Scalar value, const char* op);
   TensorImpl& body() const {
-    if (!impl_) [[unlikely]] throw_undefined();
+    if (!impl_) [[unlikely]]
+      throw_undefined();
     return *impl_;
   }
   [[noreturn]] static void throw_undefined();
@@ -277,13 +278,14 @@ std::vector<T> Tensor::to_vector() const try {
     if (n) detail::copy_to_contiguous(*this, out.data(), dtype_v<T>);
     return out;
   }
-} FORGE_CATCH_OOM("to_vector")
+}
+FORGE_CATCH_OOM("to_vector")
 
 template <typename T>
 T Tensor::item() const {
   FORGE_CHECK(defined(), invalid_argument, "item", "undefined tensor");
-  FORGE_CHECK(numel() == 1, invalid_argument, "item", "a tensor of shape ", shape(),
-              " has ", numel(), " elements, not 1");
+  FORGE_CHECK(numel() == 1, invalid_argument, "item", "a tensor of shape ", shape(), " has ", numel(),
+              " elements, not 1");
   T value{};
   detail::copy_to_contiguous(*this, &value, dtype_v<T>);
   return value;

@@ -38,7 +38,6 @@
 
 namespace forge::autograd {
 
-
 namespace {
 
 std::atomic<std::uint64_t> next_epoch{1};
@@ -48,8 +47,8 @@ std::atomic<std::uint64_t> next_epoch{1};
 // keeps the buffer alive).
 bool sole_owner(const Tensor& g) {
   const Buffer& b = *g.buffer();
-  return g.impl()->ref_count() == 1 && b.ref_count() == 1 + static_cast<std::int32_t>(b.scope_refs()) &&
-         b.pooled() && g.is_contiguous() && g.offset() == 0;
+  return g.impl()->ref_count() == 1 && b.ref_count() == 1 + static_cast<std::int32_t>(b.scope_refs()) && b.pooled() &&
+         g.is_contiguous() && g.offset() == 0;
 }
 
 // into + g, in place when into is the engine's own.
@@ -206,8 +205,8 @@ void Engine::run(const std::vector<Tensor>& outputs, const std::vector<Tensor>& 
     } else {
       detail::check_input(op, g, "gradient");
       detail::check_same_runtime(op, out, g);
-      FORGE_CHECK(g.shape() == out.shape(), shape, op, "gradient of shape ", g.shape(), " for output ", i,
-                  " of shape ", out.shape());
+      FORGE_CHECK(g.shape() == out.shape(), shape, op, "gradient of shape ", g.shape(), " for output ", i, " of shape ",
+                  out.shape());
       FORGE_CHECK(is_floating(g.dtype()), dtype, op, "gradient of dtype ", dtype_name(g.dtype()), " for output ", i);
       if (g.dtype() != out.dtype()) g = g.to(out.dtype());
     }
@@ -223,8 +222,7 @@ void Engine::run(const std::vector<Tensor>& outputs, const std::vector<Tensor>& 
   }
   for (const Tensor& out : outputs) {
     Node* fn = detail::grad_fn_of(out);
-    if (fn && fn->pending_ == 0 && fn->needed_ && std::find(ready_.begin(), ready_.end(), fn) == ready_.end())
-      push(fn);
+    if (fn && fn->pending_ == 0 && fn->needed_ && std::find(ready_.begin(), ready_.end(), fn) == ready_.end()) push(fn);
   }
   while (!ready_.empty()) {
     std::pop_heap(ready_.begin(), ready_.end(), newer_last);
@@ -269,7 +267,8 @@ void Engine::run_node(Node* n) {
 void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs, bool retain_graph) try {
   FORGE_CHECK(!outputs.empty(), invalid_argument, "backward", "no outputs");
   Engine(retain_graph, nullptr).run(outputs, grad_outputs);
-} FORGE_CATCH_OOM("backward")
+}
+FORGE_CATCH_OOM("backward")
 
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
                          const GradOptions& options) try {
@@ -285,10 +284,12 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
   capture.results.resize(inputs.size());
   Engine(options.retain_graph, &capture).run(outputs, options.grad_outputs);
   for (std::size_t i = 0; i < inputs.size(); ++i)
-    FORGE_CHECK(options.allow_unused || capture.results[i].defined(), backward, "grad", "input ", i,
-                " of shape ", inputs[i].shape(), " is not used by the outputs; pass allow_unused to get an undefined "
+    FORGE_CHECK(options.allow_unused || capture.results[i].defined(), backward, "grad", "input ", i, " of shape ",
+                inputs[i].shape(),
+                " is not used by the outputs; pass allow_unused to get an undefined "
                 "gradient for it");
   return std::move(capture.results);
-} FORGE_CATCH_OOM("grad")
+}
+FORGE_CATCH_OOM("grad")
 
 }  // namespace forge::autograd

@@ -63,7 +63,8 @@ GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)
     out = fn(inputs);
   }
   FORGE_CHECK(out.defined() && is_floating(out.dtype()), dtype, "gradcheck", "fn must return a floating tensor");
-  FORGE_CHECK(out.requires_grad(), backward, "gradcheck", "fn's output does not depend on any input that requires grad");
+  FORGE_CHECK(out.requires_grad(), backward, "gradcheck",
+              "fn's output does not depend on any input that requires grad");
 
   // The output weighting: fixed random values in [-1, 1].
   Tensor w = detail::allocate(out.runtime(), out.shape(), DType::f64, "gradcheck");
@@ -80,8 +81,9 @@ GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)
   GradcheckResult result;
   NoGradGuard no_grad;
   for (std::size_t k = 0; k < wrt.size(); ++k) {
-    const std::vector<double> exact =
-        analytic[k].defined() ? analytic[k].to_vector<double>() : std::vector<double>(static_cast<std::size_t>(wrt[k].numel()), 0.0);
+    const std::vector<double> exact = analytic[k].defined()
+                                          ? analytic[k].to_vector<double>()
+                                          : std::vector<double>(static_cast<std::size_t>(wrt[k].numel()), 0.0);
     each_element(wrt[k], [&](double* p, std::int64_t flat) {
       const double original = *p;
       *p = original + options.eps;
@@ -102,6 +104,7 @@ GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)
     });
   }
   return result;
-} FORGE_CATCH_OOM("gradcheck")
+}
+FORGE_CATCH_OOM("gradcheck")
 
 }  // namespace forge::autograd

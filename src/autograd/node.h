@@ -40,8 +40,8 @@ struct Edge {
 class SavedTensor {
  public:
   SavedTensor() = default;
-  explicit SavedTensor(const Tensor& t) : value_(t.defined() ? t.detach() : Tensor()),
-                                          version_(t.defined() ? t.version() : 0) {}
+  explicit SavedTensor(const Tensor& t)
+      : value_(t.defined() ? t.detach() : Tensor()), version_(t.defined() ? t.version() : 0) {}
   const Tensor& value() const noexcept { return value_; }
   bool modified() const noexcept { return value_.defined() && value_.version() != version_; }
   void reset() noexcept { value_ = Tensor(); }

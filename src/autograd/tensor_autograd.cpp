@@ -31,7 +31,8 @@ Tensor& Tensor::requires_grad_(bool on) try {
   }
   AutogradAccess::set_requires_grad(*impl(), on);
   return *this;
-} FORGE_CATCH_OOM("requires_grad_")
+}
+FORGE_CATCH_OOM("requires_grad_")
 
 bool Tensor::is_leaf() const { return AutogradAccess::grad_fn(body()) == nullptr; }
 
@@ -45,13 +46,14 @@ void Tensor::set_grad(const Tensor& grad) try {
   if (grad.defined()) {
     detail::check_input("set_grad", grad, "grad");
     detail::check_same_runtime("set_grad", *this, grad);
-    FORGE_CHECK(grad.shape() == shape(), shape, "set_grad", "gradient of shape ", grad.shape(), " for a tensor of shape ",
-                shape());
+    FORGE_CHECK(grad.shape() == shape(), shape, "set_grad", "gradient of shape ", grad.shape(),
+                " for a tensor of shape ", shape());
     FORGE_CHECK(grad.dtype() == dtype(), dtype, "set_grad", "gradient of dtype ", dtype_name(grad.dtype()),
                 " for a tensor of dtype ", dtype_name(dtype()));
   }
   AutogradAccess::ensure_meta(*impl()).grad = grad;
-} FORGE_CATCH_OOM("set_grad")
+}
+FORGE_CATCH_OOM("set_grad")
 
 void Tensor::zero_grad(bool set_to_none) try {
   detail::AutogradMeta* meta = AutogradAccess::meta(body());
@@ -62,7 +64,8 @@ void Tensor::zero_grad(bool set_to_none) try {
     autograd::NoGradGuard no_grad;
     meta->grad.zero_();
   }
-} FORGE_CATCH_OOM("zero_grad")
+}
+FORGE_CATCH_OOM("zero_grad")
 
 const char* Tensor::grad_fn_name() const {
   const autograd::Node* fn = AutogradAccess::grad_fn(body());
@@ -71,12 +74,14 @@ const char* Tensor::grad_fn_name() const {
 
 void Tensor::backward(const Tensor& gradient, bool retain_graph) const try {
   autograd::backward({*this}, {gradient}, retain_graph);
-} FORGE_CATCH_OOM("backward")
+}
+FORGE_CATCH_OOM("backward")
 
 Tensor Tensor::detach() const try {
   detail::check_input("detach", *this, "tensor");
   return detail::make_view(*this, shape(), strides(), offset());
-} FORGE_CATCH_OOM("detach")
+}
+FORGE_CATCH_OOM("detach")
 
 namespace {
 
@@ -108,18 +113,20 @@ Tensor& in_place(Tensor& self, const char* op, bool source_requires_grad, Comput
 
 }  // namespace
 
-#define FORGE_IN_PLACE_BINARY(name)                                                                        \
-  Tensor& Tensor::name##_(const Tensor& other) try {                                                      \
-    detail::check_input(#name "_", other, "other");                                                        \
-    return in_place(                                                                                       \
+#define FORGE_IN_PLACE_BINARY(name)                                                                      \
+  Tensor& Tensor::name##_(const Tensor& other) try {                                                     \
+    detail::check_input(#name "_", other, "other");                                                      \
+    return in_place(                                                                                     \
         *this, #name "_", other.requires_grad(), [&](const Tensor& s) { return forge::name(s, other); }, \
-        [&] { name##_into(*this, *this, other); });                                                        \
-  } FORGE_CATCH_OOM(#name "_")                                                                             \
-  Tensor& Tensor::name##_(Scalar other) try {                                                             \
-    return in_place(                                                                                       \
-        *this, #name "_", false, [&](const Tensor& s) { return forge::name(s, other); },                  \
-        [&] { name##_into(*this, *this, other); });                                                        \
-  } FORGE_CATCH_OOM(#name "_")
+        [&] { name##_into(*this, *this, other); });                                                      \
+  }                                                                                                      \
+  FORGE_CATCH_OOM(#name "_")                                                                             \
+  Tensor& Tensor::name##_(Scalar other) try {                                                            \
+    return in_place(                                                                                     \
+        *this, #name "_", false, [&](const Tensor& s) { return forge::name(s, other); },                 \
+        [&] { name##_into(*this, *this, other); });                                                      \
+  }                                                                                                      \
+  FORGE_CATCH_OOM(#name "_")
 
 FORGE_IN_PLACE_BINARY(add)
 FORGE_IN_PLACE_BINARY(sub)
@@ -131,7 +138,8 @@ Tensor& Tensor::clamp_(std::optional<Scalar> min, std::optional<Scalar> max) try
   return in_place(
       *this, "clamp_", false, [&](const Tensor& s) { return forge::clamp(s, min, max); },
       [&] { clamp_into(*this, *this, min, max); });
-} FORGE_CATCH_OOM("clamp_")
+}
+FORGE_CATCH_OOM("clamp_")
 
 namespace autograd {
 

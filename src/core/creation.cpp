@@ -38,7 +38,8 @@ Tensor ExecContext::empty(const Shape& shape, DType dtype) try {
   Tensor t = fresh(*this, "empty", shape, dtype);
   detail::adopt_output(t);
   return t;
-} FORGE_CATCH_OOM("empty")
+}
+FORGE_CATCH_OOM("empty")
 
 Tensor ExecContext::filled(const char* op, const Shape& shape, Scalar value, DType dtype) try {
   detail::ScalarSlot element = detail::checked_slot(op, dtype, value, "value");
@@ -46,7 +47,8 @@ Tensor ExecContext::filled(const char* op, const Shape& shape, Scalar value, DTy
   cpu::fill(runtime(), shape, detail::operand(t), element.data());
   detail::adopt_output(t);
   return t;
-} FORGE_CATCH_OOM(op)
+}
+FORGE_CATCH_OOM(op)
 
 Tensor ExecContext::full(const Shape& shape, Scalar value, DType dtype) { return filled("full", shape, value, dtype); }
 Tensor ExecContext::zeros(const Shape& shape, DType dtype) { return filled("zeros", shape, 0.0, dtype); }
@@ -68,7 +70,8 @@ Tensor ExecContext::arange(double start, double end, double step, DType dtype) t
   generate(t, [&](std::int64_t i) { return start + static_cast<double>(i) * step; });
   detail::adopt_output(t);
   return t;
-} FORGE_CATCH_OOM("arange")
+}
+FORGE_CATCH_OOM("arange")
 
 Tensor ExecContext::linspace(double start, double end, std::int64_t steps, DType dtype) try {
   FORGE_CHECK(steps >= 0, invalid_argument, "linspace", "number of steps must be non-negative, got ", steps);
@@ -82,7 +85,8 @@ Tensor ExecContext::linspace(double start, double end, std::int64_t steps, DType
   });
   detail::adopt_output(t);
   return t;
-} FORGE_CATCH_OOM("linspace")
+}
+FORGE_CATCH_OOM("linspace")
 
 Tensor ExecContext::eye(std::int64_t n, std::int64_t m, DType dtype) try {
   if (m < 0) m = n;
@@ -91,7 +95,8 @@ Tensor ExecContext::eye(std::int64_t n, std::int64_t m, DType dtype) try {
   generate(t, [&](std::int64_t i) { return (i / (m == 0 ? 1 : m)) == (i % (m == 0 ? 1 : m)) ? 1.0 : 0.0; });
   detail::adopt_output(t);
   return t;
-} FORGE_CATCH_OOM("eye")
+}
+FORGE_CATCH_OOM("eye")
 
 Tensor ExecContext::rand(const Shape& shape, DType dtype) try {
   FORGE_CHECK(is_floating(dtype), dtype, "rand", "needs a floating dtype, got ", dtype_name(dtype));
@@ -105,7 +110,8 @@ Tensor ExecContext::rand(const Shape& shape, DType dtype) try {
   generate(t, [&](std::int64_t) { return static_cast<double>(gen() >> (64 - bits)) * unit; });
   detail::adopt_output(t);
   return t;
-} FORGE_CATCH_OOM("rand")
+}
+FORGE_CATCH_OOM("rand")
 
 Tensor ExecContext::randn(const Shape& shape, DType dtype) try {
   FORGE_CHECK(is_floating(dtype), dtype, "randn", "needs a floating dtype, got ", dtype_name(dtype));
@@ -128,7 +134,8 @@ Tensor ExecContext::randn(const Shape& shape, DType dtype) try {
   });
   detail::adopt_output(t);
   return t;
-} FORGE_CATCH_OOM("randn")
+}
+FORGE_CATCH_OOM("randn")
 
 Tensor ExecContext::from_host_checked(const void* data, std::size_t count, const Shape& shape, DType dtype) try {
   const std::int64_t n = detail::checked_numel("from_vector", shape, dtype);
@@ -138,7 +145,8 @@ Tensor ExecContext::from_host_checked(const void* data, std::size_t count, const
   if (n > 0) std::memcpy(detail::first_element(t), data, count * dtype_size(dtype));
   detail::adopt_output(t);
   return t;
-} FORGE_CATCH_OOM("from_vector")
+}
+FORGE_CATCH_OOM("from_vector")
 
 Tensor ExecContext::from_blob(void* data, const Shape& shape, DType dtype, std::function<void()> on_release) try {
   const std::int64_t n = detail::checked_numel("from_blob", shape, dtype);
@@ -147,14 +155,15 @@ Tensor ExecContext::from_blob(void* data, const Shape& shape, DType dtype, std::
               "data at ", data, " is not aligned to ", dtype_size(dtype), " bytes for ", dtype_name(dtype));
   // The hook is armed only once the tensor exists: a failure after the
   // buffer was made releases it without handing the memory back.
-  Ref<Buffer> buffer = detail::borrow_unarmed(data, static_cast<std::size_t>(n) * dtype_size(dtype), device(),
-                                              std::move(on_release));
+  Ref<Buffer> buffer =
+      detail::borrow_unarmed(data, static_cast<std::size_t>(n) * dtype_size(dtype), device(), std::move(on_release));
   Buffer& bytes = *buffer.get();
   Tensor t(Ref<TensorImpl>::adopt(new TensorImpl(detail::internal, Ref<Runtime>::share(&runtime()), std::move(buffer),
                                                  shape, contiguous_strides(shape), 0, dtype)));
   detail::arm_borrowed(bytes);
   return t;
-} FORGE_CATCH_OOM("from_blob")
+}
+FORGE_CATCH_OOM("from_blob")
 
 Tensor empty(const Shape& shape, DType dtype) { return ExecContext::current_or_throw("empty").empty(shape, dtype); }
 Tensor zeros(const Shape& shape, DType dtype) { return ExecContext::current_or_throw("zeros").zeros(shape, dtype); }
@@ -168,7 +177,9 @@ Tensor arange(double start, double end, double step, DType dtype) {
 Tensor linspace(double start, double end, std::int64_t steps, DType dtype) {
   return ExecContext::current_or_throw("linspace").linspace(start, end, steps, dtype);
 }
-Tensor eye(std::int64_t n, std::int64_t m, DType dtype) { return ExecContext::current_or_throw("eye").eye(n, m, dtype); }
+Tensor eye(std::int64_t n, std::int64_t m, DType dtype) {
+  return ExecContext::current_or_throw("eye").eye(n, m, dtype);
+}
 Tensor rand(const Shape& shape, DType dtype) { return ExecContext::current_or_throw("rand").rand(shape, dtype); }
 Tensor randn(const Shape& shape, DType dtype) { return ExecContext::current_or_throw("randn").randn(shape, dtype); }
 

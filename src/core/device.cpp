@@ -4,8 +4,7 @@
 
 namespace forge {
 
-std::string Device::str() const try {
-  return is_cpu() ? "cpu" : "cuda:" + std::to_string(index);
-} FORGE_CATCH_OOM("Device::str")
+std::string Device::str() const try { return is_cpu() ? "cpu" : "cuda:" + std::to_string(index); }
+FORGE_CATCH_OOM("Device::str")
 
 }  // namespace forge

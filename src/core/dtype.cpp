@@ -6,14 +6,22 @@ namespace forge {
 
 std::string_view dtype_name(DType t) noexcept {
   switch (t) {
-    case DType::f32: return "f32";
-    case DType::f64: return "f64";
-    case DType::f16: return "f16";
-    case DType::bf16: return "bf16";
-    case DType::i32: return "i32";
-    case DType::i64: return "i64";
-    case DType::u8: return "u8";
-    case DType::boolean: return "bool";
+    case DType::f32:
+      return "f32";
+    case DType::f64:
+      return "f64";
+    case DType::f16:
+      return "f16";
+    case DType::bf16:
+      return "bf16";
+    case DType::i32:
+      return "i32";
+    case DType::i64:
+      return "i64";
+    case DType::u8:
+      return "u8";
+    case DType::boolean:
+      return "bool";
   }
   return "?";
 }
@@ -22,10 +30,14 @@ namespace {
 // libtorch's lattice restricted to forge's dtypes: a rank inside each kind.
 int int_rank(DType t) noexcept {
   switch (t) {
-    case DType::u8: return 1;
-    case DType::i32: return 2;
-    case DType::i64: return 3;
-    default: return 0;
+    case DType::u8:
+      return 1;
+    case DType::i32:
+      return 2;
+    case DType::i64:
+      return 3;
+    default:
+      return 0;
   }
 }
 }  // namespace
@@ -49,8 +61,8 @@ DType promote_types(DType a, DType b) noexcept {
 // by an f32 addition that leaves the rounded subnormal in the low bits.
 std::uint16_t Half::from_float(float f) noexcept {
   constexpr std::uint32_t kF32Inf = 0xffu << 23;
-  constexpr std::uint32_t kOverflow = (127u + 16u) << 23;      // 65536: every value >= rounds to inf
-  constexpr std::uint32_t kMinNormal = 113u << 23;             // 2^-14
+  constexpr std::uint32_t kOverflow = (127u + 16u) << 23;  // 65536: every value >= rounds to inf
+  constexpr std::uint32_t kMinNormal = 113u << 23;         // 2^-14
   constexpr std::uint32_t kSubnormalMagic = ((127u - 15u) + (23u - 10u) + 1u) << 23;  // 0.5
   std::uint32_t u = std::bit_cast<std::uint32_t>(f);
   const std::uint32_t sign = (u >> 16) & 0x8000u;

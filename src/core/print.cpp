@@ -22,14 +22,22 @@ constexpr std::int64_t kLineWidth = 80;
 
 const char* type_name(DType t) {
   switch (t) {
-    case DType::f32: return "CPUFloatType";
-    case DType::f64: return "CPUDoubleType";
-    case DType::f16: return "CPUHalfType";
-    case DType::bf16: return "CPUBFloat16Type";
-    case DType::i32: return "CPUIntType";
-    case DType::i64: return "CPULongType";
-    case DType::u8: return "CPUByteType";
-    case DType::boolean: return "CPUBoolType";
+    case DType::f32:
+      return "CPUFloatType";
+    case DType::f64:
+      return "CPUDoubleType";
+    case DType::f16:
+      return "CPUHalfType";
+    case DType::bf16:
+      return "CPUBFloat16Type";
+    case DType::i32:
+      return "CPUIntType";
+    case DType::i64:
+      return "CPULongType";
+    case DType::u8:
+      return "CPUByteType";
+    case DType::boolean:
+      return "CPUBoolType";
   }
   return "CPUType";
 }
@@ -135,7 +143,8 @@ std::string Tensor::str() const try {
   std::ostringstream out;
   out << *this;
   return out.str();
-} FORGE_CATCH_OOM("print")
+}
+FORGE_CATCH_OOM("print")
 
 std::ostream& operator<<(std::ostream& out, const Tensor& t) try {
   if (!t.defined()) return out << "[ Tensor (undefined) ]";
@@ -183,6 +192,7 @@ std::ostream& operator<<(std::ostream& out, const Tensor& t) try {
   out.flags(flags);
   out.precision(precision);
   return out;
-} FORGE_CATCH_OOM("print")
+}
+FORGE_CATCH_OOM("print")
 
 }  // namespace forge

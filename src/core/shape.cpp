@@ -21,14 +21,12 @@ Dims Dims::filled(int rank, std::int64_t value) {
 }
 
 void Dims::push_back(std::int64_t v) {
-  FORGE_CHECK(rank_ < kMaxRank, invalid_argument, "shape", "rank ", rank_ + 1,
-              " exceeds the maximum rank ", kMaxRank);
+  FORGE_CHECK(rank_ < kMaxRank, invalid_argument, "shape", "rank ", rank_ + 1, " exceeds the maximum rank ", kMaxRank);
   d_[static_cast<std::size_t>(rank_++)] = v;
 }
 
 void Dims::insert(int pos, std::int64_t v) {
-  FORGE_CHECK(rank_ < kMaxRank, invalid_argument, "shape", "rank ", rank_ + 1,
-              " exceeds the maximum rank ", kMaxRank);
+  FORGE_CHECK(rank_ < kMaxRank, invalid_argument, "shape", "rank ", rank_ + 1, " exceeds the maximum rank ", kMaxRank);
   for (int i = rank_; i > pos; --i) d_[static_cast<std::size_t>(i)] = d_[static_cast<std::size_t>(i - 1)];
   d_[static_cast<std::size_t>(pos)] = v;
   ++rank_;
@@ -40,8 +38,8 @@ void Dims::erase(int pos) noexcept {
 }
 
 void Dims::resize(int rank, std::int64_t fill) {
-  FORGE_CHECK(rank >= 0 && rank <= kMaxRank, invalid_argument, "shape", "rank ", rank,
-              " is outside [0, ", kMaxRank, "]");
+  FORGE_CHECK(rank >= 0 && rank <= kMaxRank, invalid_argument, "shape", "rank ", rank, " is outside [0, ", kMaxRank,
+              "]");
   for (int i = rank_; i < rank; ++i) d_[static_cast<std::size_t>(i)] = fill;
   rank_ = rank;
 }
@@ -50,7 +48,8 @@ std::string Dims::str() const try {
   std::ostringstream out;
   out << *this;
   return out.str();
-} FORGE_CATCH_OOM("Dims::str")
+}
+FORGE_CATCH_OOM("Dims::str")
 
 std::ostream& operator<<(std::ostream& out, const Dims& d) {
   out << '[';
@@ -70,8 +69,8 @@ Strides contiguous_strides(const Shape& shape) noexcept {
 
 int wrap_dim(std::int64_t dim, int rank, const char* op) {
   const std::int64_t lo = rank == 0 ? -1 : -rank, hi = rank == 0 ? 0 : rank - 1;
-  FORGE_CHECK(dim >= lo && dim <= hi, out_of_range, op, "dim ", dim, " is out of range for a tensor of rank ",
-              rank, " (expected [", lo, ", ", hi, "])");
+  FORGE_CHECK(dim >= lo && dim <= hi, out_of_range, op, "dim ", dim, " is out of range for a tensor of rank ", rank,
+              " (expected [", lo, ", ", hi, "])");
   return static_cast<int>(dim < 0 ? dim + (rank == 0 ? 1 : rank) : dim);
 }
 
@@ -93,8 +92,8 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
   for (int i = 0; i < rank; ++i) {
     const int ia = i - (rank - a.rank()), ib = i - (rank - b.rank());
     const std::int64_t da = ia >= 0 ? a[ia] : 1, db = ib >= 0 ? b[ib] : 1;
-    FORGE_CHECK(da == db || da == 1 || db == 1, shape, op, "shapes ", a, " and ", b,
-                " do not broadcast (dimension ", i, ": ", da, " vs ", db, ")");
+    FORGE_CHECK(da == db || da == 1 || db == 1, shape, op, "shapes ", a, " and ", b, " do not broadcast (dimension ", i,
+                ": ", da, " vs ", db, ")");
     out[i] = da == 1 ? db : da;
   }
   checked_extents(out, op);

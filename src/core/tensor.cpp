@@ -10,10 +10,10 @@
 #include "autograd/rules/views.h"
 #include "core/internal.h"
 #include "core/tensor_internal.h"
-#include "ops/elementwise_internal.h"
 #include "forge/autograd.h"
 #include "forge/ops.h"
 #include "forge/runtime.h"
+#include "ops/elementwise_internal.h"
 
 namespace forge {
 
@@ -60,8 +60,7 @@ void* Tensor::raw_data(const char* op) const {
 
 void Tensor::check_dtype(DType expected, const char* op) const {
   FORGE_CHECK(defined(), invalid_argument, op, "undefined tensor");
-  FORGE_CHECK(dtype() == expected, dtype, op, "the tensor holds ", dtype_name(dtype()), ", not ",
-              dtype_name(expected));
+  FORGE_CHECK(dtype() == expected, dtype, op, "the tensor holds ", dtype_name(dtype()), ", not ", dtype_name(expected));
 }
 
 Tensor Tensor::clone() const try {
@@ -71,12 +70,14 @@ Tensor Tensor::clone() const try {
   detail::adopt_output(out);
   FORGE_RECORD(clone, out, *this);
   return out;
-} FORGE_CATCH_OOM("clone")
+}
+FORGE_CATCH_OOM("clone")
 
 Tensor Tensor::contiguous() const try {
   detail::check_input("contiguous", *this, "tensor");
   return is_contiguous() ? *this : clone();
-} FORGE_CATCH_OOM("contiguous")
+}
+FORGE_CATCH_OOM("contiguous")
 
 Tensor Tensor::to(DType target) const try {
   detail::check_input("to", *this, "tensor");
@@ -85,7 +86,8 @@ Tensor Tensor::to(DType target) const try {
   detail::adopt_output(out);
   FORGE_RECORD(to, out, *this);
   return out;
-} FORGE_CATCH_OOM("to")
+}
+FORGE_CATCH_OOM("to")
 
 Tensor& Tensor::fill_(Scalar value) { return fill_as(value, "fill_"); }
 
@@ -96,7 +98,8 @@ Tensor& Tensor::fill_as(Scalar value, const char* op) try {
   cpu::fill(runtime(), shape(), detail::operand(*this), element.data());
   buffer()->bump_version();
   return *this;
-} FORGE_CATCH_OOM(op)
+}
+FORGE_CATCH_OOM(op)
 
 Tensor& Tensor::zero_() { return fill_as(0.0, "zero_"); }
 
@@ -117,7 +120,8 @@ Tensor& Tensor::copy_(const Tensor& src) try {
   buffer()->bump_version();
   autograd::after_copy(*this, src);
   return *this;
-} FORGE_CATCH_OOM("copy_")
+}
+FORGE_CATCH_OOM("copy_")
 
 namespace detail {
 
@@ -127,8 +131,8 @@ std::int64_t checked_numel(const char* op, const Shape& shape, DType dtype) {
   FORGE_CHECK(n <= std::numeric_limits<std::int64_t>::max() / size, invalid_argument, op, "shape ", shape, " of ",
               dtype_name(dtype), " holds more bytes than fit in int64");
   FORGE_CHECK(static_cast<std::size_t>(n * size) <= kMaxTensorBytes, out_of_memory, op, "shape ", shape, " of ",
-              dtype_name(dtype), " needs ", n * size, " bytes, more than any allocation forge makes (",
-              kMaxTensorBytes, ")");
+              dtype_name(dtype), " needs ", n * size, " bytes, more than any allocation forge makes (", kMaxTensorBytes,
+              ")");
   return n;
 }
 
@@ -136,8 +140,8 @@ Tensor allocate(Runtime& rt, const Shape& shape, DType dtype, const char* op) {
   const std::int64_t n = checked_numel(op, shape, dtype);
   rt.scope_reserve(op);
   Ref<Buffer> buffer = rt.pool().acquire(static_cast<std::size_t>(n) * dtype_size(dtype), op);
-  return Tensor(Ref<TensorImpl>::adopt(
-      new TensorImpl(internal, Ref<Runtime>::share(&rt), std::move(buffer), shape, contiguous_strides(shape), 0, dtype)));
+  return Tensor(Ref<TensorImpl>::adopt(new TensorImpl(internal, Ref<Runtime>::share(&rt), std::move(buffer), shape,
+                                                      contiguous_strides(shape), 0, dtype)));
 }
 
 Tensor make_view(const Tensor& base, const Shape& shape, const Strides& strides, std::int64_t offset) {
@@ -157,13 +161,11 @@ void check_input(const char* op, const Tensor& t, const char* name) {
   // The _into forms are not recorded (Note [In-place writes under autograd]).
   if (t.impl()->requires_grad() && autograd::GradMode::is_enabled() && std::string_view(op).ends_with("_into"))
     FORGE_FAIL(backward, op, name, " requires grad, and _into writes are not recorded by autograd; call ",
-               std::string_view(op).substr(0, std::string_view(op).size() - 5),
-               " instead, or write under NoGradGuard");
+               std::string_view(op).substr(0, std::string_view(op).size() - 5), " instead, or write under NoGradGuard");
 }
 
 void check_same_runtime(const char* op, const Tensor& a, const Tensor& b) {
-  FORGE_CHECK(&a.runtime() == &b.runtime(), device, op,
-              "tensors belong to two different ExecContexts; move one first");
+  FORGE_CHECK(&a.runtime() == &b.runtime(), device, op, "tensors belong to two different ExecContexts; move one first");
 }
 
 namespace {
@@ -200,11 +202,10 @@ void check_writable(const char* op, const Tensor& out, const char* name) {
   check_input(op, out, name);
   for (int d = 0; d < out.dim(); ++d)
     FORGE_CHECK(out.strides()[d] != 0 || out.shape()[d] <= 1, invalid_argument, op,
-                "cannot write through an expanded view: ", name, " has stride 0 in dimension ", d,
-                " of size ", out.shape()[d]);
+                "cannot write through an expanded view: ", name, " has stride 0 in dimension ", d, " of size ",
+                out.shape()[d]);
   FORGE_CHECK(!may_overlap_itself(out.shape(), out.strides()), invalid_argument, op, "cannot write through a view ",
-              "whose elements overlap each other: ", name, " has shape ", out.shape(), " and strides ",
-              out.strides());
+              "whose elements overlap each other: ", name, " has shape ", out.shape(), " and strides ", out.strides());
 }
 
 namespace {
@@ -221,12 +222,13 @@ std::pair<std::int64_t, std::int64_t> extent(const Tensor& t) noexcept {
 
 void check_no_partial_overlap(const char* op, const Tensor& out, const Tensor& in, const char* name) {
   if (out.buffer() != in.buffer() || out.numel() == 0 || in.numel() == 0) return;
-  const bool same_layout = out.offset() == in.offset() && out.shape() == in.shape() &&
-                           out.strides() == in.strides() && out.dtype() == in.dtype();
+  const bool same_layout = out.offset() == in.offset() && out.shape() == in.shape() && out.strides() == in.strides() &&
+                           out.dtype() == in.dtype();
   if (same_layout) return;
   const auto [olo, ohi] = extent(out);
   const auto [ilo, ihi] = extent(in);
-  const auto es_out = static_cast<std::int64_t>(out.element_size()), es_in = static_cast<std::int64_t>(in.element_size());
+  const auto es_out = static_cast<std::int64_t>(out.element_size()),
+             es_in = static_cast<std::int64_t>(in.element_size());
   const bool disjoint = (ohi + 1) * es_out <= ilo * es_in || (ihi + 1) * es_in <= olo * es_out;
   FORGE_CHECK(disjoint, invalid_argument, op, "out partially overlaps ", name,
               "; write into a separate tensor or exactly in place");

@@ -6,11 +6,12 @@
 // already the one the view shares). Geometry is checked against the buffer's
 // bytes, so no view can reach outside them.
 
+#include "autograd/rules/views.h"
+
 #include <algorithm>
 #include <optional>
 
 #include "autograd/record.h"
-#include "autograd/rules/views.h"
 #include "core/tensor_internal.h"
 #include "forge/tensor.h"
 
@@ -28,8 +29,8 @@ Shape infer_shape(const char* op, const Shape& requested, std::int64_t numel) {
       infer = d;
     } else {
       FORGE_CHECK(shape[d] >= 0, invalid_argument, op, "negative size ", shape[d], " in shape ", requested);
-      FORGE_CHECK(!__builtin_mul_overflow(known, shape[d], &known), shape, op, "shape ", requested,
-                  " is invalid for ", numel, " elements");
+      FORGE_CHECK(!__builtin_mul_overflow(known, shape[d], &known), shape, op, "shape ", requested, " is invalid for ",
+                  numel, " elements");
     }
   }
   if (infer >= 0) {
@@ -82,7 +83,8 @@ Tensor Tensor::clone_view() const try {
   Tensor out = detail::make_view(*this, shape(), strides(), offset());
   FORGE_RECORD(clone_view, out, *this);
   return out;
-} FORGE_CATCH_OOM("clone_view")
+}
+FORGE_CATCH_OOM("clone_view")
 
 Tensor Tensor::view_with_strides(const Shape& shape, const Strides& strides, std::int64_t offset) const try {
   const char* op = "view_with_strides";
@@ -106,7 +108,8 @@ Tensor Tensor::view_with_strides(const Shape& shape, const Strides& strides, std
   Tensor out = detail::make_view(*this, shape, strides, offset);
   FORGE_RECORD(as_strided, out, *this);
   return out;
-} FORGE_CATCH_OOM("view_with_strides")
+}
+FORGE_CATCH_OOM("view_with_strides")
 
 Tensor Tensor::view(const Shape& requested) const try {
   detail::check_input("view", *this, "tensor");
@@ -117,7 +120,8 @@ Tensor Tensor::view(const Shape& requested) const try {
   Tensor out = detail::make_view(*this, shape, *strides, offset());
   FORGE_RECORD(view, out, *this);
   return out;
-} FORGE_CATCH_OOM("view")
+}
+FORGE_CATCH_OOM("view")
 
 Tensor Tensor::reshape(const Shape& requested) const try {
   detail::check_input("reshape", *this, "tensor");
@@ -128,7 +132,8 @@ Tensor Tensor::reshape(const Shape& requested) const try {
     return out;
   }
   return clone().view(shape);  // both record themselves
-} FORGE_CATCH_OOM("reshape")
+}
+FORGE_CATCH_OOM("reshape")
 
 Tensor Tensor::broadcast_to(const Shape& target) const { return broadcast_as(target, "broadcast_to"); }
 
@@ -149,7 +154,8 @@ Tensor Tensor::broadcast_as(const Shape& target, const char* op) const try {
   Tensor out = detail::make_view(*this, target, strides, offset());
   FORGE_RECORD(expand, out, *this, op);
   return out;
-} FORGE_CATCH_OOM(op)
+}
+FORGE_CATCH_OOM(op)
 
 Tensor Tensor::expand(const Shape& sizes) const try {
   detail::check_input("expand", *this, "tensor");
@@ -163,7 +169,8 @@ Tensor Tensor::expand(const Shape& sizes) const try {
     target[d] = shape()[d - lead];
   }
   return broadcast_as(target, "expand");
-} FORGE_CATCH_OOM("expand")
+}
+FORGE_CATCH_OOM("expand")
 
 Tensor Tensor::narrow(std::int64_t dim_arg, std::int64_t start, std::int64_t length) const try {
   detail::check_input("narrow", *this, "tensor");
@@ -181,7 +188,8 @@ Tensor Tensor::narrow(std::int64_t dim_arg, std::int64_t start, std::int64_t len
   Tensor out = detail::make_view(*this, s, strides(), offset() + (length > 0 ? start * strides()[d] : 0));
   FORGE_RECORD(narrow, out, *this, d, start, length);
   return out;
-} FORGE_CATCH_OOM("narrow")
+}
+FORGE_CATCH_OOM("narrow")
 
 Tensor Tensor::slice(std::int64_t dim_arg, std::int64_t start, std::int64_t end, std::int64_t step) const try {
   detail::check_input("slice", *this, "tensor");
@@ -205,7 +213,8 @@ Tensor Tensor::slice(std::int64_t dim_arg, std::int64_t start, std::int64_t end,
   Tensor out = detail::make_view(*this, s, st, offset() + (s[d] > 0 ? start * strides()[d] : 0));
   FORGE_RECORD(slice, out, *this, d, start, step);
   return out;
-} FORGE_CATCH_OOM("slice")
+}
+FORGE_CATCH_OOM("slice")
 
 Tensor Tensor::select(std::int64_t dim_arg, std::int64_t index) const try {
   detail::check_input("select", *this, "tensor");
@@ -222,7 +231,8 @@ Tensor Tensor::select(std::int64_t dim_arg, std::int64_t index) const try {
   Tensor out = detail::make_view(*this, s, st, offset() + index * strides()[d]);
   FORGE_RECORD(select, out, *this, d, index);
   return out;
-} FORGE_CATCH_OOM("select")
+}
+FORGE_CATCH_OOM("select")
 
 Tensor Tensor::permute(const Dims& dims) const try {
   detail::check_input("permute", *this, "tensor");
@@ -243,7 +253,8 @@ Tensor Tensor::permute(const Dims& dims) const try {
   Tensor out = detail::make_view(*this, s, st, offset());
   FORGE_RECORD(permute, out, *this, wrapped);
   return out;
-} FORGE_CATCH_OOM("permute")
+}
+FORGE_CATCH_OOM("permute")
 
 Tensor Tensor::transpose(std::int64_t dim0, std::int64_t dim1) const try {
   detail::check_input("transpose", *this, "tensor");
@@ -260,13 +271,15 @@ Tensor Tensor::transpose(std::int64_t dim0, std::int64_t dim1) const try {
   Tensor out = detail::make_view(*this, s, st, offset());
   FORGE_RECORD(transpose, out, *this, a, b);
   return out;
-} FORGE_CATCH_OOM("transpose")
+}
+FORGE_CATCH_OOM("transpose")
 
 Tensor Tensor::t() const try {
   detail::check_input("t", *this, "tensor");
   FORGE_CHECK(dim() <= 2, invalid_argument, "t", "expects a tensor of rank <= 2, got shape ", shape());
   return dim() < 2 ? clone_view() : transpose(0, 1);
-} FORGE_CATCH_OOM("t")
+}
+FORGE_CATCH_OOM("t")
 
 Tensor Tensor::squeeze() const try {
   detail::check_input("squeeze", *this, "tensor");
@@ -280,7 +293,8 @@ Tensor Tensor::squeeze() const try {
   Tensor out = detail::make_view(*this, s, st, offset());
   FORGE_RECORD(squeeze, out, *this);
   return out;
-} FORGE_CATCH_OOM("squeeze")
+}
+FORGE_CATCH_OOM("squeeze")
 
 Tensor Tensor::squeeze(std::int64_t dim_arg) const try {
   detail::check_input("squeeze", *this, "tensor");
@@ -293,7 +307,8 @@ Tensor Tensor::squeeze(std::int64_t dim_arg) const try {
   Tensor out = detail::make_view(*this, s, st, offset());
   FORGE_RECORD(squeeze, out, *this);
   return out;
-} FORGE_CATCH_OOM("squeeze")
+}
+FORGE_CATCH_OOM("squeeze")
 
 Tensor Tensor::unsqueeze(std::int64_t dim_arg) const try {
   detail::check_input("unsqueeze", *this, "tensor");
@@ -308,7 +323,8 @@ Tensor Tensor::unsqueeze(std::int64_t dim_arg) const try {
   Tensor out = detail::make_view(*this, s, st, offset());
   FORGE_RECORD(unsqueeze, out, *this);
   return out;
-} FORGE_CATCH_OOM("unsqueeze")
+}
+FORGE_CATCH_OOM("unsqueeze")
 
 Tensor Tensor::flatten(std::int64_t start_dim, std::int64_t end_dim) const try {
   detail::check_input("flatten", *this, "tensor");
@@ -326,6 +342,7 @@ Tensor Tensor::flatten(std::int64_t start_dim, std::int64_t end_dim) const try {
     }
   }
   return reshape(s);
-} FORGE_CATCH_OOM("flatten")
+}
+FORGE_CATCH_OOM("flatten")
 
 }  // namespace forge

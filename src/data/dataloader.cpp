@@ -57,25 +57,21 @@ const std::byte* base_of(const Tensor& t) {
 
 }  // namespace
 
-DataLoader::DataLoader(ExecContext& ctx, Tensor inputs, Tensor targets, DataLoaderOptions options)
-    try : ctx_(ctx), options_(std::move(options)) {
+DataLoader::DataLoader(ExecContext& ctx, Tensor inputs, Tensor targets, DataLoaderOptions options) try
+    : ctx_(ctx), options_(std::move(options)) {
   FORGE_CHECK(inputs.defined(), invalid_argument, kOp, "inputs are undefined");
-  FORGE_CHECK(inputs.dim() >= 1, shape, kOp, "inputs need a leading sample dim, got shape ",
-              inputs.shape());
-  FORGE_CHECK(options_.batch_size > 0, invalid_argument, kOp, "batch_size must be positive, got ",
-              options_.batch_size);
+  FORGE_CHECK(inputs.dim() >= 1, shape, kOp, "inputs need a leading sample dim, got shape ", inputs.shape());
+  FORGE_CHECK(options_.batch_size > 0, invalid_argument, kOp, "batch_size must be positive, got ", options_.batch_size);
   FORGE_CHECK(&inputs.runtime() == &ctx.runtime(), device, kOp, "inputs belong to another context");
   samples_ = inputs.size(0);
   if (targets.defined()) {
-    FORGE_CHECK(&targets.runtime() == &ctx.runtime(), device, kOp,
-                "targets belong to another context");
-    FORGE_CHECK(targets.dim() >= 1 && targets.size(0) == samples_, shape, kOp, "targets of shape ",
-                targets.shape(), " do not match ", samples_, " inputs of shape ", inputs.shape());
+    FORGE_CHECK(&targets.runtime() == &ctx.runtime(), device, kOp, "targets belong to another context");
+    FORGE_CHECK(targets.dim() >= 1 && targets.size(0) == samples_, shape, kOp, "targets of shape ", targets.shape(),
+                " do not match ", samples_, " inputs of shape ", inputs.shape());
   }
   inputs_ = inputs.contiguous();
   targets_ = targets.defined() ? targets.contiguous() : Tensor();
-  batches_ =
-      samples_ / options_.batch_size + (!options_.drop_last && samples_ % options_.batch_size != 0);
+  batches_ = samples_ / options_.batch_size + (!options_.drop_last && samples_ % options_.batch_size != 0);
   input_base_ = base_of(inputs_);
   target_base_ = base_of(targets_);
   input_row_bytes_ = row_bytes(inputs_);
@@ -87,7 +83,8 @@ DataLoader::DataLoader(ExecContext& ctx, Tensor inputs, Tensor targets, DataLoad
     s->target.resize(rows * target_row_bytes_);
   }
   if (options_.prefetch) worker_ = std::thread([this] { worker_loop(); });
-} FORGE_CATCH_OOM(kOp)
+}
+FORGE_CATCH_OOM(kOp)
 
 DataLoader::~DataLoader() {
   if (!worker_.joinable()) return;
@@ -107,7 +104,8 @@ std::vector<std::int64_t> DataLoader::order(std::int64_t epoch) const try {
   std::mt19937_64 gen(options_.seed + static_cast<std::uint64_t>(epoch));
   for (std::size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[draw_below(gen, i)]);
   return order;
-} FORGE_CATCH_OOM(kOp)
+}
+FORGE_CATCH_OOM(kOp)
 
 std::int64_t DataLoader::batch_rows(std::int64_t batch) const noexcept {
   return std::min(options_.batch_size, samples_ - batch * options_.batch_size);
@@ -119,11 +117,10 @@ void DataLoader::gather(std::int64_t batch, Staging& into) const noexcept {
   for (std::int64_t r = 0; r < into.rows; ++r) {
     const auto sample = static_cast<std::size_t>(order_[static_cast<std::size_t>(first + r)]);
     const auto row = static_cast<std::size_t>(r);
-    std::memcpy(into.input.data() + row * input_row_bytes_, input_base_ + sample * input_row_bytes_,
-                input_row_bytes_);
+    std::memcpy(into.input.data() + row * input_row_bytes_, input_base_ + sample * input_row_bytes_, input_row_bytes_);
     if (target_base_)
-      std::memcpy(into.target.data() + row * target_row_bytes_,
-                  target_base_ + sample * target_row_bytes_, target_row_bytes_);
+      std::memcpy(into.target.data() + row * target_row_bytes_, target_base_ + sample * target_row_bytes_,
+                  target_row_bytes_);
   }
 }
 
@@ -168,7 +165,8 @@ void DataLoader::begin_epoch(std::int64_t epoch) try {
   cursor_ = 0;
   started_ = true;
   if (worker_.joinable() && batches_ > 0) request(0);
-} FORGE_CATCH_OOM(kOp)
+}
+FORGE_CATCH_OOM(kOp)
 
 std::optional<Batch> DataLoader::next() try {
   FORGE_CHECK(started_, invalid_argument, kOp, "next() before begin_epoch()");
@@ -199,16 +197,15 @@ std::optional<Batch> DataLoader::next() try {
     }
     throw;
   }
-} FORGE_CATCH_OOM(kOp)
+}
+FORGE_CATCH_OOM(kOp)
 
 Batch DataLoader::wrap(const Staging& staged, std::int64_t batch) {
-  auto rows_of = [&](const Tensor& dataset, const std::vector<std::byte>& bytes,
-                     std::size_t row_bytes) {
+  auto rows_of = [&](const Tensor& dataset, const std::vector<std::byte>& bytes, std::size_t row_bytes) {
     Shape shape = dataset.shape();
     shape[0] = staged.rows;
     Tensor t = ctx_.empty(shape, dataset.dtype());
-    if (t.numel() > 0)
-      std::memcpy(t.raw_data(kOp), bytes.data(), static_cast<std::size_t>(staged.rows) * row_bytes);
+    if (t.numel() > 0) std::memcpy(t.raw_data(kOp), bytes.data(), static_cast<std::size_t>(staged.rows) * row_bytes);
     return t;
   };
   Batch out;

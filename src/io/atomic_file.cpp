@@ -121,7 +121,8 @@ bool AtomicFile::resolve_target(struct stat& st) {
 void AtomicFile::refuse_unprotected_link(const struct stat& link) const {
   struct stat dir {};
   const std::filesystem::path parent = target_.parent_path();
-  if (::stat(parent.empty() ? "." : parent.c_str(), &dir) != 0) fail("cannot inspect the directory of the symbolic link");
+  if (::stat(parent.empty() ? "." : parent.c_str(), &dir) != 0)
+    fail("cannot inspect the directory of the symbolic link");
   const bool sticky_world_writable = (dir.st_mode & S_ISVTX) != 0 && (dir.st_mode & S_IWOTH) != 0;
   if (!sticky_world_writable || link.st_uid == ::geteuid() || link.st_uid == dir.st_uid) return;
   FORGE_FAIL(io, op_, path_, described_target(), ": a symbolic link owned by another user in a sticky world-writable ",

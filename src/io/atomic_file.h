@@ -24,7 +24,7 @@ class AtomicFile {
   AtomicFile& operator=(const AtomicFile&) = delete;
 
   void write(const void* data, std::size_t nbytes);  // throws ErrorCode::io
-  void commit();                                      // throws ErrorCode::io
+  void commit();                                     // throws ErrorCode::io
 
  private:
   // Sets target_ to the file `path` leads to through symbolic links; whether
@@ -36,11 +36,11 @@ class AtomicFile {
   // and decides the mode commit() gives it (last: a write by a process
   // without CAP_FSETID clears set-user-ID and set-group-ID).
   void keep_owner(const struct stat& st);
-  std::string described_target() const;  // the target, for messages, when a link led to it
+  std::string described_target() const;                        // the target, for messages, when a link led to it
   [[noreturn]] void fail(const char* what) const;              // reports errno
   [[noreturn]] void discard_and_fail(const char* what) const;  // also removes the closed temporary
-  std::filesystem::path path_;    // as the caller named it
-  std::filesystem::path target_;  // the file replaced: path_ with its links followed
+  std::filesystem::path path_;                                 // as the caller named it
+  std::filesystem::path target_;                               // the file replaced: path_ with its links followed
   std::filesystem::path temp_;
   const char* op_;
   int fd_ = -1;

@@ -77,8 +77,8 @@ class Source {
   void read_exact(void* dst, std::uint64_t n, const char* what, std::uint64_t done_before = 0,
                   std::uint64_t part_bytes = 0) {
     const std::uint64_t got = read_raw(dst, n);
-    FORGE_CHECK(got == n, io, kOp, path_, ": truncated ", what, ": needs ", std::max(part_bytes, n),
-                " bytes, got ", done_before + got, gzip_ ? " (decompressed)" : "", stream_error());
+    FORGE_CHECK(got == n, io, kOp, path_, ": truncated ", what, ": needs ", std::max(part_bytes, n), " bytes, got ",
+                done_before + got, gzip_ ? " (decompressed)" : "", stream_error());
   }
 
   // Requires the stream to end here. Reading past the data also makes zlib
@@ -86,8 +86,8 @@ class Source {
   void expect_end() {
     unsigned char extra[64];
     const std::uint64_t trailing = read_raw(extra, sizeof extra);
-    FORGE_CHECK(trailing == 0, io, kOp, path_, ": ", trailing == sizeof extra ? "at least " : "",
-                trailing, " bytes after the data its dims cover (trailing bytes are refused)");
+    FORGE_CHECK(trailing == 0, io, kOp, path_, ": ", trailing == sizeof extra ? "at least " : "", trailing,
+                " bytes after the data its dims cover (trailing bytes are refused)");
   }
 
  private:
@@ -105,8 +105,7 @@ class Source {
     // gzread reports a stream cut short only through gzerror (Z_BUF_ERROR).
     int code = Z_OK;
     gzerror(file_, &code);
-    FORGE_CHECK(code == Z_OK || code == Z_STREAM_END, io, kOp, path_, ": read failed",
-                stream_error());
+    FORGE_CHECK(code == Z_OK || code == Z_STREAM_END, io, kOp, path_, ": read failed", stream_error());
     return done;
   }
 
@@ -126,8 +125,7 @@ class Source {
 };
 
 std::uint32_t big_endian_u32(const unsigned char* p) {
-  return (std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) | (std::uint32_t{p[2]} << 8) |
-         p[3];
+  return (std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) | (std::uint32_t{p[2]} << 8) | p[3];
 }
 
 // Reverses the byte order of each `width`-byte element in place.
@@ -140,8 +138,7 @@ void swap_bytes(std::byte* p, std::uint64_t count, std::size_t width) {
 // The tensor's own bytes: 64-byte aligned host memory, freed with the last view.
 struct HostBytes {
   explicit HostBytes(std::uint64_t n)
-      : data(static_cast<std::byte*>(
-            ::operator new (std::max<std::uint64_t>(n, 1), std::align_val_t{64}))) {}
+      : data(static_cast<std::byte*>(::operator new (std::max<std::uint64_t>(n, 1), std::align_val_t{64}))) {}
   ~HostBytes() { ::operator delete (data, std::align_val_t{64}); }
   HostBytes(const HostBytes&) = delete;
   HostBytes& operator=(const HostBytes&) = delete;
@@ -159,16 +156,15 @@ std::shared_ptr<HostBytes> allocate(const Source& src, std::uint64_t nbytes) {
 // i8 and i16 elements widened to i32.
 void widen(const unsigned char* raw, std::uint64_t count, std::size_t width, std::int32_t* out) {
   for (std::uint64_t i = 0; i < count; ++i)
-    out[i] = width == 1 ? static_cast<std::int8_t>(raw[i])
-                        : static_cast<std::int16_t>((raw[2 * i] << 8) | raw[2 * i + 1]);
+    out[i] =
+        width == 1 ? static_cast<std::int8_t>(raw[i]) : static_cast<std::int16_t>((raw[2 * i] << 8) | raw[2 * i + 1]);
 }
 
 // Reads the elements into memory of the dtype they map to. i8 and i16 pass
 // through a bounded staging chunk from the context's pool, so a file of any
 // size needs no more than its output, and a refused chunk is an
 // out_of_memory error like any other allocation.
-std::shared_ptr<HostBytes> read_elements(ExecContext& ctx, Source& src, const ElementType& type,
-                                         std::uint64_t count) {
+std::shared_ptr<HostBytes> read_elements(ExecContext& ctx, Source& src, const ElementType& type, std::uint64_t count) {
   const std::uint64_t file_bytes = count * type.file_bytes;
   auto bytes = allocate(src, count * dtype_size(type.dtype));
   if (type.file_bytes == dtype_size(type.dtype)) {  // u8, i32, f32, f64: in place
@@ -182,8 +178,7 @@ std::shared_ptr<HostBytes> read_elements(ExecContext& ctx, Source& src, const El
   try {
     staging = ctx.pool().acquire(chunk * type.file_bytes, kOp);
   } catch (const Error& e) {
-    FORGE_FAIL(out_of_memory, kOp, src.path(), ": no memory to stage its ", type.name, " data (",
-               e.what(), ")");
+    FORGE_FAIL(out_of_memory, kOp, src.path(), ": no memory to stage its ", type.name, " data (", e.what(), ")");
   }
   auto* raw = reinterpret_cast<unsigned char*>(staging->data());
   auto* out = reinterpret_cast<std::int32_t*>(bytes->data);
@@ -206,14 +201,13 @@ Tensor load_idx(ExecContext& ctx, const std::string& path) try {
 
   unsigned char head[4];
   src.read_exact(head, 4, "header");
-  FORGE_CHECK(head[0] == 0 && head[1] == 0, io, kOp, path, ": not an IDX file (magic starts 0x",
-              std::hex, int{head[0]}, " 0x", int{head[1]}, ", expected 0x0 0x0)");
+  FORGE_CHECK(head[0] == 0 && head[1] == 0, io, kOp, path, ": not an IDX file (magic starts 0x", std::hex, int{head[0]},
+              " 0x", int{head[1]}, ", expected 0x0 0x0)");
   const ElementType* type = find_type(head[2]);
   FORGE_CHECK(type != nullptr, io, kOp, path, ": unknown element type 0x", std::hex, int{head[2]},
               " (known: 0x8 u8, 0x9 i8, 0xb i16, 0xc i32, 0xd f32, 0xe f64)");
   const int ndims = head[3];
-  FORGE_CHECK(ndims >= 1 && ndims <= kMaxRank, io, kOp, path, ": ", ndims,
-              " dims; forge reads 1 to ", kMaxRank);
+  FORGE_CHECK(ndims >= 1 && ndims <= kMaxRank, io, kOp, path, ": ", ndims, " dims; forge reads 1 to ", kMaxRank);
 
   unsigned char raw_dims[4 * kMaxRank];
   src.read_exact(raw_dims, 4 * static_cast<std::uint64_t>(ndims), "header dims");
@@ -237,21 +231,20 @@ Tensor load_idx(ExecContext& ctx, const std::string& path) try {
   const std::uint64_t header_bytes = 4 + 4 * static_cast<std::uint64_t>(ndims);
   const std::uint64_t data_bytes = count * type->file_bytes;
   if (src.gzip()) {
-    FORGE_CHECK(data_bytes / kMaxDeflateRatio <= src.file_bytes(), io, kOp, path, ": dims ", shape,
-                " of ", type->name, " need ", data_bytes, " bytes, more than a gzip file of ",
-                src.file_bytes(), " bytes can hold");
+    FORGE_CHECK(data_bytes / kMaxDeflateRatio <= src.file_bytes(), io, kOp, path, ": dims ", shape, " of ", type->name,
+                " need ", data_bytes, " bytes, more than a gzip file of ", src.file_bytes(), " bytes can hold");
   } else {
     const std::uint64_t available = src.file_bytes() - std::min(src.file_bytes(), header_bytes);
-    FORGE_CHECK(data_bytes <= available, io, kOp, path, ": truncated data: dims ", shape, " of ",
-                type->name, " need ", data_bytes, " bytes, the file has ", available,
-                " after the header");
-    FORGE_CHECK(data_bytes == available, io, kOp, path, ": ", available - data_bytes,
-                " bytes after the data its dims ", shape, " cover (trailing bytes are refused)");
+    FORGE_CHECK(data_bytes <= available, io, kOp, path, ": truncated data: dims ", shape, " of ", type->name, " need ",
+                data_bytes, " bytes, the file has ", available, " after the header");
+    FORGE_CHECK(data_bytes == available, io, kOp, path, ": ", available - data_bytes, " bytes after the data its dims ",
+                shape, " cover (trailing bytes are refused)");
   }
 
   std::shared_ptr<HostBytes> bytes = read_elements(ctx, src, *type, count);
   src.expect_end();
   return ctx.from_blob(bytes->data, shape, type->dtype, [bytes] {});
-} FORGE_CATCH_OOM(kOp)
+}
+FORGE_CATCH_OOM(kOp)
 
 }  // namespace forge::io

@@ -43,7 +43,7 @@ struct Descr {
   DType dtype;
   std::string_view name;  // without the byte-order character
 };
-constexpr Descr kDescrs[] = {{DType::f32, "f4"}, {DType::f64, "f8"}, {DType::f16, "f2"}, {DType::i32, "i4"},
+constexpr Descr kDescrs[] = {{DType::f32, "f4"}, {DType::f64, "f8"}, {DType::f16, "f2"},    {DType::i32, "i4"},
                              {DType::i64, "i8"}, {DType::u8, "u1"},  {DType::boolean, "b1"}};
 
 std::string descr_of(DType dtype) {
@@ -66,8 +66,10 @@ HeaderText header_text(const Tensor& t) {
   std::string shape = "(";
   for (int d = 0; d < t.dim(); ++d) {
     shape += std::to_string(t.size(d));
-    if (t.dim() == 1) shape += ",";  // (3,): a one-element tuple
-    else if (d + 1 < t.dim()) shape += ", ";
+    if (t.dim() == 1)
+      shape += ",";  // (3,): a one-element tuple
+    else if (d + 1 < t.dim())
+      shape += ", ";
   }
   shape += ")";
   std::string dict = "{'descr': '" + descr_of(t.dtype()) + "', 'fortran_order': False, 'shape': " + shape + ", }";
@@ -107,10 +109,14 @@ class DictParser {
     while (!accept('}')) {
       const std::string key = string();
       expect(':');
-      if (key == "descr") set(h.descr, string(), key);
-      else if (key == "fortran_order") set(h.fortran_order, boolean(), key);
-      else if (key == "shape") set(h.shape, tuple(), key);
-      else refuse(path_, "header has the unexpected key '", key, "'");
+      if (key == "descr")
+        set(h.descr, string(), key);
+      else if (key == "fortran_order")
+        set(h.fortran_order, boolean(), key);
+      else if (key == "shape")
+        set(h.shape, tuple(), key);
+      else
+        refuse(path_, "header has the unexpected key '", key, "'");
       if (!accept(',')) {
         expect('}');
         break;
@@ -118,7 +124,8 @@ class DictParser {
     }
     skip_space();
     if (pos_ != text_.size()) refuse(path_, "header has text after its dict");
-    if (!h.descr || !h.fortran_order || !h.shape) refuse(path_, "header lacks one of 'descr', 'fortran_order', 'shape'");
+    if (!h.descr || !h.fortran_order || !h.shape)
+      refuse(path_, "header lacks one of 'descr', 'fortran_order', 'shape'");
     return h;
   }
 
@@ -129,7 +136,8 @@ class DictParser {
     slot = std::move(value);
   }
   void skip_space() {
-    while (pos_ < text_.size() && (text_[pos_] == ' ' || text_[pos_] == '\t' || text_[pos_] == '\n' || text_[pos_] == '\r'))
+    while (pos_ < text_.size() &&
+           (text_[pos_] == ' ' || text_[pos_] == '\t' || text_[pos_] == '\n' || text_[pos_] == '\r'))
       ++pos_;
   }
   bool accept(char c) {
@@ -218,7 +226,8 @@ std::uint64_t checked_nbytes(const std::filesystem::path& path, const Shape& sha
   std::uint64_t product = 1;
   bool has_zero = false;
   for (std::int64_t d : shape) {
-    if (d == 0) has_zero = true;
+    if (d == 0)
+      has_zero = true;
     else if (__builtin_mul_overflow(product, static_cast<std::uint64_t>(d), &product))
       refuse(path, "shape ", shape, " holds more elements than fit in int64");
   }
@@ -248,14 +257,16 @@ void save_npy(const std::filesystem::path& path, const Tensor& t) try {
   preamble[6] = v2 ? 2 : 1;
   preamble[7] = 0;
   const std::size_t length_bytes = v2 ? 4 : 2;
-  for (std::size_t i = 0; i < length_bytes; ++i) preamble[kPreambleBytes + i] = static_cast<unsigned char>(header.size() >> (8 * i));
+  for (std::size_t i = 0; i < length_bytes; ++i)
+    preamble[kPreambleBytes + i] = static_cast<unsigned char>(header.size() >> (8 * i));
 
   detail::AtomicFile file(path, kSaveOp);
   file.write(preamble, kPreambleBytes + length_bytes);
   file.write(header.data(), header.size());
   if (packed.nbytes() > 0) file.write(packed.raw_data(kSaveOp), packed.nbytes());
   file.commit();
-} FORGE_CATCH_OOM(kSaveOp)
+}
+FORGE_CATCH_OOM(kSaveOp)
 
 Tensor load_npy(ExecContext& ctx, const std::filesystem::path& path) try {
   FORGE_CHECK(ctx.device().is_cpu(), device, kLoadOp, path, ": the context is on ", ctx.device().str(),
@@ -268,14 +279,16 @@ Tensor load_npy(ExecContext& ctx, const std::filesystem::path& path) try {
   if (size < kPreambleBytes + 2 || std::memcmp(bytes, kMagic.data(), kMagic.size()) != 0)
     refuse(path, "not an .npy file (no \\x93NUMPY magic)");
   const unsigned major = byte(6), minor = byte(7);
-  if (major < 1 || major > 3 || minor != 0) refuse(path, "format version ", major, ".", minor, " is not 1.0, 2.0 or 3.0");
+  if (major < 1 || major > 3 || minor != 0)
+    refuse(path, "format version ", major, ".", minor, " is not 1.0, 2.0 or 3.0");
   const std::size_t length_bytes = major == 1 ? 2 : 4;
   if (size < kPreambleBytes + length_bytes) refuse(path, "file ends inside its header length");
   std::size_t header_bytes = 0;
   for (std::size_t i = length_bytes; i-- > 0;) header_bytes = (header_bytes << 8) | byte(kPreambleBytes + i);
   if (header_bytes > kMaxHeaderBytes) refuse(path, "header length ", header_bytes, " exceeds ", kMaxHeaderBytes);
   const std::size_t data_start = kPreambleBytes + length_bytes + header_bytes;
-  if (data_start > size) refuse(path, "header length ", header_bytes, " runs past the end of the file (", size, " bytes)");
+  if (data_start > size)
+    refuse(path, "header length ", header_bytes, " runs past the end of the file (", size, " bytes)");
 
   const std::string_view text(reinterpret_cast<const char*>(bytes) + kPreambleBytes + length_bytes, header_bytes);
   const Header h = DictParser(path, text).parse();
@@ -305,6 +318,7 @@ Tensor load_npy(ExecContext& ctx, const std::filesystem::path& path) try {
   Dims reverse;
   for (int d = rank - 1; d >= 0; --d) reverse.push_back(d);
   return t.permute(reverse).contiguous();
-} FORGE_CATCH_OOM(kLoadOp)
+}
+FORGE_CATCH_OOM(kLoadOp)
 
 }  // namespace forge::io

@@ -22,12 +22,11 @@
 #include <limits>
 #include <memory>
 #include <new>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "io/atomic_file.h"
 #include "io/mapped_file.h"
@@ -57,9 +56,9 @@ struct DTypeName {
   DType dtype;
   std::string_view name;
 };
-constexpr DTypeName kDTypeNames[] = {{DType::f32, "F32"}, {DType::f64, "F64"}, {DType::f16, "F16"},
-                                     {DType::bf16, "BF16"}, {DType::i32, "I32"}, {DType::i64, "I64"},
-                                     {DType::u8, "U8"},   {DType::boolean, "BOOL"}};
+constexpr DTypeName kDTypeNames[] = {{DType::f32, "F32"},   {DType::f64, "F64"},     {DType::f16, "F16"},
+                                     {DType::bf16, "BF16"}, {DType::i32, "I32"},     {DType::i64, "I64"},
+                                     {DType::u8, "U8"},     {DType::boolean, "BOOL"}};
 
 std::string_view safetensors_name(DType dtype) {
   for (const auto& d : kDTypeNames)
@@ -205,9 +204,14 @@ class HeaderReader final : public json::json_sax_t {
 
   bool start_object(std::size_t) override {
     switch (in_) {
-      case In::nothing: in_ = In::root; return true;
-      case In::root: in_ = entry_ ? In::entry : In::metadata; return true;
-      default: refuse(path_, "header nests an object deeper than the format allows");
+      case In::nothing:
+        in_ = In::root;
+        return true;
+      case In::root:
+        in_ = entry_ ? In::entry : In::metadata;
+        return true;
+      default:
+        refuse(path_, "header nests an object deeper than the format allows");
     }
   }
 
@@ -248,8 +252,7 @@ class HeaderReader final : public json::json_sax_t {
              : k == "shape"        ? Field::shape
              : k == "data_offsets" ? Field::offsets
                                    : Field::none;
-    if (field_ == Field::none)
-      refuse(path_, where(), "fields other than dtype, shape and data_offsets (\"", k, "\")");
+    if (field_ == Field::none) refuse(path_, where(), "fields other than dtype, shape and data_offsets (\"", k, "\")");
     const unsigned bit = 1u << static_cast<unsigned>(field_);
     if ((seen_ & bit) != 0) refuse(path_, where(), "header repeats the key \"", k, "\"");
     seen_ |= bit;
@@ -327,7 +330,8 @@ class HeaderReader final : public json::json_sax_t {
       case In::root:
         if (!entry_) refuse(path_, kMetadataKey, " is not an object");
         refuse(path_, where(), "entry is not an object");
-      case In::metadata: refuse(path_, kMetadataKey, " value of \"", *metadata_key_, "\" is not a string");
+      case In::metadata:
+        refuse(path_, kMetadataKey, " value of \"", *metadata_key_, "\" is not a string");
       case In::entry:
         if (field_ == Field::dtype) refuse(path_, where(), "dtype ", text, " is not a string");
         if (field_ == Field::shape) refuse(path_, where(), "shape ", text, " is not an array");
@@ -336,7 +340,8 @@ class HeaderReader final : public json::json_sax_t {
         refuse(path_, where(), "shape element ", length_, " is ", text, ", not a non-negative integer below 2^63");
       case In::offsets:
         refuse(path_, where(), "data_offsets element ", length_, " is ", text, ", not a non-negative integer");
-      default: refuse(path_, "header is not a JSON object");
+      default:
+        refuse(path_, "header is not a JSON object");
     }
   }
 
@@ -352,8 +357,10 @@ class HeaderReader final : public json::json_sax_t {
     std::uint64_t product = 1;
     bool has_zero = false, overflow = false;
     for (const std::int64_t extent : e.shape) {
-      if (extent == 0) has_zero = true;
-      else overflow = overflow || __builtin_mul_overflow(product, static_cast<std::uint64_t>(extent), &product);
+      if (extent == 0)
+        has_zero = true;
+      else
+        overflow = overflow || __builtin_mul_overflow(product, static_cast<std::uint64_t>(extent), &product);
     }
     std::uint64_t nbytes = 0;
     overflow = overflow || __builtin_mul_overflow(product, dtype_size(e.dtype), &nbytes) ||
@@ -361,8 +368,7 @@ class HeaderReader final : public json::json_sax_t {
     if (overflow) refuse(path_, where(), "shape ", e.shape, " holds more bytes than fit in int64");
     if (has_zero) nbytes = 0;
     if (e.begin > e.end || e.end > data_bytes_)
-      refuse(path_, where(), "data_offsets [", e.begin, ", ", e.end, "] lie outside the ", data_bytes_,
-             " data bytes");
+      refuse(path_, where(), "data_offsets [", e.begin, ", ", e.end, "] lie outside the ", data_bytes_, " data bytes");
     if (e.end - e.begin != nbytes)
       refuse(path_, where(), "data_offsets [", e.begin, ", ", e.end, "] hold ", e.end - e.begin, " bytes, but shape ",
              e.shape, " of ", safetensors_name(e.dtype), " needs ", nbytes);
@@ -373,7 +379,7 @@ class HeaderReader final : public json::json_sax_t {
   const std::uint64_t data_bytes_;
   Header header_;
   In in_ = In::nothing;
-  Entry* entry_ = nullptr;  // the entry being read; null in the metadata
+  Entry* entry_ = nullptr;     // the entry being read; null in the metadata
   Field field_ = Field::none;  // the entry field whose value comes next
   unsigned seen_ = 0;          // a bit per field the entry has had
   std::size_t length_ = 0;     // elements of the array being read
@@ -416,15 +422,14 @@ void check_tiling(const std::filesystem::path& path, std::vector<const Entry*> e
 void check_bools(const std::filesystem::path& path, const Entry& e, const std::byte* data) {
   for (std::uint64_t i = e.begin; i < e.end; ++i)
     if (std::to_integer<unsigned>(data[i]) > 1)
-      refuse(path, "tensor \"", e.name, "\": BOOL element ", i - e.begin, " is ",
-             std::to_integer<unsigned>(data[i]), ", not 0 or 1");
+      refuse(path, "tensor \"", e.name, "\": BOOL element ", i - e.begin, " is ", std::to_integer<unsigned>(data[i]),
+             ", not 0 or 1");
 }
 
 // A tensor over the mapping, which it keeps alive; or, for bytes not aligned
 // to the element size (which from_blob and the kernels need), a copy in
 // memory the tensor owns.
-Tensor make_tensor(ExecContext& ctx, const std::shared_ptr<detail::MappedFile>& file, std::byte* data,
-                   const Entry& e) {
+Tensor make_tensor(ExecContext& ctx, const std::shared_ptr<detail::MappedFile>& file, std::byte* data, const Entry& e) {
   const std::size_t nbytes = e.end - e.begin;
   std::byte* p = data + e.begin;
   if (nbytes == 0) p = file->data();  // page-aligned; an empty tensor reads nothing
@@ -463,7 +468,8 @@ void save_safetensors(const std::filesystem::path& path, const StateDict& tensor
   for (const auto& [name, t] : order)
     if (t.nbytes() > 0) file.write(t.raw_data(kSaveOp), t.nbytes());
   file.commit();
-} FORGE_CATCH_OOM(kSaveOp)
+}
+FORGE_CATCH_OOM(kSaveOp)
 
 SafetensorsContents read_safetensors(ExecContext& ctx, const std::filesystem::path& path) try {
   FORGE_CHECK(ctx.device().is_cpu(), device, kLoadOp, path, ": the context is on ", ctx.device().str(),
@@ -493,7 +499,8 @@ SafetensorsContents read_safetensors(ExecContext& ctx, const std::filesystem::pa
   out.metadata = std::move(header.metadata);
   for (const Entry* e : entries) out.tensors.emplace_hint(out.tensors.end(), e->name, make_tensor(ctx, file, data, *e));
   return out;
-} FORGE_CATCH_OOM(kLoadOp)
+}
+FORGE_CATCH_OOM(kLoadOp)
 
 StateDict load_safetensors(ExecContext& ctx, const std::filesystem::path& path) {
   return read_safetensors(ctx, path).tensors;

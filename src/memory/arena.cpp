@@ -184,8 +184,8 @@ void ArenaChunk::on_last_release() noexcept {
 
 std::string ArenaDescription::str() const { return device.is_cpu() ? "host" : device.str(); }
 
-Arena::Arena(ExecContext& ctx) try : core_(new detail::ArenaCore(Ref<Runtime>::share(&ctx.runtime()))) {
-} FORGE_CATCH_OOM("Arena")
+Arena::Arena(ExecContext& ctx) try : core_(new detail::ArenaCore(Ref<Runtime>::share(&ctx.runtime()))) {}
+FORGE_CATCH_OOM("Arena")
 
 Arena::~Arena() {
   if (core_) core_->release_ref();
@@ -244,11 +244,11 @@ std::size_t ArenaCall::bytes_for(const Shape& shape, DType dtype) {
                                     dtype_size(dtype));
 }
 
-void ArenaCall::reserve(std::size_t bytes) try { core_->reserve(op_, bytes); } FORGE_CATCH_OOM(op_)
+void ArenaCall::reserve(std::size_t bytes) try { core_->reserve(op_, bytes); }
+FORGE_CATCH_OOM(op_)
 
-Tensor ArenaCall::allocate(const Shape& shape, DType dtype) try {
-  return core_->allocate(op_, shape, dtype);
-} FORGE_CATCH_OOM(op_)
+Tensor ArenaCall::allocate(const Shape& shape, DType dtype) try { return core_->allocate(op_, shape, dtype); }
+FORGE_CATCH_OOM(op_)
 
 // ---- ragged views ----
 
@@ -281,12 +281,14 @@ Tensor TapeView::item(std::int64_t i) const try {
   FORGE_CHECK(i >= 0 && i < count(), out_of_range, "TapeView", "item ", i, " of ", count());
   const std::int64_t* off = offsets_data();
   return values_.narrow(0, off[i], off[i + 1] - off[i]);
-} FORGE_CATCH_OOM("TapeView")
+}
+FORGE_CATCH_OOM("TapeView")
 
 Tensor RowsTapeView::item(std::int64_t i) const try {
   FORGE_CHECK(i >= 0 && i < count(), out_of_range, "RowsTapeView", "item ", i, " of ", count());
   const std::int64_t* off = offsets_data();
   return rows_.narrow(0, off[i], off[i + 1] - off[i]);
-} FORGE_CATCH_OOM("RowsTapeView")
+}
+FORGE_CATCH_OOM("RowsTapeView")
 
 }  // namespace forge

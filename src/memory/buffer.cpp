@@ -34,8 +34,7 @@ class BorrowOwner final : public BufferOwner {
   bool armed_;
 };
 
-Ref<Buffer> make_borrowed(void* data, std::size_t nbytes, Device device, std::function<void()> on_release,
-                          bool armed) {
+Ref<Buffer> make_borrowed(void* data, std::size_t nbytes, Device device, std::function<void()> on_release, bool armed) {
   auto* owner = new BorrowOwner(std::move(on_release), armed);
   Buffer::Init init;
   init.data = static_cast<std::byte*>(data);
@@ -53,10 +52,10 @@ Ref<Buffer> make_borrowed(void* data, std::size_t nbytes, Device device, std::fu
 
 }  // namespace
 
-Ref<Buffer> Buffer::borrow(void* data, std::size_t nbytes, Device device,
-                           std::function<void()> on_release) try {
+Ref<Buffer> Buffer::borrow(void* data, std::size_t nbytes, Device device, std::function<void()> on_release) try {
   return make_borrowed(data, nbytes, device, std::move(on_release), true);
-} FORGE_CATCH_OOM("borrow")
+}
+FORGE_CATCH_OOM("borrow")
 
 namespace detail {
 

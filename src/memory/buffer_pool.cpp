@@ -15,12 +15,12 @@
 
 #include "forge/buffer_pool.h"
 
+#include <tbb/spin_mutex.h>
+
 #include <algorithm>
 #include <atomic>
 #include <bit>
 #include <mutex>
-
-#include <tbb/spin_mutex.h>
 #include <new>
 #include <vector>
 
@@ -75,11 +75,11 @@ class PoolCore final : public BufferOwner {
     std::size_t count;
   };
 
-  Buffer* take_cached(std::size_t rounded) noexcept;                  // under mu_
-  Buffer* take_all_cached() noexcept;                                 // under mu_
+  Buffer* take_cached(std::size_t rounded) noexcept;  // under mu_
+  Buffer* take_all_cached() noexcept;                 // under mu_
   static void free_chain(Buffer* chain) noexcept;
-  Buffer* evict_until(std::size_t limit) noexcept;                    // under mu_
-  void note_live(std::size_t bytes) noexcept {                        // under mu_
+  Buffer* evict_until(std::size_t limit) noexcept;  // under mu_
+  void note_live(std::size_t bytes) noexcept {      // under mu_
     live_bytes_ += bytes;
     peak_live_bytes_ = std::max(peak_live_bytes_, live_bytes_);
     window_peak_ = std::max(window_peak_, live_bytes_);
@@ -165,8 +165,8 @@ Ref<Buffer> PoolCore::acquire(std::size_t nbytes, const char* op) {
   std::lock_guard lock(mu_);
   if (b == nullptr) {
     ++failed_allocations_;
-    FORGE_FAIL(out_of_memory, op, "the system refused ", rounded, " bytes (a request of ", nbytes,
-               " bytes; ", live_bytes_, " bytes live, ", cached_bytes_, " cached)");
+    FORGE_FAIL(out_of_memory, op, "the system refused ", rounded, " bytes (a request of ", nbytes, " bytes; ",
+               live_bytes_, " bytes live, ", cached_bytes_, " cached)");
   }
   ++acquires_;
   ++misses_;
@@ -313,8 +313,8 @@ std::size_t BufferPool::rounded_size(std::size_t nbytes) noexcept {
   return (nbytes + kSlabQuantumBytes - 1) / kSlabQuantumBytes * kSlabQuantumBytes;
 }
 
-BufferPool::BufferPool(BufferPoolOptions options) try : core_(new detail::PoolCore(options)) {
-} FORGE_CATCH_OOM("BufferPool")
+BufferPool::BufferPool(BufferPoolOptions options) try : core_(new detail::PoolCore(options)) {}
+FORGE_CATCH_OOM("BufferPool")
 BufferPool::~BufferPool() { core_->orphan(); }
 
 Ref<Buffer> BufferPool::acquire(std::size_t nbytes, const char* op) { return core_->acquire(nbytes, op); }

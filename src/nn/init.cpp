@@ -44,7 +44,8 @@ Tensor fill(const Tensor& t, const char* op, Gen&& gen) try {
   for (double& v : values) v = gen();
   write(t, values, op);
   return t;
-} FORGE_CATCH_OOM(op)
+}
+FORGE_CATCH_OOM(op)
 
 double uniform01(std::mt19937_64& gen) { return static_cast<double>(gen() >> 11) * 0x1.0p-53; }
 
@@ -100,11 +101,16 @@ double calculate_gain(Nonlinearity nonlinearity, double param) {
   switch (nonlinearity) {
     case Nonlinearity::linear:
     case Nonlinearity::conv:
-    case Nonlinearity::sigmoid: return 1.0;
-    case Nonlinearity::tanh: return 5.0 / 3.0;
-    case Nonlinearity::relu: return std::sqrt(2.0);
-    case Nonlinearity::leaky_relu: return std::sqrt(2.0 / (1.0 + param * param));
-    case Nonlinearity::selu: return 3.0 / 4.0;
+    case Nonlinearity::sigmoid:
+      return 1.0;
+    case Nonlinearity::tanh:
+      return 5.0 / 3.0;
+    case Nonlinearity::relu:
+      return std::sqrt(2.0);
+    case Nonlinearity::leaky_relu:
+      return std::sqrt(2.0 / (1.0 + param * param));
+    case Nonlinearity::selu:
+      return 3.0 / 4.0;
   }
   return 1.0;
 }

@@ -37,20 +37,21 @@ void check_normalized_shape(const Shape& shape, const char* op) {
 
 }  // namespace
 
-Linear::Linear(ExecContext& ctx, std::int64_t in_features, std::int64_t out_features, bool bias)
-    try : in_(in_features), out_(out_features), has_bias_(bias) {
+Linear::Linear(ExecContext& ctx, std::int64_t in_features, std::int64_t out_features, bool bias) try
+    : in_(in_features), out_(out_features), has_bias_(bias) {
   const char* op = "nn.Linear";
   FORGE_CHECK(in_features > 0 && out_features > 0, invalid_argument, op, "features (in ", in_features, ", out ",
               out_features, ") must be positive");
   register_parameter("weight", default_weight(ctx, Shape{out_features, in_features}, op));
   if (bias) register_parameter("bias", default_bias(ctx, out_features, in_features, op));
-} FORGE_CATCH_OOM("nn.Linear")
+}
+FORGE_CATCH_OOM("nn.Linear")
 
 Tensor Linear::forward(const Tensor& x) { return linear(x, weight(), bias()); }
 
 Conv2d::Conv2d(ExecContext& ctx, std::int64_t in_channels, std::int64_t out_channels, Size2 kernel,
-               Conv2dOptions options)
-    try : options_(options) {
+               Conv2dOptions options) try
+    : options_(options) {
   const char* op = "nn.Conv2d";
   FORGE_CHECK(in_channels > 0 && out_channels > 0, invalid_argument, op, "channels (in ", in_channels, ", out ",
               out_channels, ") must be positive");
@@ -64,9 +65,9 @@ Conv2d::Conv2d(ExecContext& ctx, std::int64_t in_channels, std::int64_t out_chan
               invalid_argument, op, "stride and dilation must be positive and padding non-negative");
   const std::int64_t per_group = in_channels / options.groups;
   register_parameter("weight", default_weight(ctx, Shape{out_channels, per_group, kernel.h, kernel.w}, op));
-  if (options.bias)
-    register_parameter("bias", default_bias(ctx, out_channels, per_group * kernel.h * kernel.w, op));
-} FORGE_CATCH_OOM("nn.Conv2d")
+  if (options.bias) register_parameter("bias", default_bias(ctx, out_channels, per_group * kernel.h * kernel.w, op));
+}
+FORGE_CATCH_OOM("nn.Conv2d")
 
 Tensor Conv2d::forward(const Tensor& x) try {
   const forge::Conv2dOptions o{.stride = options_.stride.array(),
@@ -74,7 +75,8 @@ Tensor Conv2d::forward(const Tensor& x) try {
                                .dilation = options_.dilation.array(),
                                .groups = options_.groups};
   return conv2d(x, weight(), bias(), o);
-} FORGE_CATCH_OOM("nn.Conv2d")
+}
+FORGE_CATCH_OOM("nn.Conv2d")
 
 Embedding::Embedding(ExecContext& ctx, std::int64_t num_embeddings, std::int64_t embedding_dim,
                      std::optional<std::int64_t> padding_idx) try {
@@ -91,31 +93,34 @@ Embedding::Embedding(ExecContext& ctx, std::int64_t num_embeddings, std::int64_t
   init::normal_(w);
   if (padding_idx_) w.select(0, *padding_idx_).zero_();
   register_parameter("weight", w);
-} FORGE_CATCH_OOM("nn.Embedding")
+}
+FORGE_CATCH_OOM("nn.Embedding")
 
-Tensor Embedding::forward(const Tensor& indices) try {
-  return embedding(weight(), indices, padding_idx_);
-} FORGE_CATCH_OOM("nn.Embedding")
+Tensor Embedding::forward(const Tensor& indices) try { return embedding(weight(), indices, padding_idx_); }
+FORGE_CATCH_OOM("nn.Embedding")
 
-LayerNorm::LayerNorm(ExecContext& ctx, const Shape& normalized_shape, double eps, bool elementwise_affine)
-    try : shape_(normalized_shape), eps_(eps), affine_(elementwise_affine) {
+LayerNorm::LayerNorm(ExecContext& ctx, const Shape& normalized_shape, double eps, bool elementwise_affine) try
+    : shape_(normalized_shape), eps_(eps), affine_(elementwise_affine) {
   const char* op = "nn.LayerNorm";
   check_normalized_shape(normalized_shape, op);
   FORGE_CHECK(eps >= 0, invalid_argument, op, "eps ", eps, " is negative");
   if (!affine_) return;
   register_parameter("weight", filled(ctx, normalized_shape, 1.0, op));
   register_parameter("bias", filled(ctx, normalized_shape, 0.0, op));
-} FORGE_CATCH_OOM("nn.LayerNorm")
+}
+FORGE_CATCH_OOM("nn.LayerNorm")
 
 Tensor LayerNorm::forward(const Tensor& x) { return layer_norm(x, shape_, weight(), bias(), eps_); }
 
-RMSNorm::RMSNorm(ExecContext& ctx, const Shape& normalized_shape, std::optional<double> eps, bool elementwise_affine)
-    try : shape_(normalized_shape), eps_(eps), affine_(elementwise_affine) {
+RMSNorm::RMSNorm(ExecContext& ctx, const Shape& normalized_shape, std::optional<double> eps,
+                 bool elementwise_affine) try
+    : shape_(normalized_shape), eps_(eps), affine_(elementwise_affine) {
   const char* op = "nn.RMSNorm";
   check_normalized_shape(normalized_shape, op);
   FORGE_CHECK(!eps || *eps >= 0, invalid_argument, op, "eps ", eps.value_or(0), " is negative");
   if (affine_) register_parameter("weight", filled(ctx, normalized_shape, 1.0, op));
-} FORGE_CATCH_OOM("nn.RMSNorm")
+}
+FORGE_CATCH_OOM("nn.RMSNorm")
 
 Tensor RMSNorm::forward(const Tensor& x) { return rms_norm(x, shape_, weight(), eps_); }
 

@@ -23,7 +23,8 @@ std::string join(const std::vector<std::string>& names) {
 // mapping, from_blob) stays where the load put it.
 Tensor adopt(const Tensor& t, const char* op) {
   FORGE_CHECK(t.defined(), invalid_argument, op, "undefined tensor");
-  if (t.buffer()->pooled() || t.buffer()->arena() != nullptr) return detail::owned_copy(detail::context_of(t, op), t, t.dtype(), op);
+  if (t.buffer()->pooled() || t.buffer()->arena() != nullptr)
+    return detail::owned_copy(detail::context_of(t, op), t, t.dtype(), op);
   return t.is_leaf() ? t : t.detach();
 }
 
@@ -53,7 +54,8 @@ Tensor Module::register_parameter(const std::string& name, const Tensor& t, bool
   p.requires_grad_(requires_grad);
   parameters_.emplace_back(name, p);
   return p;
-} FORGE_CATCH_OOM("nn.register_parameter")
+}
+FORGE_CATCH_OOM("nn.register_parameter")
 
 Tensor Module::register_buffer(const std::string& name, const Tensor& t) try {
   const char* op = "nn.register_buffer";
@@ -63,14 +65,16 @@ Tensor Module::register_buffer(const std::string& name, const Tensor& t) try {
   if (b.requires_grad()) b = b.detach();
   buffers_.emplace_back(name, b);
   return b;
-} FORGE_CATCH_OOM("nn.register_buffer")
+}
+FORGE_CATCH_OOM("nn.register_buffer")
 
 void Module::add_child(const std::string& name, std::shared_ptr<Module> module) try {
   const char* op = "nn.register_module";
   check_new_name(name, op);
   FORGE_CHECK(module != nullptr, invalid_argument, op, "module '", name, "' is null");
   children_.emplace_back(name, std::move(module));
-} FORGE_CATCH_OOM("nn.register_module")
+}
+FORGE_CATCH_OOM("nn.register_module")
 
 const Tensor& Module::parameter(std::string_view name) const {
   for (const auto& [n, t] : parameters_)
@@ -105,13 +109,15 @@ NamedTensors Module::named_parameters(bool recurse) const try {
   NamedTensors out;
   for (auto& [n, t] : slots(true, false, recurse)) out.emplace_back(n, *t);
   return out;
-} FORGE_CATCH_OOM("nn.named_parameters")
+}
+FORGE_CATCH_OOM("nn.named_parameters")
 
 NamedTensors Module::named_buffers(bool recurse) const try {
   NamedTensors out;
   for (auto& [n, t] : slots(false, true, recurse)) out.emplace_back(n, *t);
   return out;
-} FORGE_CATCH_OOM("nn.named_buffers")
+}
+FORGE_CATCH_OOM("nn.named_buffers")
 
 std::vector<Tensor> Module::parameters(bool recurse) const try {
   std::vector<Tensor> out;
@@ -119,28 +125,33 @@ std::vector<Tensor> Module::parameters(bool recurse) const try {
   for (auto& [n, t] : slots(true, false, recurse))
     if (seen.insert(t->impl()).second) out.push_back(*t);
   return out;
-} FORGE_CATCH_OOM("nn.parameters")
+}
+FORGE_CATCH_OOM("nn.parameters")
 
 std::vector<Tensor> Module::buffers(bool recurse) const try {
   std::vector<Tensor> out;
   for (auto& [n, t] : slots(false, true, recurse)) out.push_back(*t);
   return out;
-} FORGE_CATCH_OOM("nn.buffers")
+}
+FORGE_CATCH_OOM("nn.buffers")
 
 std::vector<std::shared_ptr<Module>> Module::children() const try {
   std::vector<std::shared_ptr<Module>> out;
   for (const auto& [n, c] : children_) out.push_back(c);
   return out;
-} FORGE_CATCH_OOM("nn.children")
+}
+FORGE_CATCH_OOM("nn.children")
 
 void Module::train(bool on) try {
   training_ = on;
   for (auto& [n, c] : children_) c->train(on);
-} FORGE_CATCH_OOM("nn.train")
+}
+FORGE_CATCH_OOM("nn.train")
 
 void Module::zero_grad(bool set_to_none) try {
   for (Tensor& p : parameters()) p.zero_grad(set_to_none);
-} FORGE_CATCH_OOM("nn.zero_grad")
+}
+FORGE_CATCH_OOM("nn.zero_grad")
 
 void Module::to(DType dtype) try {
   const char* op = "nn.to";
@@ -161,18 +172,21 @@ void Module::to(DType dtype) try {
     const auto it = fresh.find(slot->impl());
     if (it != fresh.end()) *slot = it->second;
   }
-} FORGE_CATCH_OOM("nn.to")
+}
+FORGE_CATCH_OOM("nn.to")
 
 void Module::to(Device device) try {
   FORGE_CHECK(device.is_cpu(), device, "nn.to", type_name(), " cannot move to ", device.str(),
               ": modules live on the CPU");
-} FORGE_CATCH_OOM("nn.to")
+}
+FORGE_CATCH_OOM("nn.to")
 
 StateDict Module::state_dict() const try {
   StateDict out;
   for (const auto& [name, slot] : slots(true, true, true)) out.emplace(name, slot->detach());
   return out;
-} FORGE_CATCH_OOM("nn.state_dict")
+}
+FORGE_CATCH_OOM("nn.state_dict")
 
 void Module::load_state_dict(const StateDict& dict, bool strict) try {
   const char* op = "nn.load_state_dict";
@@ -205,7 +219,8 @@ void Module::load_state_dict(const StateDict& dict, bool strict) try {
   if (strict && (!missing.empty() || !unexpected.empty())) {
     std::string what;
     if (!missing.empty()) what = "missing keys [" + join(missing) + "]";
-    if (!unexpected.empty()) what += (what.empty() ? "" : ", ") + std::string("unexpected keys [") + join(unexpected) + "]";
+    if (!unexpected.empty())
+      what += (what.empty() ? "" : ", ") + std::string("unexpected keys [") + join(unexpected) + "]";
     FORGE_FAIL(invalid_argument, op, type_name(), ": ", what);
   }
   FORGE_CHECK(bad_shape.empty(), shape, op, type_name(), ": shapes differ for ", join(bad_shape));
@@ -216,6 +231,7 @@ void Module::load_state_dict(const StateDict& dict, bool strict) try {
     const auto it = dict.find(name);
     if (it != dict.end() && !it->second.is_same(*slot)) slot->copy_(it->second);
   }
-} FORGE_CATCH_OOM("nn.load_state_dict")
+}
+FORGE_CATCH_OOM("nn.load_state_dict")
 
 }  // namespace forge::nn

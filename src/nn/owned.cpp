@@ -15,7 +15,8 @@ Tensor owned_empty(ExecContext& ctx, const Shape& shape, DType dtype, const char
               out_of_memory, op, "shape ", shape, " of ", dtype_name(dtype), " is too large");
   // aligned_alloc wants a multiple of the alignment, and at least one block for empty tensors.
   const std::size_t bytes = static_cast<std::size_t>(n) * size;
-  const std::size_t rounded = bytes == 0 ? kAlignmentBytes : (bytes + kAlignmentBytes - 1) / kAlignmentBytes * kAlignmentBytes;
+  const std::size_t rounded =
+      bytes == 0 ? kAlignmentBytes : (bytes + kAlignmentBytes - 1) / kAlignmentBytes * kAlignmentBytes;
   void* p = std::aligned_alloc(kAlignmentBytes, rounded);
   FORGE_CHECK(p != nullptr, out_of_memory, op, "cannot allocate ", rounded, " bytes for a tensor of shape ", shape);
   try {

@@ -74,7 +74,8 @@ Tensor masked_select(const Tensor& x, const Tensor& mask, Arena* arena) try {
                     x.element_size());
   call.commit();
   return out;
-} FORGE_CATCH_OOM("masked_select")
+}
+FORGE_CATCH_OOM("masked_select")
 
 Tensor nonzero(const Tensor& x, Arena* arena) try {
   const char* op = "nonzero";
@@ -96,7 +97,8 @@ Tensor nonzero(const Tensor& x, Arena* arena) try {
   }
   call.commit();
   return out;
-} FORGE_CATCH_OOM("nonzero")
+}
+FORGE_CATCH_OOM("nonzero")
 
 RowsView rows_where(const Tensor& x, const Tensor& mask, Arena* arena) try {
   const char* op = "rows_where";
@@ -113,7 +115,8 @@ RowsView rows_where(const Tensor& x, const Tensor& mask, Arena* arena) try {
                     static_cast<std::size_t>(cols) * x.element_size());
   call.commit();
   return RowsView(std::move(out));
-} FORGE_CATCH_OOM("rows_where")
+}
+FORGE_CATCH_OOM("rows_where")
 
 TapeView nonzero_per_row(const Tensor& mask, Arena* arena) try {
   const char* op = "nonzero_per_row";
@@ -137,7 +140,8 @@ TapeView nonzero_per_row(const Tensor& mask, Arena* arena) try {
   off[items] = k;
   call.commit();
   return TapeView(std::move(values), std::move(offsets));
-} FORGE_CATCH_OOM("nonzero_per_row")
+}
+FORGE_CATCH_OOM("nonzero_per_row")
 
 RowsTapeView rows_where_per_item(const Tensor& x, const Tensor& mask, Arena* arena) try {
   const char* op = "rows_where_per_item";
@@ -167,6 +171,7 @@ RowsTapeView rows_where_per_item(const Tensor& x, const Tensor& mask, Arena* are
   off[items] = k;
   call.commit();
   return RowsTapeView(std::move(rows), std::move(offsets));
-} FORGE_CATCH_OOM("rows_where_per_item")
+}
+FORGE_CATCH_OOM("rows_where_per_item")
 
 }  // namespace forge

@@ -69,7 +69,7 @@ void dropout_kernel(Tensor& out, const Tensor& x, double p, std::uint64_t seed) 
       const std::int64_t block = cpu::kGrainElements, blocks = (n + block - 1) / block;
       rt.parallel_for(blocks, 1, [&](std::int64_t begin, std::int64_t end) {
         detail::for_each_run_in(loop, begin * block, std::min(n, end * block),
-                                [&](const std::int64_t (&off)[2], std::int64_t count, std::int64_t pos) {
+                                [&](const std::int64_t(&off)[2], std::int64_t count, std::int64_t pos) {
                                   T* o = reinterpret_cast<T*>(oo.data) + off[0];
                                   const T* s = reinterpret_cast<const T*>(ox.data) + off[1];
                                   for (std::int64_t k = 0; k < count; ++k) {
@@ -165,8 +165,8 @@ Strides batch_strides(const Tensor& t, const Shape& batch, int trailing) {
 }
 
 template <typename T, typename M>
-void attention_rows(Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
-                    bool is_causal, const Attention& a) {
+void attention_rows(Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, bool is_causal,
+                    const Attention& a) {
   using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
   using Vec = Eigen::Matrix<A, Eigen::Dynamic, 1>;
   Runtime& rt = out.runtime();
@@ -231,7 +231,8 @@ void attention_rows(Tensor& out, const Tensor& q, const Tensor& k, const Tensor&
             const T* kp = kb + off[2] + j * kr;
             A dot = 0;
             if constexpr (std::is_same_v<T, A>) {
-              if (ke == 1) dot = Vec::Map(qrow, a.E).dot(Vec::Map(kp, a.E));
+              if (ke == 1)
+                dot = Vec::Map(qrow, a.E).dot(Vec::Map(kp, a.E));
               else
                 for (std::int64_t e = 0; e < a.E; ++e) dot += qrow[e] * kp[e * ke];
             } else if (ke == 1) {
@@ -287,8 +288,10 @@ void attention_kernel(Tensor& out, const Tensor& q, const Tensor& k, const Tenso
   dispatch_dtype(q.dtype(), [&](auto tag) {
     using T = decltype(tag);
     if constexpr (std::is_floating_point_v<T> || cpu::is_half_v<T>) {
-      if (m->defined() && m->dtype() == DType::boolean) attention_rows<T, bool>(out, q, k, v, *m, is_causal, a);
-      else attention_rows<T, T>(out, q, k, v, *m, is_causal, a);
+      if (m->defined() && m->dtype() == DType::boolean)
+        attention_rows<T, bool>(out, q, k, v, *m, is_causal, a);
+      else
+        attention_rows<T, T>(out, q, k, v, *m, is_causal, a);
     }
   });
 }
@@ -306,7 +309,8 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   if (autograd::needs_grad(q, k, v))
     autograd::rules::scaled_dot_product_attention(out, q, k, v, attn_mask, is_causal, a.scale);
   return out;
-} FORGE_CATCH_OOM("scaled_dot_product_attention")
+}
+FORGE_CATCH_OOM("scaled_dot_product_attention")
 
 Tensor& scaled_dot_product_attention_into(Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v,
                                           const Tensor& attn_mask, bool is_causal, std::optional<double> scale) try {
@@ -322,7 +326,8 @@ Tensor& scaled_dot_product_attention_into(Tensor& out, const Tensor& q, const Te
   attention_kernel(out, q, k, v, attn_mask, is_causal, a);
   out.buffer()->bump_version();
   return out;
-} FORGE_CATCH_OOM("scaled_dot_product_attention_into")
+}
+FORGE_CATCH_OOM("scaled_dot_product_attention_into")
 
 Tensor dropout(const Tensor& x, double p, bool training) try {
   const char* op = "dropout";
@@ -333,7 +338,8 @@ Tensor dropout(const Tensor& x, double p, bool training) try {
   detail::adopt_output(out);
   FORGE_RECORD(dropout, out, x, p, seed);
   return out;
-} FORGE_CATCH_OOM("dropout")
+}
+FORGE_CATCH_OOM("dropout")
 
 Tensor& dropout_into(Tensor& out, const Tensor& x, double p, bool training) try {
   const char* op = "dropout_into";
@@ -349,14 +355,17 @@ Tensor& dropout_into(Tensor& out, const Tensor& x, double p, bool training) try 
   }
   out.buffer()->bump_version();
   return out;
-} FORGE_CATCH_OOM("dropout_into")
+}
+FORGE_CATCH_OOM("dropout_into")
 
 namespace detail {
 
 Tensor dropout_with_seed(const Tensor& x, double p, std::uint64_t seed) {
   Tensor out = allocate(x.runtime(), x.shape(), x.dtype(), "dropout");
-  if (p >= 1.0) cpu::fill(x.runtime(), x.shape(), operand(out), 0.0);
-  else dropout_kernel(out, x, p, seed);
+  if (p >= 1.0)
+    cpu::fill(x.runtime(), x.shape(), operand(out), 0.0);
+  else
+    dropout_kernel(out, x, p, seed);
   adopt_output(out);
   return out;
 }

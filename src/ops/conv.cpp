@@ -11,8 +11,9 @@
 // some of those terms. The autograd rules rebuild the same windows from
 // options that passed here.
 
-#include "autograd/record.h"
 #include "autograd/rules/conv.h"
+
+#include "autograd/record.h"
 #include "backend/cpu/conv_kernels.h"
 #include "core/checked_int.h"
 #include "forge/ops.h"
@@ -92,8 +93,7 @@ struct ConvPlan {
   Shape out_shape;
 };
 
-ConvPlan plan_conv(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias,
-                   const Conv2dOptions& o) {
+ConvPlan plan_conv(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dOptions& o) {
   detail::check_input(op, x, "x");
   detail::check_input(op, weight, "weight");
   detail::check_same_runtime(op, x, weight);
@@ -107,8 +107,8 @@ ConvPlan plan_conv(const char* op, const Tensor& x, const Tensor& weight, const 
   check_image(op, x);
   FORGE_CHECK(weight.dim() == 4, shape, op, "weight must be [O, C / groups, kH, kW], got shape ", weight.shape());
   for (int i = 0; i < 2; ++i) {
-    FORGE_CHECK(o.stride[i] > 0, invalid_argument, op, "stride must be positive, got [", o.stride[0], ", ",
-                o.stride[1], "]");
+    FORGE_CHECK(o.stride[i] > 0, invalid_argument, op, "stride must be positive, got [", o.stride[0], ", ", o.stride[1],
+                "]");
     FORGE_CHECK(o.dilation[i] > 0, invalid_argument, op, "dilation must be positive, got [", o.dilation[0], ", ",
                 o.dilation[1], "]");
     FORGE_CHECK(o.padding[i] >= 0, invalid_argument, op, "padding must be non-negative, got [", o.padding[0], ", ",
@@ -136,8 +136,8 @@ ConvPlan plan_conv(const char* op, const Tensor& x, const Tensor& weight, const 
   ConvPlan pl;
   cpu::Conv2dProblem& p = pl.p;
   p.dtype = x.dtype();
-  p.win = {g.dims[0], c, g.dims[2], g.dims[3], ah.out, aw.out, kh, kw,
-           o.stride[0], o.stride[1], o.padding[0], o.padding[1], o.dilation[0], o.dilation[1]};
+  p.win = {g.dims[0], c,           g.dims[2],   g.dims[3],    ah.out,       aw.out,        kh,
+           kw,        o.stride[0], o.stride[1], o.padding[0], o.padding[1], o.dilation[0], o.dilation[1]};
   p.out_channels = out_c;
   p.groups = o.groups;
   pl.out_shape = image_shape(x, out_c, p.win.out_h, p.win.out_w);
@@ -192,15 +192,15 @@ PoolPlan plan_pool(const char* op, const Tensor& x, const Pool2dOptions& o, bool
   check_image(op, x);
   std::int64_t stride[2];
   for (int i = 0; i < 2; ++i) {
-    FORGE_CHECK(o.kernel[i] > 0, invalid_argument, op, "kernel must be positive, got [", o.kernel[0], ", ",
-                o.kernel[1], "]");
+    FORGE_CHECK(o.kernel[i] > 0, invalid_argument, op, "kernel must be positive, got [", o.kernel[0], ", ", o.kernel[1],
+                "]");
     FORGE_CHECK(o.stride[i] >= 0, invalid_argument, op, "stride must be positive (or 0 for the kernel size), got [",
                 o.stride[0], ", ", o.stride[1], "]");
     FORGE_CHECK(o.dilation[i] > 0, invalid_argument, op, "dilation must be positive, got [", o.dilation[0], ", ",
                 o.dilation[1], "]");
     FORGE_CHECK(o.padding[i] >= 0 && o.padding[i] <= o.kernel[i] / 2, invalid_argument, op,
-                "padding must be between 0 and half the kernel size, got padding [", o.padding[0], ", ",
-                o.padding[1], "] for kernel [", o.kernel[0], ", ", o.kernel[1], "]");
+                "padding must be between 0 and half the kernel size, got padding [", o.padding[0], ", ", o.padding[1],
+                "] for kernel [", o.kernel[0], ", ", o.kernel[1], "]");
     stride[i] = o.stride[i] == 0 ? o.kernel[i] : o.stride[i];
   }
   if (!is_max)
@@ -214,13 +214,13 @@ PoolPlan plan_pool(const char* op, const Tensor& x, const Pool2dOptions& o, bool
       window_axis(op, "height", g.dims[2], o.kernel[0], o.padding[0], stride[0], o.dilation[0], o.ceil_mode).out;
   const std::int64_t ow =
       window_axis(op, "width", g.dims[3], o.kernel[1], o.padding[1], stride[1], o.dilation[1], o.ceil_mode).out;
-  FORGE_CHECK(oh >= 1 && ow >= 1, shape, op, "input of shape ", x.shape(), " is too small for the window: output ",
-              oh, " x ", ow);
+  FORGE_CHECK(oh >= 1 && ow >= 1, shape, op, "input of shape ", x.shape(), " is too small for the window: output ", oh,
+              " x ", ow);
   PoolPlan pl;
   cpu::Pool2dProblem& p = pl.p;
   p.dtype = x.dtype();
-  p.win = {g.dims[0], g.dims[1], g.dims[2], g.dims[3], oh, ow, o.kernel[0], o.kernel[1], stride[0], stride[1],
-           o.padding[0], o.padding[1], o.dilation[0], o.dilation[1]};
+  p.win = {g.dims[0], g.dims[1],    g.dims[2],    g.dims[3],     oh,           ow, o.kernel[0], o.kernel[1], stride[0],
+           stride[1], o.padding[0], o.padding[1], o.dilation[0], o.dilation[1]};
   p.count_include_pad = o.count_include_pad;
   p.x = detail::first_element(x);
   p.x_strides = g.strides;
@@ -231,8 +231,10 @@ PoolPlan plan_pool(const char* op, const Tensor& x, const Pool2dOptions& o, bool
 void run_pool(PoolPlan& pl, const Tensor& out, bool is_max) {
   pl.p.out = detail::first_element(out);
   pl.p.out_strides = as_nchw(out).strides;
-  if (is_max) cpu::max_pool2d(out.runtime(), pl.p);
-  else cpu::avg_pool2d(out.runtime(), pl.p);
+  if (is_max)
+    cpu::max_pool2d(out.runtime(), pl.p);
+  else
+    cpu::avg_pool2d(out.runtime(), pl.p);
 }
 
 Tensor pool(const char* op, const Tensor& x, const Pool2dOptions& options, bool is_max) {
@@ -262,7 +264,8 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
   detail::adopt_output(out);
   FORGE_RECORD(conv2d, out, x, weight, bias, options);
   return out;
-} FORGE_CATCH_OOM("conv2d")
+}
+FORGE_CATCH_OOM("conv2d")
 
 Tensor& conv2d_into(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias,
                     const Conv2dOptions& options) try {
@@ -275,7 +278,8 @@ Tensor& conv2d_into(Tensor& out, const Tensor& x, const Tensor& weight, const Te
   compute_conv("conv2d_into", pl, x, weight, bias, out);
   out.buffer()->bump_version();
   return out;
-} FORGE_CATCH_OOM("conv2d_into")
+}
+FORGE_CATCH_OOM("conv2d_into")
 
 // The pools and conv2d record themselves when autograd needs it (rules in
 // src/autograd/rules/conv.cpp); the _into forms do not.
@@ -283,17 +287,21 @@ Tensor max_pool2d(const Tensor& x, const Pool2dOptions& options) try {
   Tensor out = pool("max_pool2d", x, options, true);
   FORGE_RECORD(max_pool2d, out, x, options);
   return out;
-} FORGE_CATCH_OOM("max_pool2d")
+}
+FORGE_CATCH_OOM("max_pool2d")
 Tensor avg_pool2d(const Tensor& x, const Pool2dOptions& options) try {
   Tensor out = pool("avg_pool2d", x, options, false);
   FORGE_RECORD(avg_pool2d, out, x, options);
   return out;
-} FORGE_CATCH_OOM("avg_pool2d")
+}
+FORGE_CATCH_OOM("avg_pool2d")
 Tensor& max_pool2d_into(Tensor& out, const Tensor& x, const Pool2dOptions& options) try {
   return pool_into("max_pool2d_into", out, x, options, true);
-} FORGE_CATCH_OOM("max_pool2d_into")
+}
+FORGE_CATCH_OOM("max_pool2d_into")
 Tensor& avg_pool2d_into(Tensor& out, const Tensor& x, const Pool2dOptions& options) try {
   return pool_into("avg_pool2d_into", out, x, options, false);
-} FORGE_CATCH_OOM("avg_pool2d_into")
+}
+FORGE_CATCH_OOM("avg_pool2d_into")
 
 }  // namespace forge

@@ -5,13 +5,14 @@
 // and outputs of another dtype convert inside the kernels (Note [Compute
 // dtype] in backend/cpu/elementwise_kernels.h).
 
+#include "autograd/rules/elementwise.h"
+
 #include <charconv>
 #include <cmath>
 #include <limits>
 #include <string_view>
 
 #include "autograd/record.h"
-#include "autograd/rules/elementwise.h"
 #include "forge/ops.h"
 #include "ops/elementwise_internal.h"
 
@@ -176,7 +177,8 @@ Tensor binary(const char* op, Binary kind, const Tensor& a, const Tensor& b) try
   launch(kind, compute, out, Arg{&ca}, Arg{&cb});
   detail::adopt_output(out);
   return out;
-} FORGE_CATCH_OOM(op)
+}
+FORGE_CATCH_OOM(op)
 
 // t (op) s, or s (op) t when scalar_first.
 Tensor binary_scalar(const char* op, Binary kind, const Tensor& t, Scalar s, bool scalar_first) try {
@@ -188,7 +190,8 @@ Tensor binary_scalar(const char* op, Binary kind, const Tensor& t, Scalar s, boo
   launch(kind, compute, out, scalar_first ? sa : ta, scalar_first ? ta : sa);
   detail::adopt_output(out);
   return out;
-} FORGE_CATCH_OOM(op)
+}
+FORGE_CATCH_OOM(op)
 
 Tensor& binary_into(const char* op, Binary kind, Tensor& out, const Tensor& a, const Tensor& b) try {
   detail::check_writable(op, out, "out");
@@ -214,7 +217,8 @@ Tensor& binary_into(const char* op, Binary kind, Tensor& out, const Tensor& a, c
   launch(kind, compute, out, Arg{&ca}, Arg{&cb});
   out.buffer()->bump_version();
   return out;
-} FORGE_CATCH_OOM(op)
+}
+FORGE_CATCH_OOM(op)
 
 Tensor& binary_scalar_into(const char* op, Binary kind, Tensor& out, const Tensor& a, Scalar s) try {
   detail::check_writable(op, out, "out");
@@ -226,13 +230,14 @@ Tensor& binary_scalar_into(const char* op, Binary kind, Tensor& out, const Tenso
   launch(kind, compute, out, Arg{&a}, Arg{nullptr, &slot});
   out.buffer()->bump_version();
   return out;
-} FORGE_CATCH_OOM(op)
+}
+FORGE_CATCH_OOM(op)
 
 // libtorch refuses an integer tensor to a negative integer scalar power.
 void check_int_pow(const char* op, DType base, Scalar exponent) {
   FORGE_CHECK(!((is_integral(base) || base == DType::boolean) && !exponent.is_floating() && exponent.to_int() < 0),
-              invalid_argument, op, "integers to negative integer powers are not allowed (exponent ",
-              exponent.to_int(), " for a ", dtype_name(base), " tensor)");
+              invalid_argument, op, "integers to negative integer powers are not allowed (exponent ", exponent.to_int(),
+              " for a ", dtype_name(base), " tensor)");
 }
 
 void check_bool(const char* op, const Tensor& t, const char* name) {
@@ -260,78 +265,93 @@ Tensor add(const Tensor& a, const Tensor& b) try {
   Tensor out = binary("add", Binary::add, a, b);
   FORGE_RECORD(add, out, a, b);
   return out;
-} FORGE_CATCH_OOM("add")
+}
+FORGE_CATCH_OOM("add")
 Tensor add(const Tensor& a, Scalar b) try {
   Tensor out = binary_scalar("add", Binary::add, a, b, false);
   FORGE_RECORD(add, out, a, b);
   return out;
-} FORGE_CATCH_OOM("add")
+}
+FORGE_CATCH_OOM("add")
 Tensor sub(const Tensor& a, const Tensor& b) try {
   Tensor out = binary("sub", Binary::sub, a, b);
   FORGE_RECORD(sub, out, a, b);
   return out;
-} FORGE_CATCH_OOM("sub")
+}
+FORGE_CATCH_OOM("sub")
 Tensor sub(const Tensor& a, Scalar b) try {
   Tensor out = binary_scalar("sub", Binary::sub, a, b, false);
   FORGE_RECORD(sub, out, a, b);
   return out;
-} FORGE_CATCH_OOM("sub")
+}
+FORGE_CATCH_OOM("sub")
 Tensor sub(Scalar a, const Tensor& b) try {
   Tensor out = binary_scalar("sub", Binary::sub, b, a, true);
   FORGE_RECORD(sub, out, a, b);
   return out;
-} FORGE_CATCH_OOM("sub")
+}
+FORGE_CATCH_OOM("sub")
 Tensor mul(const Tensor& a, const Tensor& b) try {
   Tensor out = binary("mul", Binary::mul, a, b);
   FORGE_RECORD(mul, out, a, b);
   return out;
-} FORGE_CATCH_OOM("mul")
+}
+FORGE_CATCH_OOM("mul")
 Tensor mul(const Tensor& a, Scalar b) try {
   Tensor out = binary_scalar("mul", Binary::mul, a, b, false);
   FORGE_RECORD(mul, out, a, b);
   return out;
-} FORGE_CATCH_OOM("mul")
+}
+FORGE_CATCH_OOM("mul")
 Tensor div(const Tensor& a, const Tensor& b) try {
   Tensor out = binary("div", Binary::div, a, b);
   FORGE_RECORD(div, out, a, b);
   return out;
-} FORGE_CATCH_OOM("div")
+}
+FORGE_CATCH_OOM("div")
 Tensor div(const Tensor& a, Scalar b) try {
   Tensor out = binary_scalar("div", Binary::div, a, b, false);
   FORGE_RECORD(div, out, a, b);
   return out;
-} FORGE_CATCH_OOM("div")
+}
+FORGE_CATCH_OOM("div")
 Tensor div(Scalar a, const Tensor& b) try {
   Tensor out = binary_scalar("div", Binary::div, b, a, true);
   FORGE_RECORD(div, out, a, b);
   return out;
-} FORGE_CATCH_OOM("div")
+}
+FORGE_CATCH_OOM("div")
 Tensor pow(const Tensor& a, const Tensor& b) try {
   Tensor out = binary("pow", Binary::pow, a, b);
   FORGE_RECORD(pow, out, a, b);
   return out;
-} FORGE_CATCH_OOM("pow")
+}
+FORGE_CATCH_OOM("pow")
 Tensor pow(const Tensor& a, Scalar b) try {
   if (a.defined()) check_int_pow("pow", a.dtype(), b);
   Tensor out = binary_scalar("pow", Binary::pow, a, b, false);
   FORGE_RECORD(pow, out, a, b);
   return out;
-} FORGE_CATCH_OOM("pow")
+}
+FORGE_CATCH_OOM("pow")
 Tensor pow(Scalar a, const Tensor& b) try {
   Tensor out = binary_scalar("pow", Binary::pow, b, a, true);
   FORGE_RECORD(pow, out, a, b);
   return out;
-} FORGE_CATCH_OOM("pow")
+}
+FORGE_CATCH_OOM("pow")
 Tensor maximum(const Tensor& a, const Tensor& b) try {
   Tensor out = binary("maximum", Binary::maximum, a, b);
   FORGE_RECORD(maximum, out, a, b);
   return out;
-} FORGE_CATCH_OOM("maximum")
+}
+FORGE_CATCH_OOM("maximum")
 Tensor minimum(const Tensor& a, const Tensor& b) try {
   Tensor out = binary("minimum", Binary::minimum, a, b);
   FORGE_RECORD(minimum, out, a, b);
   return out;
-} FORGE_CATCH_OOM("minimum")
+}
+FORGE_CATCH_OOM("minimum")
 
 Tensor& add_into(Tensor& out, const Tensor& a, const Tensor& b) {
   return binary_into("add_into", Binary::add, out, a, b);
@@ -363,7 +383,8 @@ Tensor& pow_into(Tensor& out, const Tensor& a, const Tensor& b) {
 Tensor& pow_into(Tensor& out, const Tensor& a, Scalar b) try {
   if (a.defined()) check_int_pow("pow_into", a.dtype(), b);
   return binary_scalar_into("pow_into", Binary::pow, out, a, b);
-} FORGE_CATCH_OOM("pow_into")
+}
+FORGE_CATCH_OOM("pow_into")
 Tensor& maximum_into(Tensor& out, const Tensor& a, const Tensor& b) {
   return binary_into("maximum_into", Binary::maximum, out, a, b);
 }
@@ -412,7 +433,8 @@ Tensor& logical_not_into(Tensor& out, const Tensor& x) try {
   launch(Binary::eq, x.dtype(), out, Arg{&x}, Arg{nullptr, &zero});
   out.buffer()->bump_version();
   return out;
-} FORGE_CATCH_OOM("logical_not_into")
+}
+FORGE_CATCH_OOM("logical_not_into")
 
 // ---- selection ----
 
@@ -430,7 +452,8 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) try {
   detail::adopt_output(out);
   FORGE_RECORD(where, out, cond, a, b);
   return out;
-} FORGE_CATCH_OOM("where")
+}
+FORGE_CATCH_OOM("where")
 
 Tensor where(const Tensor& cond, const Tensor& a, Scalar b) try {
   detail::check_input("where", cond, "cond");
@@ -445,7 +468,8 @@ Tensor where(const Tensor& cond, const Tensor& a, Scalar b) try {
   detail::adopt_output(out);
   FORGE_RECORD(where, out, cond, a, b);
   return out;
-} FORGE_CATCH_OOM("where")
+}
+FORGE_CATCH_OOM("where")
 
 Tensor& where_into(Tensor& out, const Tensor& cond, const Tensor& a, const Tensor& b) try {
   detail::check_writable("where_into", out, "out");
@@ -464,7 +488,8 @@ Tensor& where_into(Tensor& out, const Tensor& cond, const Tensor& a, const Tenso
   launch_where(dtype, out, cond, Arg{&a}, Arg{&b});
   out.buffer()->bump_version();
   return out;
-} FORGE_CATCH_OOM("where_into")
+}
+FORGE_CATCH_OOM("where_into")
 
 namespace {
 void check_mask(const char* op, const Tensor& x, const Tensor& mask) {
@@ -485,7 +510,8 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value) try {
   detail::adopt_output(out);
   FORGE_RECORD(masked_fill, out, x, mask, value);
   return out;
-} FORGE_CATCH_OOM("masked_fill")
+}
+FORGE_CATCH_OOM("masked_fill")
 
 Tensor& masked_fill_into(Tensor& out, const Tensor& x, const Tensor& mask, Scalar value) try {
   detail::check_writable("masked_fill_into", out, "out");
@@ -497,7 +523,8 @@ Tensor& masked_fill_into(Tensor& out, const Tensor& x, const Tensor& mask, Scala
   launch_where(x.dtype(), out, mask, Arg{nullptr, &slot}, Arg{&x});
   out.buffer()->bump_version();
   return out;
-} FORGE_CATCH_OOM("masked_fill_into")
+}
+FORGE_CATCH_OOM("masked_fill_into")
 
 // ---- Tensor methods ----
 

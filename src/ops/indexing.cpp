@@ -27,12 +27,14 @@ void for_each_index(const Tensor& index, Fn&& fn) {  // fn(value, pos) -> false 
   auto run = [&](auto tag) {
     using I = decltype(tag);
     const I* p = reinterpret_cast<const I*>(base);
-    for_each_run_in(loop, 0, loop.shape.numel(), [&](const std::int64_t (&off)[1], std::int64_t n, std::int64_t pos) {
+    for_each_run_in(loop, 0, loop.shape.numel(), [&](const std::int64_t(&off)[1], std::int64_t n, std::int64_t pos) {
       for (std::int64_t k = 0; k < n && go; ++k) go = fn(static_cast<std::int64_t>(p[off[0] + k * s]), pos + k);
     });
   };
-  if (index.dtype() == DType::i32) run(std::int32_t{});
-  else run(std::int64_t{});
+  if (index.dtype() == DType::i32)
+    run(std::int32_t{});
+  else
+    run(std::int64_t{});
 }
 }  // namespace
 
@@ -58,7 +60,8 @@ std::int64_t max_index(const Tensor& index, bool& any_negative) {
 }
 
 const std::int64_t* index_values(const Tensor& index, ScratchLease<std::int64_t>& scratch) {
-  if (index.dtype() == DType::i64 && index.is_contiguous()) return reinterpret_cast<const std::int64_t*>(first_element(index));
+  if (index.dtype() == DType::i64 && index.is_contiguous())
+    return reinterpret_cast<const std::int64_t*>(first_element(index));
   const auto n = static_cast<std::size_t>(index.numel());
   scratch = index.runtime().pool().scratch<std::int64_t>(std::max<std::size_t>(n, 1));
   if (n) {
@@ -105,12 +108,10 @@ Shape embedding_shape(const char* op, const Tensor& weight, const Tensor& indice
 }
 
 // padding_idx wrapped into [0, rows), or -1 for none (weight already checked 2-D).
-std::int64_t padding_row(const char* op, const Tensor& weight,
-                         std::optional<std::int64_t> padding_idx) {
+std::int64_t padding_row(const char* op, const Tensor& weight, std::optional<std::int64_t> padding_idx) {
   if (!padding_idx) return -1;
   const std::int64_t rows = weight.size(0), p = *padding_idx;
-  FORGE_CHECK(p >= -rows && p < rows, out_of_range, op, "padding_idx ", p, " is out of range for ",
-              rows, " rows");
+  FORGE_CHECK(p >= -rows && p < rows, out_of_range, op, "padding_idx ", p, " is out of range for ", rows, " rows");
   return p < 0 ? p + rows : p;
 }
 
@@ -196,8 +197,8 @@ int scatter_dim(const char* op, const Tensor& x, std::int64_t dim, const Tensor&
   detail::check_index_dtype(op, index, "index");
   FORGE_CHECK(src.dtype() == x.dtype(), dtype, op, "src is ", dtype_name(src.dtype()), " but x is ",
               dtype_name(x.dtype()));
-  FORGE_CHECK(index.dim() == x.dim() && src.dim() == x.dim(), shape, op, "x, index and src must have the same rank, got ",
-              x.shape(), ", ", index.shape(), " and ", src.shape());
+  FORGE_CHECK(index.dim() == x.dim() && src.dim() == x.dim(), shape, op,
+              "x, index and src must have the same rank, got ", x.shape(), ", ", index.shape(), " and ", src.shape());
   const int d = wrap_dim(dim, x.dim(), op);
   for (int k = 0; k < x.dim(); ++k) {
     FORGE_CHECK(index.shape()[k] <= src.shape()[k] && (k == d || index.shape()[k] <= x.shape()[k]), shape, op,
@@ -222,8 +223,7 @@ void scatter_add_kernel(Tensor& out, const Tensor& x, int d, const Tensor& index
     cpu::scatter_add(rt, one, 0, o, i, s, 0);
     return;
   }
-  cpu::scatter_add(rt, index.shape(), d, along(out, d), detail::operand(index), detail::operand(src),
-                   out.strides()[d]);
+  cpu::scatter_add(rt, index.shape(), d, along(out, d), detail::operand(index), detail::operand(src), out.strides()[d]);
 }
 
 // ---- one_hot ----
@@ -271,8 +271,7 @@ void one_hot_kernel(Tensor& out, const Tensor& indices) {
 
 }  // namespace
 
-Tensor embedding(const Tensor& weight, const Tensor& indices,
-                 std::optional<std::int64_t> padding_idx) try {
+Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<std::int64_t> padding_idx) try {
   const char* op = "embedding";
   check_pair(op, weight, "weight", indices, "indices");
   const Shape shape = embedding_shape(op, weight, indices);
@@ -282,7 +281,8 @@ Tensor embedding(const Tensor& weight, const Tensor& indices,
   detail::adopt_output(out);
   FORGE_RECORD(embedding, out, weight, indices, padding);
   return out;
-} FORGE_CATCH_OOM("embedding")
+}
+FORGE_CATCH_OOM("embedding")
 
 Tensor& embedding_into(Tensor& out, const Tensor& weight, const Tensor& indices) try {
   const char* op = "embedding_into";
@@ -294,7 +294,8 @@ Tensor& embedding_into(Tensor& out, const Tensor& weight, const Tensor& indices)
   embedding_kernel(out, weight, indices);
   out.buffer()->bump_version();
   return out;
-} FORGE_CATCH_OOM("embedding_into")
+}
+FORGE_CATCH_OOM("embedding_into")
 
 Tensor index_select(const Tensor& x, std::int64_t dim, const Tensor& index) try {
   const char* op = "index_select";
@@ -305,7 +306,8 @@ Tensor index_select(const Tensor& x, std::int64_t dim, const Tensor& index) try 
   detail::adopt_output(out);
   FORGE_RECORD(index_select, out, x, dim, index);
   return out;
-} FORGE_CATCH_OOM("index_select")
+}
+FORGE_CATCH_OOM("index_select")
 
 Tensor& index_select_into(Tensor& out, const Tensor& x, std::int64_t dim, const Tensor& index) try {
   const char* op = "index_select_into";
@@ -318,7 +320,8 @@ Tensor& index_select_into(Tensor& out, const Tensor& x, std::int64_t dim, const 
   index_select_kernel(out, x, sel.dim, index);
   out.buffer()->bump_version();
   return out;
-} FORGE_CATCH_OOM("index_select_into")
+}
+FORGE_CATCH_OOM("index_select_into")
 
 Tensor gather(const Tensor& x, std::int64_t dim, const Tensor& index) try {
   const char* op = "gather";
@@ -329,7 +332,8 @@ Tensor gather(const Tensor& x, std::int64_t dim, const Tensor& index) try {
   detail::adopt_output(out);
   FORGE_RECORD(gather, out, x, d, index);
   return out;
-} FORGE_CATCH_OOM("gather")
+}
+FORGE_CATCH_OOM("gather")
 
 Tensor& gather_into(Tensor& out, const Tensor& x, std::int64_t dim, const Tensor& index) try {
   const char* op = "gather_into";
@@ -342,7 +346,8 @@ Tensor& gather_into(Tensor& out, const Tensor& x, std::int64_t dim, const Tensor
   gather_kernel(out, x, d, index);
   out.buffer()->bump_version();
   return out;
-} FORGE_CATCH_OOM("gather_into")
+}
+FORGE_CATCH_OOM("gather_into")
 
 Tensor scatter_add(const Tensor& x, std::int64_t dim, const Tensor& index, const Tensor& src) try {
   const char* op = "scatter_add";
@@ -354,7 +359,8 @@ Tensor scatter_add(const Tensor& x, std::int64_t dim, const Tensor& index, const
   detail::adopt_output(out);
   FORGE_RECORD(scatter_add, out, x, d, index, src);
   return out;
-} FORGE_CATCH_OOM("scatter_add")
+}
+FORGE_CATCH_OOM("scatter_add")
 
 Tensor& scatter_add_into(Tensor& out, const Tensor& x, std::int64_t dim, const Tensor& index, const Tensor& src) try {
   const char* op = "scatter_add_into";
@@ -369,7 +375,8 @@ Tensor& scatter_add_into(Tensor& out, const Tensor& x, std::int64_t dim, const T
   scatter_add_kernel(out, x, d, index, src);
   out.buffer()->bump_version();
   return out;
-} FORGE_CATCH_OOM("scatter_add_into")
+}
+FORGE_CATCH_OOM("scatter_add_into")
 
 Tensor one_hot(const Tensor& indices, std::int64_t num_classes) try {
   const char* op = "one_hot";
@@ -381,7 +388,8 @@ Tensor one_hot(const Tensor& indices, std::int64_t num_classes) try {
   one_hot_kernel(out, indices);
   detail::adopt_output(out);
   return out;
-} FORGE_CATCH_OOM("one_hot")
+}
+FORGE_CATCH_OOM("one_hot")
 
 Tensor& one_hot_into(Tensor& out, const Tensor& indices, std::int64_t num_classes) try {
   const char* op = "one_hot_into";
@@ -395,9 +403,12 @@ Tensor& one_hot_into(Tensor& out, const Tensor& indices, std::int64_t num_classe
   one_hot_kernel(out, indices);
   out.buffer()->bump_version();
   return out;
-} FORGE_CATCH_OOM("one_hot_into")
+}
+FORGE_CATCH_OOM("one_hot_into")
 
-Tensor Tensor::index_select(std::int64_t dim, const Tensor& index) const { return forge::index_select(*this, dim, index); }
+Tensor Tensor::index_select(std::int64_t dim, const Tensor& index) const {
+  return forge::index_select(*this, dim, index);
+}
 Tensor Tensor::gather(std::int64_t dim, const Tensor& index) const { return forge::gather(*this, dim, index); }
 
 }  // namespace forge

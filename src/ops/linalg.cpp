@@ -3,8 +3,9 @@
 // hands one MatmulProblem to the CPU GEMM driver. Nothing is copied to make
 // an operand contiguous; the driver reads views through their strides.
 
-#include "autograd/record.h"
 #include "autograd/rules/linalg.h"
+
+#include "autograd/record.h"
 #include "backend/cpu/gemm.h"
 #include "forge/ops.h"
 #include "ops/linalg_internal.h"
@@ -142,8 +143,8 @@ Tensor& run_into(const char* op, Tensor& out, Plan& pl, const Tensor& a, const T
 // ---- the plans of each op (operands already checked) ----
 
 Plan plan_matmul(const char* op, const Tensor& a, const Tensor& b) {
-  FORGE_CHECK(a.dim() >= 1 && b.dim() >= 1, shape, op, "operands need at least one dimension, got shapes ",
-              a.shape(), " and ", b.shape());
+  FORGE_CHECK(a.dim() >= 1 && b.dim() >= 1, shape, op, "operands need at least one dimension, got shapes ", a.shape(),
+              " and ", b.shape());
   return plan(op, a, matrix_side(a, true), a.dim() == 1, b, matrix_side(b, false), b.dim() == 1);
 }
 
@@ -162,8 +163,7 @@ Plan plan_bmm(const char* op, const Tensor& a, const Tensor& b) {
 
 Plan plan_linear(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias) {
   FORGE_CHECK(x.dim() >= 1, shape, op, "x needs at least one dimension, got shape ", x.shape());
-  FORGE_CHECK(weight.dim() == 2, shape, op, "weight must be [out_features, in_features], got shape ",
-              weight.shape());
+  FORGE_CHECK(weight.dim() == 2, shape, op, "weight must be [out_features, in_features], got shape ", weight.shape());
   FORGE_CHECK(x.shape().back() == weight.shape()[1], shape, op, "x has ", x.shape().back(),
               " features in its last dim (shape ", x.shape(), ") but weight takes ", weight.shape()[1], " (shape ",
               weight.shape(), ")");
@@ -196,8 +196,7 @@ Plan plan_outer(const char* op, const Tensor& a, const Tensor& b) {
 Plan plan_dot(const char* op, const Tensor& a, const Tensor& b) {
   FORGE_CHECK(a.dim() == 1 && b.dim() == 1, shape, op, "expects 1-D operands, got shapes ", a.shape(), " and ",
               b.shape());
-  FORGE_CHECK(a.shape()[0] == b.shape()[0], shape, op, "operands differ in length: ", a.shape(), " and ",
-              b.shape());
+  FORGE_CHECK(a.shape()[0] == b.shape()[0], shape, op, "operands differ in length: ", a.shape(), " and ", b.shape());
   return plan(op, a, matrix_side(a, true), true, b, matrix_side(b, false), true);
 }
 
@@ -211,7 +210,8 @@ Tensor matmul(const Tensor& a, const Tensor& b) try {
   Tensor out = run("matmul", pl, a);
   FORGE_RECORD(matmul, out, a, b);
   return out;
-} FORGE_CATCH_OOM("matmul")
+}
+FORGE_CATCH_OOM("matmul")
 
 Tensor mm(const Tensor& a, const Tensor& b) try {
   check_operands("mm", a, "a", b, "b");
@@ -219,7 +219,8 @@ Tensor mm(const Tensor& a, const Tensor& b) try {
   Tensor out = run("mm", pl, a);
   FORGE_RECORD(mm, out, a, b);
   return out;
-} FORGE_CATCH_OOM("mm")
+}
+FORGE_CATCH_OOM("mm")
 
 Tensor bmm(const Tensor& a, const Tensor& b) try {
   check_operands("bmm", a, "a", b, "b");
@@ -227,7 +228,8 @@ Tensor bmm(const Tensor& a, const Tensor& b) try {
   Tensor out = run("bmm", pl, a);
   FORGE_RECORD(bmm, out, a, b);
   return out;
-} FORGE_CATCH_OOM("bmm")
+}
+FORGE_CATCH_OOM("bmm")
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) try {
   check_operands("linear", x, "x", weight, "weight");
@@ -236,7 +238,8 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) try {
   Tensor out = run("linear", pl, x);
   FORGE_RECORD(linear, out, x, weight, bias);
   return out;
-} FORGE_CATCH_OOM("linear")
+}
+FORGE_CATCH_OOM("linear")
 
 Tensor addmm(const Tensor& bias, const Tensor& a, const Tensor& b, Scalar beta, Scalar alpha) try {
   check_operands("addmm", a, "a", b, "b");
@@ -246,7 +249,8 @@ Tensor addmm(const Tensor& bias, const Tensor& a, const Tensor& b, Scalar beta, 
   Tensor out = run("addmm", pl, a);
   FORGE_RECORD(addmm, out, bias, a, b, beta, alpha);
   return out;
-} FORGE_CATCH_OOM("addmm")
+}
+FORGE_CATCH_OOM("addmm")
 
 Tensor outer(const Tensor& a, const Tensor& b) try {
   check_operands("outer", a, "a", b, "b");
@@ -254,7 +258,8 @@ Tensor outer(const Tensor& a, const Tensor& b) try {
   Tensor out = run("outer", pl, a);
   FORGE_RECORD(outer, out, a, b);
   return out;
-} FORGE_CATCH_OOM("outer")
+}
+FORGE_CATCH_OOM("outer")
 
 Tensor dot(const Tensor& a, const Tensor& b) try {
   check_operands("dot", a, "a", b, "b");
@@ -262,28 +267,32 @@ Tensor dot(const Tensor& a, const Tensor& b) try {
   Tensor out = run("dot", pl, a);
   FORGE_RECORD(dot, out, a, b);
   return out;
-} FORGE_CATCH_OOM("dot")
+}
+FORGE_CATCH_OOM("dot")
 
 Tensor& matmul_into(Tensor& out, const Tensor& a, const Tensor& b) try {
   detail::check_writable("matmul_into", out, "out");
   check_operands("matmul_into", a, "a", b, "b");
   Plan pl = plan_matmul("matmul_into", a, b);
   return run_into("matmul_into", out, pl, a, b);
-} FORGE_CATCH_OOM("matmul_into")
+}
+FORGE_CATCH_OOM("matmul_into")
 
 Tensor& mm_into(Tensor& out, const Tensor& a, const Tensor& b) try {
   detail::check_writable("mm_into", out, "out");
   check_operands("mm_into", a, "a", b, "b");
   Plan pl = plan_mm("mm_into", a, b);
   return run_into("mm_into", out, pl, a, b);
-} FORGE_CATCH_OOM("mm_into")
+}
+FORGE_CATCH_OOM("mm_into")
 
 Tensor& bmm_into(Tensor& out, const Tensor& a, const Tensor& b) try {
   detail::check_writable("bmm_into", out, "out");
   check_operands("bmm_into", a, "a", b, "b");
   Plan pl = plan_bmm("bmm_into", a, b);
   return run_into("bmm_into", out, pl, a, b);
-} FORGE_CATCH_OOM("bmm_into")
+}
+FORGE_CATCH_OOM("bmm_into")
 
 Tensor& linear_into(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias) try {
   detail::check_writable("linear_into", out, "out");
@@ -291,7 +300,8 @@ Tensor& linear_into(Tensor& out, const Tensor& x, const Tensor& weight, const Te
   check_bias("linear_into", bias, x);
   Plan pl = plan_linear("linear_into", x, weight, bias);
   return run_into("linear_into", out, pl, x, weight, bias);
-} FORGE_CATCH_OOM("linear_into")
+}
+FORGE_CATCH_OOM("linear_into")
 
 Tensor& addmm_into(Tensor& out, const Tensor& bias, const Tensor& a, const Tensor& b, Scalar beta, Scalar alpha) try {
   detail::check_writable("addmm_into", out, "out");
@@ -300,21 +310,24 @@ Tensor& addmm_into(Tensor& out, const Tensor& bias, const Tensor& a, const Tenso
   check_bias("addmm_into", bias, a);
   Plan pl = plan_addmm("addmm_into", bias, a, b, beta, alpha);
   return run_into("addmm_into", out, pl, a, b, bias);
-} FORGE_CATCH_OOM("addmm_into")
+}
+FORGE_CATCH_OOM("addmm_into")
 
 Tensor& outer_into(Tensor& out, const Tensor& a, const Tensor& b) try {
   detail::check_writable("outer_into", out, "out");
   check_operands("outer_into", a, "a", b, "b");
   Plan pl = plan_outer("outer_into", a, b);
   return run_into("outer_into", out, pl, a, b);
-} FORGE_CATCH_OOM("outer_into")
+}
+FORGE_CATCH_OOM("outer_into")
 
 Tensor& dot_into(Tensor& out, const Tensor& a, const Tensor& b) try {
   detail::check_writable("dot_into", out, "out");
   check_operands("dot_into", a, "a", b, "b");
   Plan pl = plan_dot("dot_into", a, b);
   return run_into("dot_into", out, pl, a, b);
-} FORGE_CATCH_OOM("dot_into")
+}
+FORGE_CATCH_OOM("dot_into")
 
 Tensor Tensor::matmul(const Tensor& other) const { return forge::matmul(*this, other); }
 Tensor Tensor::mm(const Tensor& other) const { return forge::mm(*this, other); }

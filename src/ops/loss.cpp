@@ -52,16 +52,15 @@ RowLoss plan_rows(const char* op, const Tensor& input, const char* input_name, c
   check_reduction(op, reduction);
   detail::check_floating(op, input, input_name);
   detail::check_index_dtype(op, target, "target");
-  FORGE_CHECK(input.dim() >= 1, shape, op, input_name,
-              " must be [C], [N, C] or [N, C, d1, ...], got shape ", input.shape());
+  FORGE_CHECK(input.dim() >= 1, shape, op, input_name, " must be [C], [N, C] or [N, C, d1, ...], got shape ",
+              input.shape());
   // The class dim is 1 (0 for [C]); the target has the input's other dims.
   const int class_dim = input.dim() == 1 ? 0 : 1;
   Shape want;
   for (int d = 0; d < input.dim(); ++d)
     if (d != class_dim) want.push_back(input.shape()[d]);
-  FORGE_CHECK(target.shape() == want, shape, op, "target has shape ", target.shape(), " but ",
-              input_name, " of shape ", input.shape(), " needs ", want, " (the classes are dim ",
-              class_dim, ")");
+  FORGE_CHECK(target.shape() == want, shape, op, "target has shape ", target.shape(), " but ", input_name, " of shape ",
+              input.shape(), " needs ", want, " (the classes are dim ", class_dim, ")");
   RowLoss plan{input.shape()[class_dim], Shape{}};
   if (auto bad = detail::find_bad_index(target, plan.classes, ignore_index)) {
     FORGE_FAIL(out_of_range, op, "target ", bad->value, " at position ", bad->position, " is out of range for ",
@@ -74,9 +73,8 @@ RowLoss plan_rows(const char* op, const Tensor& input, const char* input_name, c
 // Per-row losses into `losses` (0 for ignored rows), computed by
 // row_fn(row pointer, column stride, target) -> double.
 template <typename RowFn>
-void for_each_row(Runtime& rt, const Tensor& input, const cpu::ClassRows& rows,
-                  const std::int64_t* targets, std::int64_t ignore_index, double* losses,
-                  RowFn&& row_fn) {
+void for_each_row(Runtime& rt, const Tensor& input, const cpu::ClassRows& rows, const std::int64_t* targets,
+                  std::int64_t ignore_index, double* losses, RowFn&& row_fn) {
   const std::int64_t classes = rows.classes, cs = rows.class_stride;
   const std::int64_t grain = std::max<std::int64_t>(1, cpu::kGrainElements / std::max<std::int64_t>(classes, 1));
   dispatch_dtype(input.dtype(), [&](auto tag) {
@@ -106,8 +104,10 @@ double cross_entropy_row(const T* x, std::int64_t cs, std::int64_t n, std::int64
       s = static_cast<double>((row - mt).exp().sum());
       sx = smoothing == 0.0 ? 0.0 : static_cast<double>(row.sum());
     };
-    if (cs == 1) stats(Eigen::Map<const Row>(x, n));
-    else stats(Eigen::Map<const Row, 0, Eigen::InnerStride<>>(x, n, Eigen::InnerStride<>(cs)));
+    if (cs == 1)
+      stats(Eigen::Map<const Row>(x, n));
+    else
+      stats(Eigen::Map<const Row, 0, Eigen::InnerStride<>>(x, n, Eigen::InnerStride<>(cs)));
   } else {
     float mf = -std::numeric_limits<float>::infinity();
     for (std::int64_t j = 0; j < n; ++j) mf = std::max(mf, static_cast<float>(x[j * cs]));
@@ -230,7 +230,7 @@ void mse_kernel(Tensor& out, const Tensor& a_in, const Tensor& b_in, const MsePl
         const Strides* const strides[3] = {&oo.strides, &oa.strides, &ob.strides};
         const cpu::StridedLoop<3> loop(plan.shape, strides);
         const std::int64_t so = loop.strides[0].back(), sa = loop.strides[1].back(), sb = loop.strides[2].back();
-        cpu::for_each_run(rt, loop, [&](const std::int64_t (&off)[3], std::int64_t count) {
+        cpu::for_each_run(rt, loop, [&](const std::int64_t(&off)[3], std::int64_t count) {
           T* o = reinterpret_cast<T*>(oo.data) + off[0];
           const T* x = reinterpret_cast<const T*>(oa.data) + off[1];
           const T* y = reinterpret_cast<const T*>(ob.data) + off[2];
@@ -247,12 +247,13 @@ void mse_kernel(Tensor& out, const Tensor& a_in, const Tensor& b_in, const MsePl
       const cpu::StridedLoop<2> loop(plan.shape, strides);
       const std::int64_t sa = loop.strides[0].back(), sb = loop.strides[1].back();
       const std::int64_t block = cpu::kGrainElements, blocks = (n + block - 1) / block;
-      ScratchLease<double> partial = rt.pool().scratch<double>(static_cast<std::size_t>(std::max<std::int64_t>(blocks, 1)));
+      ScratchLease<double> partial =
+          rt.pool().scratch<double>(static_cast<std::size_t>(std::max<std::int64_t>(blocks, 1)));
       rt.parallel_for(blocks, 1, [&](std::int64_t begin, std::int64_t end) {
         for (std::int64_t k = begin; k < end; ++k) {
           double acc = 0;
           detail::for_each_run_in(loop, k * block, std::min(n, (k + 1) * block),
-                                  [&](const std::int64_t (&off)[2], std::int64_t count, std::int64_t) {
+                                  [&](const std::int64_t(&off)[2], std::int64_t count, std::int64_t) {
                                     const T* x = reinterpret_cast<const T*>(oa.data) + off[0];
                                     const T* y = reinterpret_cast<const T*>(ob.data) + off[1];
                                     for (std::int64_t j = 0; j < count; ++j) {
@@ -283,7 +284,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntr
   detail::adopt_output(out);
   FORGE_RECORD(cross_entropy, out, logits, target, options);
   return out;
-} FORGE_CATCH_OOM("cross_entropy")
+}
+FORGE_CATCH_OOM("cross_entropy")
 
 Tensor& cross_entropy_into(Tensor& out, const Tensor& logits, const Tensor& target,
                            const CrossEntropyOptions& options) try {
@@ -296,7 +298,8 @@ Tensor& cross_entropy_into(Tensor& out, const Tensor& logits, const Tensor& targ
   cross_entropy_kernel(out, logits, target, options);
   out.buffer()->bump_version();
   return out;
-} FORGE_CATCH_OOM("cross_entropy_into")
+}
+FORGE_CATCH_OOM("cross_entropy_into")
 
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, Reduction reduction, std::int64_t ignore_index) try {
   const char* op = "nll_loss";
@@ -306,7 +309,8 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, Reduction reducti
   detail::adopt_output(out);
   FORGE_RECORD(nll_loss, out, log_probs, target, reduction, ignore_index);
   return out;
-} FORGE_CATCH_OOM("nll_loss")
+}
+FORGE_CATCH_OOM("nll_loss")
 
 Tensor& nll_loss_into(Tensor& out, const Tensor& log_probs, const Tensor& target, Reduction reduction,
                       std::int64_t ignore_index) try {
@@ -318,7 +322,8 @@ Tensor& nll_loss_into(Tensor& out, const Tensor& log_probs, const Tensor& target
   nll_loss_kernel(out, log_probs, target, reduction, ignore_index);
   out.buffer()->bump_version();
   return out;
-} FORGE_CATCH_OOM("nll_loss_into")
+}
+FORGE_CATCH_OOM("nll_loss_into")
 
 Tensor mse_loss(const Tensor& a, const Tensor& b, Reduction reduction) try {
   const char* op = "mse_loss";
@@ -330,7 +335,8 @@ Tensor mse_loss(const Tensor& a, const Tensor& b, Reduction reduction) try {
   detail::adopt_output(out);
   FORGE_RECORD(mse_loss, out, a, b, reduction);
   return out;
-} FORGE_CATCH_OOM("mse_loss")
+}
+FORGE_CATCH_OOM("mse_loss")
 
 Tensor& mse_loss_into(Tensor& out, const Tensor& a, const Tensor& b, Reduction reduction) try {
   const char* op = "mse_loss_into";
@@ -345,6 +351,7 @@ Tensor& mse_loss_into(Tensor& out, const Tensor& a, const Tensor& b, Reduction r
   mse_kernel(out, a, b, plan, reduction);
   out.buffer()->bump_version();
   return out;
-} FORGE_CATCH_OOM("mse_loss_into")
+}
+FORGE_CATCH_OOM("mse_loss_into")
 
 }  // namespace forge

@@ -23,8 +23,7 @@ void check_triangle(const char* op, const Tensor& x) {
 Tensor triangle(const char* op, const Tensor& x, std::int64_t diagonal, bool upper) {
   check_triangle(op, x);
   Tensor out = detail::allocate(x.runtime(), x.shape(), x.dtype(), op);
-  if (out.numel() > 0)
-    cpu::triangle(x.runtime(), x.shape(), detail::operand(out), detail::operand(x), diagonal, upper);
+  if (out.numel() > 0) cpu::triangle(x.runtime(), x.shape(), detail::operand(out), detail::operand(x), diagonal, upper);
   detail::adopt_output(out);
   return out;
 }
@@ -35,17 +34,19 @@ Tensor& triangle_into(const char* op, Tensor& out, const Tensor& x, std::int64_t
   detail::check_same_runtime(op, out, x);
   detail::check_out_geometry(op, out, x.shape(), x.dtype());
   detail::check_no_partial_overlap(op, out, x, "x");
-  if (out.numel() > 0)
-    cpu::triangle(x.runtime(), x.shape(), detail::operand(out), detail::operand(x), diagonal, upper);
+  if (out.numel() > 0) cpu::triangle(x.runtime(), x.shape(), detail::operand(out), detail::operand(x), diagonal, upper);
   out.buffer()->bump_version();
   return out;
 }
 
 const char* mode_name(PadMode mode) {
   switch (mode) {
-    case PadMode::constant: return "constant";
-    case PadMode::reflect: return "reflect";
-    case PadMode::replicate: return "replicate";
+    case PadMode::constant:
+      return "constant";
+    case PadMode::reflect:
+      return "reflect";
+    case PadMode::replicate:
+      return "replicate";
   }
   return "?";
 }
@@ -65,15 +66,15 @@ Shape pad_shape(const char* op, const Tensor& x, const Dims& pad, PadMode mode) 
         FORGE_CHECK(before < size && after < size, invalid_argument, op, "reflect padding (", before, ", ", after,
                     ") must be less than dimension ", d, " of size ", size);
       } else {
-        FORGE_CHECK(size > 0 || (before == 0 && after == 0), invalid_argument, op,
-                    "cannot replicate-pad dimension ", d, " of size 0");
+        FORGE_CHECK(size > 0 || (before == 0 && after == 0), invalid_argument, op, "cannot replicate-pad dimension ", d,
+                    " of size 0");
       }
     }
     // The kernel reads source index i - before for every output index i in [0, n).
     const detail::CheckedInt n = detail::CheckedInt(size) + before + after;
     const detail::CheckedInt first = detail::CheckedInt(0) - before, last = n - 1 - before;
-    FORGE_CHECK(!n.overflowed() && !first.overflowed() && !last.overflowed(), invalid_argument, op, "padding (",
-                before, ", ", after, ") of dimension ", d, " of size ", size, " overflows int64");
+    FORGE_CHECK(!n.overflowed() && !first.overflowed() && !last.overflowed(), invalid_argument, op, "padding (", before,
+                ", ", after, ") of dimension ", d, " of size ", size, " overflows int64");
     FORGE_CHECK(n.value() >= 0, invalid_argument, op, "padding (", before, ", ", after, ") of dimension ", d,
                 " of size ", size, " gives a negative size ", n.value());
     s[d] = n.value();
@@ -102,9 +103,15 @@ void pad_kernel(Tensor& out, const Tensor& x, const Dims& pad, PadMode mode, con
     for (std::int64_t i = 0; i < n; ++i) {
       std::int64_t j = i - before;
       switch (mode) {
-        case PadMode::constant: j = (j >= 0 && j < size) ? j : -1; break;
-        case PadMode::reflect: j = j < 0 ? -j : (j >= size ? 2 * (size - 1) - j : j); break;
-        case PadMode::replicate: j = std::clamp<std::int64_t>(j, 0, size - 1); break;
+        case PadMode::constant:
+          j = (j >= 0 && j < size) ? j : -1;
+          break;
+        case PadMode::reflect:
+          j = j < 0 ? -j : (j >= size ? 2 * (size - 1) - j : j);
+          break;
+        case PadMode::replicate:
+          j = std::clamp<std::int64_t>(j, 0, size - 1);
+          break;
       }
       m[i] = j;
     }
@@ -120,18 +127,22 @@ Tensor triu(const Tensor& x, std::int64_t diagonal) try {
   Tensor out = triangle("triu", x, diagonal, true);
   FORGE_RECORD(triu, out, x, diagonal);
   return out;
-} FORGE_CATCH_OOM("triu")
+}
+FORGE_CATCH_OOM("triu")
 Tensor tril(const Tensor& x, std::int64_t diagonal) try {
   Tensor out = triangle("tril", x, diagonal, false);
   FORGE_RECORD(tril, out, x, diagonal);
   return out;
-} FORGE_CATCH_OOM("tril")
+}
+FORGE_CATCH_OOM("tril")
 Tensor& triu_into(Tensor& out, const Tensor& x, std::int64_t diagonal) try {
   return triangle_into("triu_into", out, x, diagonal, true);
-} FORGE_CATCH_OOM("triu_into")
+}
+FORGE_CATCH_OOM("triu_into")
 Tensor& tril_into(Tensor& out, const Tensor& x, std::int64_t diagonal) try {
   return triangle_into("tril_into", out, x, diagonal, false);
-} FORGE_CATCH_OOM("tril_into")
+}
+FORGE_CATCH_OOM("tril_into")
 
 Tensor pad(const Tensor& x, const Dims& pad, PadMode mode, Scalar value) try {
   const char* op = "pad";
@@ -143,7 +154,8 @@ Tensor pad(const Tensor& x, const Dims& pad, PadMode mode, Scalar value) try {
   detail::adopt_output(out);
   FORGE_RECORD(pad, out, x, pad, mode);
   return out;
-} FORGE_CATCH_OOM("pad")
+}
+FORGE_CATCH_OOM("pad")
 
 Tensor& pad_into(Tensor& out, const Tensor& x, const Dims& pad, PadMode mode, Scalar value) try {
   const char* op = "pad_into";
@@ -156,7 +168,8 @@ Tensor& pad_into(Tensor& out, const Tensor& x, const Dims& pad, PadMode mode, Sc
   pad_kernel(out, x, pad, mode, fill);
   out.buffer()->bump_version();
   return out;
-} FORGE_CATCH_OOM("pad_into")
+}
+FORGE_CATCH_OOM("pad_into")
 
 Tensor Tensor::triu(std::int64_t diagonal) const { return forge::triu(*this, diagonal); }
 Tensor Tensor::tril(std::int64_t diagonal) const { return forge::tril(*this, diagonal); }

@@ -25,8 +25,10 @@ inline void element_extent(const Tensor& t, std::int64_t& lo, std::int64_t& hi) 
   lo = hi = t.offset();
   for (int d = 0; d < t.dim(); ++d) {
     const std::int64_t span = (t.shape()[d] - 1) * t.strides()[d];
-    if (span < 0) lo += span;
-    else hi += span;
+    if (span < 0)
+      lo += span;
+    else
+      hi += span;
   }
 }
 

@@ -52,9 +52,12 @@ void run_packed(const char* op, Tensor& out, const Tensor& x, Kernel&& kernel) {
 void run_softmax(const char* op, Tensor& out, const Tensor& x, int dim, bool log) {
   std::int64_t outer = 1, n = 1, inner = 1;
   for (int d = 0; d < x.dim(); ++d) {
-    if (d < dim) outer *= x.shape()[d];
-    else if (d == dim) n = x.shape()[d];
-    else inner *= x.shape()[d];
+    if (d < dim)
+      outer *= x.shape()[d];
+    else if (d == dim)
+      n = x.shape()[d];
+    else
+      inner *= x.shape()[d];
   }
   run_packed(op, out, x, [&](const std::byte* in, std::byte* o) {
     cpu::softmax(x.runtime(), x.dtype(), outer, n, inner, in, o, log);
@@ -74,7 +77,8 @@ Tensor softmax_op(const char* op, const Tensor& x, std::int64_t dim, bool log) t
     FORGE_RECORD(softmax, out, x, dim);
   }
   return out;
-} FORGE_CATCH_OOM(op)
+}
+FORGE_CATCH_OOM(op)
 
 Tensor& softmax_into_op(const char* op, Tensor& out, const Tensor& x, std::int64_t dim, bool log) {
   detail::check_writable(op, out, "out");
@@ -135,10 +139,14 @@ void run_layer_norm(const char* op, Tensor& out, const Tensor& x, std::int64_t n
 
 double default_rms_eps(DType t) {
   switch (t) {
-    case DType::f64: return DBL_EPSILON;
-    case DType::f16: return 0.0009765625;  // 2^-10
-    case DType::bf16: return 0.0078125;    // 2^-7
-    default: return FLT_EPSILON;
+    case DType::f64:
+      return DBL_EPSILON;
+    case DType::f16:
+      return 0.0009765625;  // 2^-10
+    case DType::bf16:
+      return 0.0078125;  // 2^-7
+    default:
+      return FLT_EPSILON;
   }
 }
 
@@ -148,9 +156,8 @@ void run_rms_norm(const char* op, Tensor& out, const Tensor& x, std::int64_t n, 
   const std::byte* w = param_data(op, weight, hw);
   const std::int64_t rows = n == 0 ? 0 : x.numel() / n;
   const double e = eps ? *eps : default_rms_eps(x.dtype());
-  run_packed(op, out, x, [&](const std::byte* in, std::byte* o) {
-    cpu::rms_norm(x.runtime(), x.dtype(), rows, n, in, w, e, o);
-  });
+  run_packed(op, out, x,
+             [&](const std::byte* in, std::byte* o) { cpu::rms_norm(x.runtime(), x.dtype(), rows, n, in, w, e, o); });
 }
 
 void check_into(const char* op, Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias) {
@@ -167,10 +174,12 @@ Tensor softmax(const Tensor& x, std::int64_t dim) { return softmax_op("softmax",
 Tensor log_softmax(const Tensor& x, std::int64_t dim) { return softmax_op("log_softmax", x, dim, true); }
 Tensor& softmax_into(Tensor& out, const Tensor& x, std::int64_t dim) try {
   return softmax_into_op("softmax_into", out, x, dim, false);
-} FORGE_CATCH_OOM("softmax_into")
+}
+FORGE_CATCH_OOM("softmax_into")
 Tensor& log_softmax_into(Tensor& out, const Tensor& x, std::int64_t dim) try {
   return softmax_into_op("log_softmax_into", out, x, dim, true);
-} FORGE_CATCH_OOM("log_softmax_into")
+}
+FORGE_CATCH_OOM("log_softmax_into")
 
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias,
                   double eps) try {
@@ -181,7 +190,8 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
   detail::adopt_output(out);
   FORGE_RECORD(layer_norm, out, x, normalized_shape, weight, bias, eps);
   return out;
-} FORGE_CATCH_OOM("layer_norm")
+}
+FORGE_CATCH_OOM("layer_norm")
 
 Tensor& layer_norm_into(Tensor& out, const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
                         const Tensor& bias, double eps) try {
@@ -192,7 +202,8 @@ Tensor& layer_norm_into(Tensor& out, const Tensor& x, const Shape& normalized_sh
   run_layer_norm(op, out, x, n, weight, bias, eps);
   out.buffer()->bump_version();
   return out;
-} FORGE_CATCH_OOM("layer_norm_into")
+}
+FORGE_CATCH_OOM("layer_norm_into")
 
 Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, std::optional<double> eps) try {
   const char* op = "rms_norm";
@@ -202,7 +213,8 @@ Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& we
   detail::adopt_output(out);
   FORGE_RECORD(rms_norm, out, x, normalized_shape, weight, eps ? *eps : default_rms_eps(x.dtype()));
   return out;
-} FORGE_CATCH_OOM("rms_norm")
+}
+FORGE_CATCH_OOM("rms_norm")
 
 Tensor& rms_norm_into(Tensor& out, const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
                       std::optional<double> eps) try {
@@ -213,7 +225,8 @@ Tensor& rms_norm_into(Tensor& out, const Tensor& x, const Shape& normalized_shap
   run_rms_norm(op, out, x, n, weight, eps);
   out.buffer()->bump_version();
   return out;
-} FORGE_CATCH_OOM("rms_norm_into")
+}
+FORGE_CATCH_OOM("rms_norm_into")
 
 Tensor Tensor::softmax(std::int64_t dim) const { return forge::softmax(*this, dim); }
 Tensor Tensor::log_softmax(std::int64_t dim) const { return forge::log_softmax(*this, dim); }

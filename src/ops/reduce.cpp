@@ -3,10 +3,11 @@
 // backend/cpu/reduce_kernels.cpp. A 0-d tensor reduces as one element and
 // takes dim 0 or -1, as in libtorch.
 
+#include "autograd/rules/reduce.h"
+
 #include <string>
 
 #include "autograd/record.h"
-#include "autograd/rules/reduce.h"
 #include "backend/cpu/reduce_kernels.h"
 #include "core/tensor_internal.h"
 #include "forge/ops.h"
@@ -57,35 +58,41 @@ bool is_float_op(ReduceOp kind) {
     case ReduceOp::std:
     case ReduceOp::logsumexp:
     case ReduceOp::norm1:
-    case ReduceOp::norm2: return true;
-    default: return false;
+    case ReduceOp::norm2:
+      return true;
+    default:
+      return false;
   }
 }
 
 // The result dtype, after checking that the op takes x's dtype.
 DType result_dtype(const char* op, ReduceOp kind, DType in) {
-  if (is_float_op(kind))
-    FORGE_CHECK(is_floating(in), dtype, op, "needs a floating input, got ", dtype_name(in));
+  if (is_float_op(kind)) FORGE_CHECK(is_floating(in), dtype, op, "needs a floating input, got ", dtype_name(in));
   switch (kind) {
     case ReduceOp::sum:
-    case ReduceOp::prod: return is_floating(in) ? in : DType::i64;
+    case ReduceOp::prod:
+      return is_floating(in) ? in : DType::i64;
     case ReduceOp::all:
-    case ReduceOp::any: return DType::boolean;
-    default: return in;
+    case ReduceOp::any:
+      return DType::boolean;
+    default:
+      return in;
   }
 }
 
 void check_nonempty(const char* op, const Tensor& x, const Plan& p) {
-  FORGE_CHECK(p.first_empty < 0, invalid_argument, op, "cannot reduce over dim ", p.first_empty,
-              " of size 0 (shape ", x.shape(), "): the operation has no identity");
+  FORGE_CHECK(p.first_empty < 0, invalid_argument, op, "cannot reduce over dim ", p.first_empty, " of size 0 (shape ",
+              x.shape(), "): the operation has no identity");
 }
 
 // The output strides over x's rank, for an output of shape out_shape.
 Strides spread_strides(const Tensor& x, const Plan& p, const Strides& out_strides, bool keepdim) {
   Strides s = Strides::filled(x.dim(), 0);
   for (int d = 0, o = 0; d < x.dim(); ++d) {
-    if (!p.reduced[d]) s[d] = out_strides[o++];
-    else if (keepdim) ++o;
+    if (!p.reduced[d])
+      s[d] = out_strides[o++];
+    else if (keepdim)
+      ++o;
   }
   return s;
 }
@@ -162,11 +169,13 @@ ArgPlan make_arg_plan(const char* op, const Tensor& x, std::int64_t dim, bool ke
   ArgPlan p;
   p.dim = wrap_dim(dim, x.dim(), op);
   if (x.dim() == 0) return p;
-  FORGE_CHECK(x.shape()[p.dim] > 0, invalid_argument, op, "cannot reduce over dim ", p.dim,
-              " of size 0 (shape ", x.shape(), ")");
+  FORGE_CHECK(x.shape()[p.dim] > 0, invalid_argument, op, "cannot reduce over dim ", p.dim, " of size 0 (shape ",
+              x.shape(), ")");
   for (int d = 0; d < x.dim(); ++d) {
-    if (d != p.dim) p.out_shape.push_back(x.shape()[d]);
-    else if (keepdim) p.out_shape.push_back(1);
+    if (d != p.dim)
+      p.out_shape.push_back(x.shape()[d]);
+    else if (keepdim)
+      p.out_shape.push_back(1);
   }
   return p;
 }
@@ -174,8 +183,10 @@ ArgPlan make_arg_plan(const char* op, const Tensor& x, std::int64_t dim, bool ke
 Strides arg_strides(const Tensor& x, int dim, const Tensor& out, bool keepdim) {
   Strides s = Strides::filled(x.dim(), 0);
   for (int d = 0, o = 0; d < x.dim(); ++d) {
-    if (d != dim) s[d] = out.strides()[o++];
-    else if (keepdim) ++o;
+    if (d != dim)
+      s[d] = out.strides()[o++];
+    else if (keepdim)
+      ++o;
   }
   return s;
 }
@@ -220,7 +231,8 @@ Tensor arg_dim(const char* op, bool is_max, const Tensor& x, std::int64_t dim, b
   run_arg(is_max, x, p.dim, keepdim, nullptr, out);
   detail::adopt_output(out);
   return out;
-} FORGE_CATCH_OOM(op)
+}
+FORGE_CATCH_OOM(op)
 
 // The index into the flattened tensor: a packed 1-d view (or copy) of x.
 Tensor arg_flat(const char* op, bool is_max, const Tensor& x) try {
@@ -232,7 +244,8 @@ Tensor arg_flat(const char* op, bool is_max, const Tensor& x) try {
   run_arg(is_max, flat, 0, false, nullptr, out);
   detail::adopt_output(out);
   return out;
-} FORGE_CATCH_OOM(op)
+}
+FORGE_CATCH_OOM(op)
 
 Tensor& arg_into(const char* op, bool is_max, Tensor& out, const Tensor& x, std::int64_t dim, bool keepdim) {
   detail::check_writable(op, out, "out");
@@ -266,48 +279,57 @@ Tensor sum(const Tensor& x, const DimList& dims, bool keepdim) try {
   Tensor out = reduce_op("sum", ReduceOp::sum, x, dims, keepdim);
   FORGE_RECORD(sum, out, x, dims, keepdim);
   return out;
-} FORGE_CATCH_OOM("sum")
+}
+FORGE_CATCH_OOM("sum")
 Tensor mean(const Tensor& x, const DimList& dims, bool keepdim) try {
   Tensor out = reduce_op("mean", ReduceOp::mean, x, dims, keepdim);
   FORGE_RECORD(mean, out, x, dims, keepdim);
   return out;
-} FORGE_CATCH_OOM("mean")
+}
+FORGE_CATCH_OOM("mean")
 Tensor prod(const Tensor& x, const DimList& dims, bool keepdim) try {
   Tensor out = reduce_op("prod", ReduceOp::prod, x, dims, keepdim);
   FORGE_RECORD(prod, out, x, dims, keepdim);
   return out;
-} FORGE_CATCH_OOM("prod")
+}
+FORGE_CATCH_OOM("prod")
 Tensor amax(const Tensor& x, const DimList& dims, bool keepdim) try {
   Tensor out = reduce_op("amax", ReduceOp::amax, x, dims, keepdim);
   FORGE_RECORD(amax, out, x, dims, keepdim);
   return out;
-} FORGE_CATCH_OOM("amax")
+}
+FORGE_CATCH_OOM("amax")
 Tensor amin(const Tensor& x, const DimList& dims, bool keepdim) try {
   Tensor out = reduce_op("amin", ReduceOp::amin, x, dims, keepdim);
   FORGE_RECORD(amin, out, x, dims, keepdim);
   return out;
-} FORGE_CATCH_OOM("amin")
+}
+FORGE_CATCH_OOM("amin")
 Tensor max(const Tensor& x) try {
   Tensor out = reduce_op("max", ReduceOp::amax, x, {}, false);
   FORGE_RECORD(amax, out, x, DimList(), false);
   return out;
-} FORGE_CATCH_OOM("max")
+}
+FORGE_CATCH_OOM("max")
 Tensor min(const Tensor& x) try {
   Tensor out = reduce_op("min", ReduceOp::amin, x, {}, false);
   FORGE_RECORD(amin, out, x, DimList(), false);
   return out;
-} FORGE_CATCH_OOM("min")
+}
+FORGE_CATCH_OOM("min")
 // Only the values record: the indices are not differentiable.
 ValuesIndices max(const Tensor& x, std::int64_t dim, bool keepdim) try {
   ValuesIndices r = values_indices("max", true, x, dim, keepdim);
   FORGE_RECORD(max_dim, r.values, x, dim, keepdim, r.indices);
   return r;
-} FORGE_CATCH_OOM("max")
+}
+FORGE_CATCH_OOM("max")
 ValuesIndices min(const Tensor& x, std::int64_t dim, bool keepdim) try {
   ValuesIndices r = values_indices("min", false, x, dim, keepdim);
   FORGE_RECORD(min_dim, r.values, x, dim, keepdim, r.indices);
   return r;
-} FORGE_CATCH_OOM("min")
+}
+FORGE_CATCH_OOM("min")
 Tensor argmax(const Tensor& x) { return arg_flat("argmax", true, x); }
 Tensor argmin(const Tensor& x) { return arg_flat("argmin", false, x); }
 Tensor argmax(const Tensor& x, std::int64_t dim, bool keepdim) { return arg_dim("argmax", true, x, dim, keepdim); }
@@ -316,28 +338,34 @@ Tensor var(const Tensor& x, const DimList& dims, std::int64_t correction, bool k
   Tensor out = reduce_op("var", ReduceOp::var, x, dims, keepdim, correction);
   FORGE_RECORD(var, out, x, dims, correction, keepdim);
   return out;
-} FORGE_CATCH_OOM("var")
+}
+FORGE_CATCH_OOM("var")
 Tensor std(const Tensor& x, const DimList& dims, std::int64_t correction, bool keepdim) try {
   Tensor out = reduce_op("std", ReduceOp::std, x, dims, keepdim, correction);
   FORGE_RECORD(std, out, x, dims, correction, keepdim);
   return out;
-} FORGE_CATCH_OOM("std")
+}
+FORGE_CATCH_OOM("std")
 Tensor logsumexp(const Tensor& x, const DimList& dims, bool keepdim) try {
   Tensor out = reduce_op("logsumexp", ReduceOp::logsumexp, x, dims, keepdim);
   FORGE_RECORD(logsumexp, out, x, dims, keepdim);
   return out;
-} FORGE_CATCH_OOM("logsumexp")
+}
+FORGE_CATCH_OOM("logsumexp")
 Tensor norm(const Tensor& x, double p, const DimList& dims, bool keepdim) try {
   Tensor out = reduce_op("norm", norm_kind("norm", p), x, dims, keepdim);
   FORGE_RECORD(norm, out, x, p, dims, keepdim);
   return out;
-} FORGE_CATCH_OOM("norm")
+}
+FORGE_CATCH_OOM("norm")
 Tensor all(const Tensor& x, const DimList& dims, bool keepdim) try {
   return reduce_op("all", ReduceOp::all, x, dims, keepdim);
-} FORGE_CATCH_OOM("all")
+}
+FORGE_CATCH_OOM("all")
 Tensor any(const Tensor& x, const DimList& dims, bool keepdim) try {
   return reduce_op("any", ReduceOp::any, x, dims, keepdim);
-} FORGE_CATCH_OOM("any")
+}
+FORGE_CATCH_OOM("any")
 Tensor cumsum(const Tensor& x, std::int64_t dim) try {
   detail::check_input("cumsum", x, "x");
   const int d = wrap_dim(dim, x.dim(), "cumsum");
@@ -346,47 +374,61 @@ Tensor cumsum(const Tensor& x, std::int64_t dim) try {
   detail::adopt_output(out);
   FORGE_RECORD(cumsum, out, x, d);
   return out;
-} FORGE_CATCH_OOM("cumsum")
+}
+FORGE_CATCH_OOM("cumsum")
 
 Tensor& sum_into(Tensor& out, const Tensor& x, const DimList& dims, bool keepdim) try {
   return reduce_into("sum_into", ReduceOp::sum, out, x, dims, keepdim);
-} FORGE_CATCH_OOM("sum_into")
+}
+FORGE_CATCH_OOM("sum_into")
 Tensor& mean_into(Tensor& out, const Tensor& x, const DimList& dims, bool keepdim) try {
   return reduce_into("mean_into", ReduceOp::mean, out, x, dims, keepdim);
-} FORGE_CATCH_OOM("mean_into")
+}
+FORGE_CATCH_OOM("mean_into")
 Tensor& prod_into(Tensor& out, const Tensor& x, const DimList& dims, bool keepdim) try {
   return reduce_into("prod_into", ReduceOp::prod, out, x, dims, keepdim);
-} FORGE_CATCH_OOM("prod_into")
+}
+FORGE_CATCH_OOM("prod_into")
 Tensor& amax_into(Tensor& out, const Tensor& x, const DimList& dims, bool keepdim) try {
   return reduce_into("amax_into", ReduceOp::amax, out, x, dims, keepdim);
-} FORGE_CATCH_OOM("amax_into")
+}
+FORGE_CATCH_OOM("amax_into")
 Tensor& amin_into(Tensor& out, const Tensor& x, const DimList& dims, bool keepdim) try {
   return reduce_into("amin_into", ReduceOp::amin, out, x, dims, keepdim);
-} FORGE_CATCH_OOM("amin_into")
+}
+FORGE_CATCH_OOM("amin_into")
 Tensor& argmax_into(Tensor& out, const Tensor& x, std::int64_t dim, bool keepdim) try {
   return arg_into("argmax_into", true, out, x, dim, keepdim);
-} FORGE_CATCH_OOM("argmax_into")
+}
+FORGE_CATCH_OOM("argmax_into")
 Tensor& argmin_into(Tensor& out, const Tensor& x, std::int64_t dim, bool keepdim) try {
   return arg_into("argmin_into", false, out, x, dim, keepdim);
-} FORGE_CATCH_OOM("argmin_into")
+}
+FORGE_CATCH_OOM("argmin_into")
 Tensor& var_into(Tensor& out, const Tensor& x, const DimList& dims, std::int64_t correction, bool keepdim) try {
   return reduce_into("var_into", ReduceOp::var, out, x, dims, keepdim, correction);
-} FORGE_CATCH_OOM("var_into")
+}
+FORGE_CATCH_OOM("var_into")
 Tensor& std_into(Tensor& out, const Tensor& x, const DimList& dims, std::int64_t correction, bool keepdim) try {
   return reduce_into("std_into", ReduceOp::std, out, x, dims, keepdim, correction);
-} FORGE_CATCH_OOM("std_into")
+}
+FORGE_CATCH_OOM("std_into")
 Tensor& logsumexp_into(Tensor& out, const Tensor& x, const DimList& dims, bool keepdim) try {
   return reduce_into("logsumexp_into", ReduceOp::logsumexp, out, x, dims, keepdim);
-} FORGE_CATCH_OOM("logsumexp_into")
+}
+FORGE_CATCH_OOM("logsumexp_into")
 Tensor& norm_into(Tensor& out, const Tensor& x, double p, const DimList& dims, bool keepdim) try {
   return reduce_into("norm_into", norm_kind("norm_into", p), out, x, dims, keepdim);
-} FORGE_CATCH_OOM("norm_into")
+}
+FORGE_CATCH_OOM("norm_into")
 Tensor& all_into(Tensor& out, const Tensor& x, const DimList& dims, bool keepdim) try {
   return reduce_into("all_into", ReduceOp::all, out, x, dims, keepdim);
-} FORGE_CATCH_OOM("all_into")
+}
+FORGE_CATCH_OOM("all_into")
 Tensor& any_into(Tensor& out, const Tensor& x, const DimList& dims, bool keepdim) try {
   return reduce_into("any_into", ReduceOp::any, out, x, dims, keepdim);
-} FORGE_CATCH_OOM("any_into")
+}
+FORGE_CATCH_OOM("any_into")
 Tensor& cumsum_into(Tensor& out, const Tensor& x, std::int64_t dim) try {
   const char* op = "cumsum_into";
   detail::check_writable(op, out, "out");
@@ -398,7 +440,8 @@ Tensor& cumsum_into(Tensor& out, const Tensor& x, std::int64_t dim) try {
   run_cumsum(out, x, d);
   out.buffer()->bump_version();
   return out;
-} FORGE_CATCH_OOM("cumsum_into")
+}
+FORGE_CATCH_OOM("cumsum_into")
 
 Tensor Tensor::sum(const DimList& dims, bool keepdim) const { return forge::sum(*this, dims, keepdim); }
 Tensor Tensor::mean(const DimList& dims, bool keepdim) const { return forge::mean(*this, dims, keepdim); }

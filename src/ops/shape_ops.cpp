@@ -142,8 +142,8 @@ void stack_kernel(Tensor& out, const std::vector<Tensor>& tensors, int dim) {
 }
 
 Shape repeat_shape(const char* op, const Tensor& x, const Dims& repeats) {
-  FORGE_CHECK(repeats.size() >= x.dim(), invalid_argument, op, "repeats ", repeats, " has fewer entries than x has dims (",
-              x.dim(), ")");
+  FORGE_CHECK(repeats.size() >= x.dim(), invalid_argument, op, "repeats ", repeats,
+              " has fewer entries than x has dims (", x.dim(), ")");
   const int lead = repeats.size() - x.dim();
   Shape s;
   for (int d = 0; d < repeats.size(); ++d) {
@@ -234,7 +234,8 @@ Tensor cat(const std::vector<Tensor>& tensors, std::int64_t dim) try {
   detail::adopt_output(out);
   FORGE_RECORD(cat, out, tensors, plan.dim);
   return out;
-} FORGE_CATCH_OOM("cat")
+}
+FORGE_CATCH_OOM("cat")
 
 Tensor& cat_into(Tensor& out, const std::vector<Tensor>& tensors, std::int64_t dim) try {
   const char* op = "cat_into";
@@ -245,7 +246,8 @@ Tensor& cat_into(Tensor& out, const std::vector<Tensor>& tensors, std::int64_t d
   cat_kernel(out, tensors, plan.dim);
   out.buffer()->bump_version();
   return out;
-} FORGE_CATCH_OOM("cat_into")
+}
+FORGE_CATCH_OOM("cat_into")
 
 Tensor stack(const std::vector<Tensor>& tensors, std::int64_t dim) try {
   const StackPlan plan = plan_stack("stack", tensors, dim);
@@ -254,7 +256,8 @@ Tensor stack(const std::vector<Tensor>& tensors, std::int64_t dim) try {
   detail::adopt_output(out);
   FORGE_RECORD(stack, out, tensors, plan.dim);
   return out;
-} FORGE_CATCH_OOM("stack")
+}
+FORGE_CATCH_OOM("stack")
 
 Tensor& stack_into(Tensor& out, const std::vector<Tensor>& tensors, std::int64_t dim) try {
   const char* op = "stack_into";
@@ -265,15 +268,16 @@ Tensor& stack_into(Tensor& out, const std::vector<Tensor>& tensors, std::int64_t
   stack_kernel(out, tensors, plan.dim);
   out.buffer()->bump_version();
   return out;
-} FORGE_CATCH_OOM("stack_into")
+}
+FORGE_CATCH_OOM("stack_into")
 
 std::vector<Tensor> split(const Tensor& x, std::int64_t split_size, std::int64_t dim) try {
   const char* op = "split";
   const int d = split_dim(op, x, dim);
   const std::int64_t size = x.shape()[d];
   FORGE_CHECK(split_size >= 0, invalid_argument, op, "split_size must be non-negative, got ", split_size);
-  FORGE_CHECK(split_size > 0 || size == 0, invalid_argument, op, "split_size 0 cannot split dimension ", d,
-              " of size ", size);
+  FORGE_CHECK(split_size > 0 || size == 0, invalid_argument, op, "split_size 0 cannot split dimension ", d, " of size ",
+              size);
   // ceil(size / split_size) pieces, at least one; written so that a huge split_size cannot overflow.
   const std::int64_t n = split_size == 0 || size == 0 ? 1 : (size - 1) / split_size + 1;
   std::vector<Tensor> pieces;
@@ -283,7 +287,8 @@ std::vector<Tensor> split(const Tensor& x, std::int64_t split_size, std::int64_t
     pieces.push_back(piece(x, d, start, std::min(split_size, size - start)));
   }
   return pieces;
-} FORGE_CATCH_OOM("split")
+}
+FORGE_CATCH_OOM("split")
 
 std::vector<Tensor> split(const Tensor& x, const std::vector<std::int64_t>& sizes, std::int64_t dim) try {
   const char* op = "split";
@@ -303,7 +308,8 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<std::int64_t>& size
     start += s;
   }
   return pieces;
-} FORGE_CATCH_OOM("split")
+}
+FORGE_CATCH_OOM("split")
 
 std::vector<Tensor> chunk(const Tensor& x, std::int64_t chunks, std::int64_t dim) try {
   const char* op = "chunk";
@@ -315,7 +321,8 @@ std::vector<Tensor> chunk(const Tensor& x, std::int64_t chunks, std::int64_t dim
   }
   const std::int64_t piece_size = size / chunks + (size % chunks != 0);
   return split(x, piece_size, d);
-} FORGE_CATCH_OOM("chunk")
+}
+FORGE_CATCH_OOM("chunk")
 
 Tensor repeat(const Tensor& x, const Dims& repeats) try {
   const char* op = "repeat";
@@ -326,7 +333,8 @@ Tensor repeat(const Tensor& x, const Dims& repeats) try {
   detail::adopt_output(out);
   FORGE_RECORD(repeat, out, x, repeats);
   return out;
-} FORGE_CATCH_OOM("repeat")
+}
+FORGE_CATCH_OOM("repeat")
 
 Tensor& repeat_into(Tensor& out, const Tensor& x, const Dims& repeats) try {
   const char* op = "repeat_into";
@@ -337,7 +345,8 @@ Tensor& repeat_into(Tensor& out, const Tensor& x, const Dims& repeats) try {
   repeat_kernel(out, x, repeats);
   out.buffer()->bump_version();
   return out;
-} FORGE_CATCH_OOM("repeat_into")
+}
+FORGE_CATCH_OOM("repeat_into")
 
 Tensor flip(const Tensor& x, const Dims& dims) try {
   const char* op = "flip";
@@ -348,7 +357,8 @@ Tensor flip(const Tensor& x, const Dims& dims) try {
   detail::adopt_output(out);
   FORGE_RECORD(flip, out, x, wrapped);
   return out;
-} FORGE_CATCH_OOM("flip")
+}
+FORGE_CATCH_OOM("flip")
 
 Tensor& flip_into(Tensor& out, const Tensor& x, const Dims& dims) try {
   const char* op = "flip_into";
@@ -360,12 +370,15 @@ Tensor& flip_into(Tensor& out, const Tensor& x, const Dims& dims) try {
   flip_kernel(out, x, wrapped);
   out.buffer()->bump_version();
   return out;
-} FORGE_CATCH_OOM("flip_into")
+}
+FORGE_CATCH_OOM("flip_into")
 
 std::vector<Tensor> Tensor::split(std::int64_t split_size, std::int64_t dim) const {
   return forge::split(*this, split_size, dim);
 }
-std::vector<Tensor> Tensor::chunk(std::int64_t chunks, std::int64_t dim) const { return forge::chunk(*this, chunks, dim); }
+std::vector<Tensor> Tensor::chunk(std::int64_t chunks, std::int64_t dim) const {
+  return forge::chunk(*this, chunks, dim);
+}
 Tensor Tensor::repeat(const Dims& repeats) const { return forge::repeat(*this, repeats); }
 Tensor Tensor::flip(const Dims& dims) const { return forge::flip(*this, dims); }
 

@@ -4,9 +4,10 @@
 // differentiable op records itself when autograd needs it (FORGE_RECORD; the
 // rules are in src/autograd/rules/unary.cpp, clamp's in elementwise.cpp).
 
+#include "autograd/rules/unary.h"
+
 #include "autograd/record.h"
 #include "autograd/rules/elementwise.h"
-#include "autograd/rules/unary.h"
 #include "forge/ops.h"
 #include "ops/elementwise_internal.h"
 
@@ -53,8 +54,7 @@ Tensor unary(const char* op, Unary kind, const Tensor& x, const cpu::UnaryParams
 }
 
 // Every _into form is this call; it reports an allocation failure itself.
-Tensor& unary_into(const char* op, Unary kind, Tensor& out, const Tensor& x,
-                   const cpu::UnaryParams& params = {}) try {
+Tensor& unary_into(const char* op, Unary kind, Tensor& out, const Tensor& x, const cpu::UnaryParams& params = {}) try {
   detail::check_writable(op, out, "out");
   detail::check_input(op, x, "x");
   const DType dtype = unary_dtype(op, kind, x.dtype());
@@ -63,7 +63,8 @@ Tensor& unary_into(const char* op, Unary kind, Tensor& out, const Tensor& x,
   launch(kind, dtype, params, out, x);
   out.buffer()->bump_version();
   return out;
-} FORGE_CATCH_OOM(op)
+}
+FORGE_CATCH_OOM(op)
 
 cpu::UnaryParams slope(double negative_slope) { return {.p0 = negative_slope}; }
 cpu::UnaryParams softplus_params(double beta, double threshold) { return {.p0 = beta, .p1 = threshold}; }
@@ -102,112 +103,134 @@ Tensor neg(const Tensor& x) try {
   Tensor out = unary("neg", Unary::neg, x);
   FORGE_RECORD(neg, out, x);
   return out;
-} FORGE_CATCH_OOM("neg")
+}
+FORGE_CATCH_OOM("neg")
 Tensor abs(const Tensor& x) try {
   Tensor out = unary("abs", Unary::abs, x);
   FORGE_RECORD(abs, out, x);
   return out;
-} FORGE_CATCH_OOM("abs")
+}
+FORGE_CATCH_OOM("abs")
 Tensor sign(const Tensor& x) try {
   Tensor out = unary("sign", Unary::sign, x);
   FORGE_RECORD(sign, out, x);
   return out;
-} FORGE_CATCH_OOM("sign")
+}
+FORGE_CATCH_OOM("sign")
 Tensor exp(const Tensor& x) try {
   Tensor out = unary("exp", Unary::exp, x);
   FORGE_RECORD(exp, out, x);
   return out;
-} FORGE_CATCH_OOM("exp")
+}
+FORGE_CATCH_OOM("exp")
 Tensor expm1(const Tensor& x) try {
   Tensor out = unary("expm1", Unary::expm1, x);
   FORGE_RECORD(expm1, out, x);
   return out;
-} FORGE_CATCH_OOM("expm1")
+}
+FORGE_CATCH_OOM("expm1")
 Tensor log(const Tensor& x) try {
   Tensor out = unary("log", Unary::log, x);
   FORGE_RECORD(log, out, x);
   return out;
-} FORGE_CATCH_OOM("log")
+}
+FORGE_CATCH_OOM("log")
 Tensor log1p(const Tensor& x) try {
   Tensor out = unary("log1p", Unary::log1p, x);
   FORGE_RECORD(log1p, out, x);
   return out;
-} FORGE_CATCH_OOM("log1p")
+}
+FORGE_CATCH_OOM("log1p")
 Tensor sqrt(const Tensor& x) try {
   Tensor out = unary("sqrt", Unary::sqrt, x);
   FORGE_RECORD(sqrt, out, x);
   return out;
-} FORGE_CATCH_OOM("sqrt")
+}
+FORGE_CATCH_OOM("sqrt")
 Tensor rsqrt(const Tensor& x) try {
   Tensor out = unary("rsqrt", Unary::rsqrt, x);
   FORGE_RECORD(rsqrt, out, x);
   return out;
-} FORGE_CATCH_OOM("rsqrt")
+}
+FORGE_CATCH_OOM("rsqrt")
 Tensor square(const Tensor& x) try {
   Tensor out = unary("square", Unary::square, x);
   FORGE_RECORD(square, out, x);
   return out;
-} FORGE_CATCH_OOM("square")
+}
+FORGE_CATCH_OOM("square")
 Tensor reciprocal(const Tensor& x) try {
   Tensor out = unary("reciprocal", Unary::reciprocal, x);
   FORGE_RECORD(reciprocal, out, x);
   return out;
-} FORGE_CATCH_OOM("reciprocal")
+}
+FORGE_CATCH_OOM("reciprocal")
 Tensor sin(const Tensor& x) try {
   Tensor out = unary("sin", Unary::sin, x);
   FORGE_RECORD(sin, out, x);
   return out;
-} FORGE_CATCH_OOM("sin")
+}
+FORGE_CATCH_OOM("sin")
 Tensor cos(const Tensor& x) try {
   Tensor out = unary("cos", Unary::cos, x);
   FORGE_RECORD(cos, out, x);
   return out;
-} FORGE_CATCH_OOM("cos")
+}
+FORGE_CATCH_OOM("cos")
 Tensor tanh(const Tensor& x) try {
   Tensor out = unary("tanh", Unary::tanh, x);
   FORGE_RECORD(tanh, out, x);
   return out;
-} FORGE_CATCH_OOM("tanh")
+}
+FORGE_CATCH_OOM("tanh")
 Tensor sigmoid(const Tensor& x) try {
   Tensor out = unary("sigmoid", Unary::sigmoid, x);
   FORGE_RECORD(sigmoid, out, x);
   return out;
-} FORGE_CATCH_OOM("sigmoid")
+}
+FORGE_CATCH_OOM("sigmoid")
 Tensor relu(const Tensor& x) try {
   Tensor out = unary("relu", Unary::relu, x);
   FORGE_RECORD(relu, out, x);
   return out;
-} FORGE_CATCH_OOM("relu")
+}
+FORGE_CATCH_OOM("relu")
 Tensor leaky_relu(const Tensor& x, double negative_slope) try {
   Tensor out = unary("leaky_relu", Unary::leaky_relu, x, slope(negative_slope));
   FORGE_RECORD(leaky_relu, out, x, negative_slope);
   return out;
-} FORGE_CATCH_OOM("leaky_relu")
+}
+FORGE_CATCH_OOM("leaky_relu")
 Tensor gelu(const Tensor& x, GeluApproximation approximate) try {
   Tensor out = unary("gelu", gelu_kind(approximate), x);
   FORGE_RECORD(gelu, out, x, approximate);
   return out;
-} FORGE_CATCH_OOM("gelu")
+}
+FORGE_CATCH_OOM("gelu")
 Tensor silu(const Tensor& x) try {
   Tensor out = unary("silu", Unary::silu, x);
   FORGE_RECORD(silu, out, x);
   return out;
-} FORGE_CATCH_OOM("silu")
+}
+FORGE_CATCH_OOM("silu")
 Tensor softplus(const Tensor& x, double beta, double threshold) try {
   Tensor out = unary("softplus", Unary::softplus, x, softplus_params(beta, threshold));
   FORGE_RECORD(softplus, out, x, beta, threshold);
   return out;
-} FORGE_CATCH_OOM("softplus")
+}
+FORGE_CATCH_OOM("softplus")
 Tensor elu(const Tensor& x, double alpha) try {
   Tensor out = unary("elu", Unary::elu, x, elu_params(alpha));
   FORGE_RECORD(elu, out, x, alpha);
   return out;
-} FORGE_CATCH_OOM("elu")
+}
+FORGE_CATCH_OOM("elu")
 Tensor erf(const Tensor& x) try {
   Tensor out = unary("erf", Unary::erf, x);
   FORGE_RECORD(erf, out, x);
   return out;
-} FORGE_CATCH_OOM("erf")
+}
+FORGE_CATCH_OOM("erf")
 
 Tensor& neg_into(Tensor& out, const Tensor& x) { return unary_into("neg_into", Unary::neg, out, x); }
 Tensor& abs_into(Tensor& out, const Tensor& x) { return unary_into("abs_into", Unary::abs, out, x); }
@@ -250,7 +273,8 @@ Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> m
   detail::adopt_output(out);
   FORGE_RECORD(clamp, out, x, min, max);
   return out;
-} FORGE_CATCH_OOM("clamp")
+}
+FORGE_CATCH_OOM("clamp")
 
 Tensor& clamp_into(Tensor& out, const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max) try {
   detail::check_writable("clamp_into", out, "out");
@@ -261,7 +285,8 @@ Tensor& clamp_into(Tensor& out, const Tensor& x, std::optional<Scalar> min, std:
   launch(Unary::clamp, dtype, params, out, x);
   out.buffer()->bump_version();
   return out;
-} FORGE_CATCH_OOM("clamp_into")
+}
+FORGE_CATCH_OOM("clamp_into")
 
 // ---- Tensor methods ----
 

@@ -34,8 +34,7 @@ Adam::Adam(std::vector<Tensor> params, AdamOptions options, std::string name)
   init_state({"exp_avg", "exp_avg_sq"});
 }
 
-AdamW::AdamW(std::vector<Tensor> params, AdamOptions options)
-    : Adam(std::move(params), decoupled(options), "AdamW") {}
+AdamW::AdamW(std::vector<Tensor> params, AdamOptions options) : Adam(std::move(params), decoupled(options), "AdamW") {}
 
 void Adam::set_lr(double lr) {
   FORGE_CHECK(lr >= 0, invalid_argument, name(), "lr ", lr, " is negative");
@@ -62,15 +61,16 @@ void Adam::step() try {
                           options_.decoupled_weight_decay};
     const std::int64_t n = p.numel();
     if (p.dtype() == DType::f32) {
-      cpu::adam_step<float>(p.runtime(), s, n, p.data_ptr<float>(), g.data_ptr<float>(),
-                            state(i, 0).data_ptr<float>(), state(i, 1).data_ptr<float>());
+      cpu::adam_step<float>(p.runtime(), s, n, p.data_ptr<float>(), g.data_ptr<float>(), state(i, 0).data_ptr<float>(),
+                            state(i, 1).data_ptr<float>());
     } else {
       cpu::adam_step<double>(p.runtime(), s, n, p.data_ptr<double>(), g.data_ptr<double>(),
                              state(i, 0).data_ptr<double>(), state(i, 1).data_ptr<double>());
     }
     p.buffer()->bump_version();
   }
-} FORGE_CATCH_OOM(name().c_str())
+}
+FORGE_CATCH_OOM(name().c_str())
 
 std::vector<std::pair<std::string, double>> Adam::hyperparameters() const {
   return {{"lr", options_.lr},

@@ -37,13 +37,14 @@ double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
     total = inf ? (part > total || std::isnan(part) ? part : total) : total + part;
   }
   const double norm = inf ? total : std::pow(total, 1 / norm_type);
-  FORGE_CHECK(std::isfinite(norm) || !error_if_nonfinite, invalid_argument, op,
-              "the total norm of order ", norm_type, " of the gradients is ", norm,
+  FORGE_CHECK(std::isfinite(norm) || !error_if_nonfinite, invalid_argument, op, "the total norm of order ", norm_type,
+              " of the gradients is ", norm,
               ", so it cannot be clipped; pass error_if_nonfinite = false to scale them by it anyway");
   const double coef = max_norm / (norm + 1e-6);
   if (!(coef >= 1.0))  // below 1, or NaN
     for (Tensor& g : grads) g.mul_(coef);
   return norm;
-} FORGE_CATCH_OOM("clip_grad_norm_")
+}
+FORGE_CATCH_OOM("clip_grad_norm_")
 
 }  // namespace forge::optim

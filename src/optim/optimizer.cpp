@@ -24,7 +24,8 @@ namespace {
 Tensor owned_zeros(Runtime& rt, const Shape& shape, DType dtype, const char* op) {
   const std::int64_t n = detail::checked_numel(op, shape, dtype);
   const std::size_t nbytes = static_cast<std::size_t>(n) * dtype_size(dtype);
-  const std::size_t rounded = (nbytes + Buffer::kAlignmentBytes - 1) / Buffer::kAlignmentBytes * Buffer::kAlignmentBytes;
+  const std::size_t rounded =
+      (nbytes + Buffer::kAlignmentBytes - 1) / Buffer::kAlignmentBytes * Buffer::kAlignmentBytes;
   void* data = std::aligned_alloc(Buffer::kAlignmentBytes, rounded == 0 ? Buffer::kAlignmentBytes : rounded);
   FORGE_CHECK(data != nullptr, out_of_memory, op, "cannot allocate ", nbytes, " bytes of optimizer state");
   std::memset(data, 0, nbytes);
@@ -42,8 +43,10 @@ Tensor owned_zeros(Runtime& rt, const Shape& shape, DType dtype, const char* op)
 // A 0-d tensor for a saved scalar (a transient: the dict's, not the optimizer's).
 Tensor scalar_tensor(Runtime& rt, double value, DType dtype, const char* op) {
   Tensor t = detail::allocate(rt, Shape{}, dtype, op);
-  if (dtype == DType::i64) *t.data_ptr<std::int64_t>() = static_cast<std::int64_t>(value);
-  else *t.data_ptr<double>() = value;
+  if (dtype == DType::i64)
+    *t.data_ptr<std::int64_t>() = static_cast<std::int64_t>(value);
+  else
+    *t.data_ptr<double>() = value;
   return t;
 }
 
@@ -78,11 +81,10 @@ void check_disjoint(const char* op, const std::vector<Tensor>& params) {
   for (std::size_t k = 1; k < spans.size(); ++k) {
     const Span &prev = spans[k - 1], &cur = spans[k];
     if (prev.buffer != cur.buffer || cur.begin >= prev.end) continue;
-    const Span &first = prev.index < cur.index ? prev : cur,
-               &second = prev.index < cur.index ? cur : prev;
-    FORGE_FAIL(invalid_argument, op, "parameters ", first.index, " and ", second.index,
-               " overlap in memory (bytes [", first.begin, ", ", first.end, ") and [", second.begin,
-               ", ", second.end, ") of one buffer); a step would update the shared elements twice");
+    const Span &first = prev.index < cur.index ? prev : cur, &second = prev.index < cur.index ? cur : prev;
+    FORGE_FAIL(invalid_argument, op, "parameters ", first.index, " and ", second.index, " overlap in memory (bytes [",
+               first.begin, ", ", first.end, ") and [", second.begin, ", ", second.end,
+               ") of one buffer); a step would update the shared elements twice");
   }
 }
 
@@ -112,7 +114,8 @@ Optimizer::Optimizer(std::vector<Tensor> params, std::string name)
   try {
     check_params(name_.c_str(), params_);
     param_steps_.assign(params_.size(), 0);
-  } FORGE_CATCH_OOM(name_.c_str())
+  }
+  FORGE_CATCH_OOM(name_.c_str())
 }
 
 Optimizer::~Optimizer() = default;
@@ -123,7 +126,8 @@ void Optimizer::init_state(std::initializer_list<std::string_view> slots) try {
   for (std::size_t i = 0; i < params_.size(); ++i)
     for (std::size_t j = 0; j < slots_.size(); ++j)
       state_[i].push_back(owned_zeros(params_[i].runtime(), params_[i].shape(), params_[i].dtype(), name_.c_str()));
-} FORGE_CATCH_OOM(name_.c_str())
+}
+FORGE_CATCH_OOM(name_.c_str())
 
 std::vector<Tensor> packed_grads(const std::vector<Tensor>& params) {
   std::vector<Tensor> grads;
@@ -156,15 +160,15 @@ StateDict Optimizer::state_dict() const try {
   dict.emplace("step", scalar_tensor(rt, static_cast<double>(steps_), DType::i64, op));
   for (const auto& [name, value] : hyperparameters()) dict.emplace(name, scalar_tensor(rt, value, DType::f64, op));
   return dict;
-} FORGE_CATCH_OOM(name_.c_str())
+}
+FORGE_CATCH_OOM(name_.c_str())
 
 void Optimizer::load_state_dict(const StateDict& dict) try {
   const std::string op = name_ + ".load_state_dict";
   std::set<std::string> expected;
   auto find = [&](const std::string& key) -> const Tensor& {
     const auto it = dict.find(key);
-    FORGE_CHECK(it != dict.end() && it->second.defined(), invalid_argument, op, "state dict has no tensor '", key,
-                "'");
+    FORGE_CHECK(it != dict.end() && it->second.defined(), invalid_argument, op, "state dict has no tensor '", key, "'");
     expected.insert(key);
     return it->second;
   };
@@ -175,8 +179,8 @@ void Optimizer::load_state_dict(const StateDict& dict) try {
   };
   auto count = [&](const std::string& key) {
     const double v = scalar(key);
-    FORGE_CHECK(v >= 0 && v <= 9007199254740992.0 && v == std::floor(v), invalid_argument, op, "key '", key,
-                "' holds ", v, ", not a step count");
+    FORGE_CHECK(v >= 0 && v <= 9007199254740992.0 && v == std::floor(v), invalid_argument, op, "key '", key, "' holds ",
+                v, ", not a step count");
     return static_cast<std::int64_t>(v);
   };
 
@@ -197,8 +201,8 @@ void Optimizer::load_state_dict(const StateDict& dict) try {
       const Tensor& t = find(key);
       FORGE_CHECK(t.shape() == p.shape(), shape, op, "key '", key, "' has shape ", t.shape(), ", parameter ", i,
                   " has shape ", p.shape());
-      FORGE_CHECK(t.dtype() == p.dtype(), dtype, op, "key '", key, "' holds ", dtype_name(t.dtype()), ", parameter ",
-                  i, " is ", dtype_name(p.dtype()));
+      FORGE_CHECK(t.dtype() == p.dtype(), dtype, op, "key '", key, "' holds ", dtype_name(t.dtype()), ", parameter ", i,
+                  " is ", dtype_name(p.dtype()));
       FORGE_CHECK(t.device().is_cpu(), device, op, "key '", key, "' is not on the CPU");
       sources[i].push_back(t.contiguous());
     }
@@ -219,6 +223,7 @@ void Optimizer::load_state_dict(const StateDict& dict) try {
   param_steps_ = std::move(param_steps);
   steps_ = steps;
   load_hyperparameters(values, op.c_str(), true);
-} FORGE_CATCH_OOM(name_.c_str())
+}
+FORGE_CATCH_OOM(name_.c_str())
 
 }  // namespace forge::optim

@@ -23,9 +23,12 @@ void check_options(const SGDOptions& o, const char* op) {
 
 SGD::SGD(std::vector<Tensor> params, SGDOptions options) try : Optimizer(std::move(params), "SGD"), options_(options) {
   check_options(options_, "SGD");
-  if (options_.momentum != 0) init_state({"momentum_buffer"});
-  else init_state({});
-} FORGE_CATCH_OOM("SGD")
+  if (options_.momentum != 0)
+    init_state({"momentum_buffer"});
+  else
+    init_state({});
+}
+FORGE_CATCH_OOM("SGD")
 
 void SGD::set_lr(double lr) {
   FORGE_CHECK(lr >= 0, invalid_argument, "SGD", "lr ", lr, " is negative");
@@ -48,8 +51,8 @@ void SGD::step() try {
     if (!g.defined()) continue;
     // The momentum buffer starts as the parameter's first (decayed) gradient.
     const bool first = count_update(i) == 1;
-    const cpu::SgdStep s{options_.lr, options_.momentum, options_.dampening, options_.weight_decay,
-                         options_.nesterov, first};
+    const cpu::SgdStep s{options_.lr,           options_.momentum, options_.dampening,
+                         options_.weight_decay, options_.nesterov, first};
     const std::int64_t n = p.numel();
     if (p.dtype() == DType::f32) {
       cpu::sgd_step<float>(p.runtime(), s, n, p.data_ptr<float>(), g.data_ptr<float>(),
@@ -60,7 +63,8 @@ void SGD::step() try {
     }
     p.buffer()->bump_version();
   }
-} FORGE_CATCH_OOM(name().c_str())
+}
+FORGE_CATCH_OOM(name().c_str())
 
 std::vector<std::pair<std::string, double>> SGD::hyperparameters() const {
   return {{"lr", options_.lr},
@@ -76,8 +80,8 @@ void SGD::load_hyperparameters(const std::vector<double>& values, const char* op
   const SGDOptions o{values.at(0), values.at(1), values.at(2), values.at(3), values[4] != 0};
   check_options(o, op);
   // Whether a momentum buffer exists is fixed when the optimizer is made.
-  FORGE_CHECK((o.momentum != 0) == (options_.momentum != 0), invalid_argument, op, "key 'momentum' holds ",
-              o.momentum, ", this optimizer was made with momentum ", options_.momentum);
+  FORGE_CHECK((o.momentum != 0) == (options_.momentum != 0), invalid_argument, op, "key 'momentum' holds ", o.momentum,
+              ", this optimizer was made with momentum ", options_.momentum);
   if (apply) options_ = o;
 }
 

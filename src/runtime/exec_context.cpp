@@ -13,9 +13,7 @@
 #include "forge/error.h"
 
 namespace forge {
-namespace {
-
-}  // namespace
+namespace {}  // namespace
 
 namespace detail {
 
@@ -63,15 +61,17 @@ std::optional<std::uint64_t> env_number(const char* name, bool allow_suffix) {
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
   std::string_view rest(end, static_cast<std::size_t>(text.data() + text.size() - end));
   if (allow_suffix && rest.size() == 1) {
-    const int shift = rest[0] == 'K' || rest[0] == 'k' ? 10 : rest[0] == 'M' || rest[0] == 'm' ? 20
-                      : rest[0] == 'G' || rest[0] == 'g' ? 30 : -1;
+    const int shift = rest[0] == 'K' || rest[0] == 'k'   ? 10
+                      : rest[0] == 'M' || rest[0] == 'm' ? 20
+                      : rest[0] == 'G' || rest[0] == 'g' ? 30
+                                                         : -1;
     if (shift > 0 && value <= (UINT64_MAX >> shift)) {
       value <<= shift;
       rest = {};
     }
   }
-  FORGE_CHECK(ec == std::errc() && rest.empty(), invalid_argument, "ExecContext", "environment variable ", name,
-              "='", text, "' is not a ", allow_suffix ? "byte count" : "non-negative integer");
+  FORGE_CHECK(ec == std::errc() && rest.empty(), invalid_argument, "ExecContext", "environment variable ", name, "='",
+              text, "' is not a ", allow_suffix ? "byte count" : "non-negative integer");
   return value;
 }
 
@@ -88,9 +88,11 @@ RuntimeOptions resolve(const ExecContextOptions& o) {
     r.threads = env ? static_cast<int>(*env) : std::max(1, tbb::info::default_concurrency());
   }
   r.seed = o.seed ? *o.seed : env_number("FORGE_SEED", false).value_or(ExecContext::kDefaultSeed);
-  r.max_cached_bytes = o.max_cached_bytes ? *o.max_cached_bytes
-                                          : static_cast<std::size_t>(env_number("FORGE_POOL_MAX_CACHED_BYTES", true)
-                                                                         .value_or(BufferPool::kDefaultMaxCachedBytes));
+  r.max_cached_bytes =
+      o.max_cached_bytes
+          ? *o.max_cached_bytes
+          : static_cast<std::size_t>(
+                env_number("FORGE_POOL_MAX_CACHED_BYTES", true).value_or(BufferPool::kDefaultMaxCachedBytes));
   return r;
 }
 
@@ -98,13 +100,14 @@ RuntimeOptions resolve(const ExecContextOptions& o) {
 
 ExecContext::ExecContext() : ExecContext(ExecContextOptions{}) {}
 
-ExecContext::ExecContext(const ExecContextOptions& options)
-    try : runtime_(Ref<Runtime>::adopt(new Runtime(resolve(options)))), slot_(new detail::ContextSlot(this)) {
-  (void)&t_drain;  // constructs this thread's drain
+ExecContext::ExecContext(const ExecContextOptions& options) try
+    : runtime_(Ref<Runtime>::adopt(new Runtime(resolve(options)))), slot_(new detail::ContextSlot(this)) {
+  (void)&t_drain;       // constructs this thread's drain
   slot_->retain_ref();  // the list's reference
   slot_->below = t_top;
   t_top = slot_;
-} FORGE_CATCH_OOM("ExecContext")
+}
+FORGE_CATCH_OOM("ExecContext")
 
 ExecContext::~ExecContext() {
   slot_->ctx.store(nullptr, std::memory_order_release);

@@ -36,8 +36,8 @@ bool ExecScope::is_open() const noexcept {
 ExecScopeStats ExecScope::stats() const noexcept {
   if (!is_open()) return closed_stats_;
   Runtime& rt = *runtime_;
-  auto frame = std::find_if(rt.scope_frames_.begin(), rt.scope_frames_.end(),
-                            [&](const auto& f) { return f.id == id_; });
+  auto frame =
+      std::find_if(rt.scope_frames_.begin(), rt.scope_frames_.end(), [&](const auto& f) { return f.id == id_; });
   ExecScopeStats s;
   for (std::size_t i = frame->mark; i < rt.scope_held_.size(); ++i) {
     ++s.buffers;

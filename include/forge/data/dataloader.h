@@ -42,11 +42,10 @@ struct Batch {
 struct DataLoaderOptions {
   std::int64_t batch_size = 64;
   bool shuffle = true;
-  bool drop_last = false;  // drop a last batch smaller than batch_size
-  std::uint64_t seed = 0;  // epoch e shuffles with seed + e
-  bool prefetch = true;    // gather the next batch on a background thread
-  std::function<Tensor(const Tensor&)>
-      transform;  // applied to each input batch (e.g. u8 -> f32 / 255)
+  bool drop_last = false;                          // drop a last batch smaller than batch_size
+  std::uint64_t seed = 0;                          // epoch e shuffles with seed + e
+  bool prefetch = true;                            // gather the next batch on a background thread
+  std::function<Tensor(const Tensor&)> transform;  // applied to each input batch (e.g. u8 -> f32 / 255)
 };
 
 class DataLoader {
@@ -159,8 +158,6 @@ class DataLoader::EpochRange {
   std::int64_t epoch_;
 };
 
-inline DataLoader::EpochRange DataLoader::epoch(std::int64_t epoch) {
-  return EpochRange(*this, epoch);
-}
+inline DataLoader::EpochRange DataLoader::epoch(std::int64_t epoch) { return EpochRange(*this, epoch); }
 
 }  // namespace forge::data

@@ -51,8 +51,8 @@ class MultiheadAttention : public Module {
 struct TransformerBlockOptions {
   std::int64_t mlp_hidden = 0;  // 0: 4 * dim
   bool causal = false;
-  double eps = 1e-5;      // of both LayerNorms
-  double dropout = 0.0;   // on the attention and MLP outputs, while training
+  double eps = 1e-5;     // of both LayerNorms
+  double dropout = 0.0;  // on the attention and MLP outputs, while training
 };
 
 // Pre-norm: x + attn(ln1(x)), then x + mlp(ln2(x)) with mlp = Linear, GELU,

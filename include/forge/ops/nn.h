@@ -28,8 +28,8 @@ Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& we
 
 Tensor& softmax_into(Tensor& out, const Tensor& x, std::int64_t dim);
 Tensor& log_softmax_into(Tensor& out, const Tensor& x, std::int64_t dim);
-Tensor& layer_norm_into(Tensor& out, const Tensor& x, const Shape& normalized_shape,
-                        const Tensor& weight = Tensor(), const Tensor& bias = Tensor(), double eps = 1e-5);
+Tensor& layer_norm_into(Tensor& out, const Tensor& x, const Shape& normalized_shape, const Tensor& weight = Tensor(),
+                        const Tensor& bias = Tensor(), double eps = 1e-5);
 Tensor& rms_norm_into(Tensor& out, const Tensor& x, const Shape& normalized_shape, const Tensor& weight = Tensor(),
                       std::optional<double> eps = std::nullopt);
 
@@ -37,8 +37,7 @@ Tensor& rms_norm_into(Tensor& out, const Tensor& x, const Shape& normalized_shap
 // The rows of weight [V, D] named by indices (any shape): [..., D]. Row
 // padding_idx (in [-V, V); negative counts from the end) is looked up as any
 // other but gets no gradient, as in libtorch.
-Tensor embedding(const Tensor& weight, const Tensor& indices,
-                 std::optional<std::int64_t> padding_idx = std::nullopt);
+Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<std::int64_t> padding_idx = std::nullopt);
 // x's entries at index [n] along dim.
 Tensor index_select(const Tensor& x, std::int64_t dim, const Tensor& index);
 // out[i][j][k] = x[index[i][j][k]][j][k] for dim 0, and so on; index has x's rank.
@@ -75,8 +74,8 @@ Tensor mse_loss(const Tensor& a, const Tensor& b, Reduction reduction = Reductio
 
 Tensor& cross_entropy_into(Tensor& out, const Tensor& logits, const Tensor& target,
                            const CrossEntropyOptions& options = {});
-Tensor& nll_loss_into(Tensor& out, const Tensor& log_probs, const Tensor& target,
-                      Reduction reduction = Reduction::mean, std::int64_t ignore_index = -100);
+Tensor& nll_loss_into(Tensor& out, const Tensor& log_probs, const Tensor& target, Reduction reduction = Reduction::mean,
+                      std::int64_t ignore_index = -100);
 Tensor& mse_loss_into(Tensor& out, const Tensor& a, const Tensor& b, Reduction reduction = Reduction::mean);
 
 // ---- convolution and pooling (NCHW) ----
@@ -131,7 +130,6 @@ enum class PadMode { constant, reflect, replicate };
 // F::pad; negative amounts crop (constant mode). Any dtype in constant mode;
 // the fill value must fit it (out_of_range otherwise, as for full).
 Tensor pad(const Tensor& x, const Dims& pad, PadMode mode = PadMode::constant, Scalar value = 0.0);
-Tensor& pad_into(Tensor& out, const Tensor& x, const Dims& pad, PadMode mode = PadMode::constant,
-                 Scalar value = 0.0);
+Tensor& pad_into(Tensor& out, const Tensor& x, const Dims& pad, PadMode mode = PadMode::constant, Scalar value = 0.0);
 
 }  // namespace forge

@@ -36,17 +36,16 @@ Tensor attention_probs(const Tensor& q, const Tensor& k, const Tensor& mask, boo
 
 void scaled_dot_product_attention(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v,
                                   const Tensor& attn_mask, bool is_causal, double scale) {
-  record(out, "scaled_dot_product_attention", inputs(q, k, v), saves(q, k, v, attn_mask),
-         [is_causal, scale](Vjp& vj) {
-           const Tensor &q = vj.saved(0), &k = vj.saved(1), &v = vj.saved(2), &g = vj.grad();
-           const Tensor p = attention_probs(q, k, vj.saved(3), is_causal, scale);
-           if (vj.needs(2)) vj.set(2, matmul(mT(p), g));
-           if (!vj.needs(0) && !vj.needs(1)) return;
-           const Tensor dp = matmul(g, mT(v));
-           const Tensor ds = mul(mul(p, sub(dp, sum(mul(dp, p), {-1}, true))), scale);
-           if (vj.needs(0)) vj.set(0, matmul(ds, k));
-           if (vj.needs(1)) vj.set(1, matmul(mT(ds), q));
-         });
+  record(out, "scaled_dot_product_attention", inputs(q, k, v), saves(q, k, v, attn_mask), [is_causal, scale](Vjp& vj) {
+    const Tensor &q = vj.saved(0), &k = vj.saved(1), &v = vj.saved(2), &g = vj.grad();
+    const Tensor p = attention_probs(q, k, vj.saved(3), is_causal, scale);
+    if (vj.needs(2)) vj.set(2, matmul(mT(p), g));
+    if (!vj.needs(0) && !vj.needs(1)) return;
+    const Tensor dp = matmul(g, mT(v));
+    const Tensor ds = mul(mul(p, sub(dp, sum(mul(dp, p), {-1}, true))), scale);
+    if (vj.needs(0)) vj.set(0, matmul(ds, k));
+    if (vj.needs(1)) vj.set(1, matmul(mT(ds), q));
+  });
 }
 
 }  // namespace forge::autograd::rules

@@ -37,8 +37,8 @@ cpu::Window2d window(const Shape& x, const Tensor& grad, std::int64_t kh, std::i
                      const std::array<std::int64_t, 2>& dilation) {
   const auto d = nchw_dims(x);
   const auto o = nchw_dims(grad.shape());
-  return {d[0], d[1], d[2], d[3], o[2], o[3], kh, kw, stride[0], stride[1], padding[0], padding[1],
-          dilation[0], dilation[1]};
+  return {d[0], d[1],      d[2],      d[3],       o[2],       o[3],        kh,
+          kw,   stride[0], stride[1], padding[0], padding[1], dilation[0], dilation[1]};
 }
 
 Tensor fresh(const Tensor& like, const Shape& shape, DType dtype) {
@@ -101,8 +101,10 @@ Tensor pool_backward(const Tensor& grad, const Tensor& saved_x, const Shape& x_s
   }
   Tensor gx = fresh(g, x_shape, ct);
   p.grad_x = detail::first_element(gx);
-  if (is_max) cpu::max_pool2d_backward(g.runtime(), p);
-  else cpu::avg_pool2d_backward(g.runtime(), p);
+  if (is_max)
+    cpu::max_pool2d_backward(g.runtime(), p);
+  else
+    cpu::avg_pool2d_backward(g.runtime(), p);
   detail::adopt_output(gx);
   return gx;
 }
@@ -121,15 +123,13 @@ void conv2d(const Tensor& out, const Tensor& x, const Tensor& weight, const Tens
 }
 
 void max_pool2d(const Tensor& out, const Tensor& x, const Pool2dOptions& options) {
-  record(out, "max_pool2d", inputs(x), saves(x), [options](Vjp& v) {
-    v.set(0, pool_backward(v.grad(), v.saved(0), v.input_shape(0), options, true));
-  });
+  record(out, "max_pool2d", inputs(x), saves(x),
+         [options](Vjp& v) { v.set(0, pool_backward(v.grad(), v.saved(0), v.input_shape(0), options, true)); });
 }
 
 void avg_pool2d(const Tensor& out, const Tensor& x, const Pool2dOptions& options) {
-  record(out, "avg_pool2d", inputs(x), saves(), [options](Vjp& v) {
-    v.set(0, pool_backward(v.grad(), Tensor(), v.input_shape(0), options, false));
-  });
+  record(out, "avg_pool2d", inputs(x), saves(),
+         [options](Vjp& v) { v.set(0, pool_backward(v.grad(), Tensor(), v.input_shape(0), options, false)); });
 }
 
 }  // namespace forge::autograd::rules

@@ -6,8 +6,7 @@
 
 namespace forge::autograd::rules {
 
-void conv2d(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias,
-            const Conv2dOptions& options);
+void conv2d(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dOptions& options);
 void max_pool2d(const Tensor& out, const Tensor& x, const Pool2dOptions& options);
 void avg_pool2d(const Tensor& out, const Tensor& x, const Pool2dOptions& options);
 

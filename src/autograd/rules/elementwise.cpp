@@ -67,9 +67,8 @@ void div(const Tensor& out, const Tensor& a, Scalar b) {
 
 // d(a / b)/db = -a / b^2 = -out / b.
 void div(const Tensor& out, Scalar, const Tensor& b) {
-  record(out, "div", inputs(b), saves(out, b), [](Vjp& v) {
-    v.set(0, forge::neg(wide(v.grad()) * (wide(v.saved(0)) / wide(v.saved(1)))));
-  });
+  record(out, "div", inputs(b), saves(out, b),
+         [](Vjp& v) { v.set(0, forge::neg(wide(v.grad()) * (wide(v.saved(0)) / wide(v.saved(1))))); });
 }
 
 namespace {
@@ -160,15 +159,13 @@ void where(const Tensor& out, const Tensor& cond, const Tensor& a, const Tensor&
 }
 
 void where(const Tensor& out, const Tensor& cond, const Tensor& a, Scalar) {
-  record(out, "where", inputs(a), saves(cond), [](Vjp& v) {
-    v.set(0, forge::masked_fill(v.grad(), forge::logical_not(v.saved(0)), 0));
-  });
+  record(out, "where", inputs(a), saves(cond),
+         [](Vjp& v) { v.set(0, forge::masked_fill(v.grad(), forge::logical_not(v.saved(0)), 0)); });
 }
 
 void masked_fill(const Tensor& out, const Tensor& x, const Tensor& mask, Scalar) {
-  record(out, "masked_fill", inputs(x), saves(mask), [](Vjp& v) {
-    v.set(0, forge::masked_fill(v.grad(), v.saved(0), 0));
-  });
+  record(out, "masked_fill", inputs(x), saves(mask),
+         [](Vjp& v) { v.set(0, forge::masked_fill(v.grad(), v.saved(0), 0)); });
 }
 
 // g where min <= x <= max (bounds included, as libtorch), else 0; a NaN x gets 0.

@@ -80,8 +80,8 @@ void bmm(const Tensor& out, const Tensor& a, const Tensor& b) {
 // db = g summed over the leading dims.
 void linear(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias) {
   const Tensor none;
-  record(out, "linear", inputs(x, weight, bias),
-         saves(wants_grad(weight) ? x : none, wants_grad(x) ? weight : none), [](Vjp& v) {
+  record(out, "linear", inputs(x, weight, bias), saves(wants_grad(weight) ? x : none, wants_grad(x) ? weight : none),
+         [](Vjp& v) {
            const Tensor &g = v.grad(), &x = v.saved(0), &w = v.saved(1);
            if (v.needs(0)) v.set(0, matmul(g, w));
            if (v.needs(1)) v.set(1, g.dim() == 1 ? outer(g, x) : mm(as_rows(g).t(), as_rows(x)));
@@ -92,14 +92,13 @@ void linear(const Tensor& out, const Tensor& x, const Tensor& weight, const Tens
 void addmm(const Tensor& out, const Tensor& bias, const Tensor& a, const Tensor& b, Scalar beta, Scalar alpha) {
   const Tensor none;
   const double be = beta.to_double(), al = alpha.to_double();
-  record(out, "addmm", inputs(bias, a, b), saves(wants_grad(b) ? a : none, wants_grad(a) ? b : none),
-         [be, al](Vjp& v) {
-           const Tensor& g = v.grad();
-           auto scaled = [](Tensor t, double s) { return s == 1.0 ? t : mul(t, s); };
-           if (v.needs(0)) v.set(0, scaled(g, be));
-           if (v.needs(1)) v.set(1, scaled(mm(g, v.saved(1).t()), al));
-           if (v.needs(2)) v.set(2, scaled(mm(v.saved(0).t(), g), al));
-         });
+  record(out, "addmm", inputs(bias, a, b), saves(wants_grad(b) ? a : none, wants_grad(a) ? b : none), [be, al](Vjp& v) {
+    const Tensor& g = v.grad();
+    auto scaled = [](Tensor t, double s) { return s == 1.0 ? t : mul(t, s); };
+    if (v.needs(0)) v.set(0, scaled(g, be));
+    if (v.needs(1)) v.set(1, scaled(mm(g, v.saved(1).t()), al));
+    if (v.needs(2)) v.set(2, scaled(mm(v.saved(0).t(), g), al));
+  });
 }
 
 void outer(const Tensor& out, const Tensor& a, const Tensor& b) {

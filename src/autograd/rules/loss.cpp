@@ -23,20 +23,17 @@ namespace {
 // packed [B, T, V] rows. Packed when x overlaps itself or has gaps.
 Tensor like_layout(const Tensor& x, DType dtype) {
   Runtime& rt = x.runtime();
-  if (x.is_contiguous() || x.numel() == 0)
-    return detail::allocate(rt, x.shape(), dtype, "backward");
+  if (x.is_contiguous() || x.numel() == 0) return detail::allocate(rt, x.shape(), dtype, "backward");
   std::vector<int> order(static_cast<std::size_t>(x.dim()));  // x's dims, outermost in memory first
   for (int d = 0; d < x.dim(); ++d) order[static_cast<std::size_t>(d)] = d;
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int a, int b) { return x.strides()[a] > x.strides()[b]; });
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return x.strides()[a] > x.strides()[b]; });
   Shape permuted;
   for (int d : order) permuted.push_back(x.shape()[d]);
   const Strides packed = contiguous_strides(permuted);
   Dims back = Dims::filled(x.dim(), 0);  // permuted dim k is x's dim order[k]
   for (int k = 0; k < x.dim(); ++k) {
     const int d = order[static_cast<std::size_t>(k)];
-    if (x.shape()[d] != 1 && x.strides()[d] != packed[k])
-      return detail::allocate(rt, x.shape(), dtype, "backward");
+    if (x.shape()[d] != 1 && x.strides()[d] != packed[k]) return detail::allocate(rt, x.shape(), dtype, "backward");
     back[d] = k;
   }
   return detail::allocate(rt, permuted, dtype, "backward").permute(back);
@@ -53,8 +50,7 @@ Tensor class_loss_grad(const Shape& shape, DType dtype, const Tensor& input, con
   const Tensor x = input.defined() ? input.to(cd) : Tensor();
   // Per-row gradients (reduction none) in the targets' row-major order.
   const Tensor g = reduction == Reduction::none ? grad.to(cd).contiguous() : grad.to(cd);
-  Tensor dx =
-      x.defined() ? like_layout(x, cd) : detail::allocate(grad.runtime(), shape, cd, "backward");
+  Tensor dx = x.defined() ? like_layout(x, cd) : detail::allocate(grad.runtime(), shape, cd, "backward");
   detail::adopt_output(dx);
   ScratchLease<std::int64_t> scratch;
   cpu::ClassLossBackward p;

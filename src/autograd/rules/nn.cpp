@@ -33,8 +33,8 @@ Tensor empty(const Tensor& like, const Shape& shape, DType dtype) {
 // softmax: y * (g - sum(g * y)); log_softmax: g - exp(y) * sum(g), over dim.
 Tensor softmax_grad(const Tensor& y, const Tensor& g, std::int64_t dim, bool log) {
   const int d = wrap_dim(dim, y.dim(), "backward");
-  const bool fused = y.dim() > 0 && d == y.dim() - 1 && y.is_contiguous() &&
-                     (y.dtype() == DType::f32 || y.dtype() == DType::f64);
+  const bool fused =
+      y.dim() > 0 && d == y.dim() - 1 && y.is_contiguous() && (y.dtype() == DType::f32 || y.dtype() == DType::f64);
   if (!fused) {
     if (log) return sub(g, mul(exp(y), sum(g, {d}, true)));
     return mul(y, sub(g, sum(mul(g, y), {d}, true)));
@@ -140,8 +140,7 @@ void rms_norm(const Tensor& out, const Tensor& x, const Shape& normalized_shape,
 
 // The weight's gradient adds each output row into the row it was read from;
 // the padding row's stays zero (libtorch).
-void embedding(const Tensor& out, const Tensor& weight, const Tensor& indices,
-               std::int64_t padding_row) {
+void embedding(const Tensor& out, const Tensor& weight, const Tensor& indices, std::int64_t padding_row) {
   record(out, "embedding", inputs(weight), saves(indices), [padding_row](Vjp& v) {
     const Shape& ws = v.input_shape(0);
     const Tensor& g = v.grad();

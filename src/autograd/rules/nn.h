@@ -18,8 +18,7 @@ void layer_norm(const Tensor& out, const Tensor& x, const Shape& normalized_shap
 void rms_norm(const Tensor& out, const Tensor& x, const Shape& normalized_shape, const Tensor& weight, double eps);
 
 // padding_row: the row that gets no gradient, or -1.
-void embedding(const Tensor& out, const Tensor& weight, const Tensor& indices,
-               std::int64_t padding_row);
+void embedding(const Tensor& out, const Tensor& weight, const Tensor& indices, std::int64_t padding_row);
 void index_select(const Tensor& out, const Tensor& x, std::int64_t dim, const Tensor& index);
 void gather(const Tensor& out, const Tensor& x, std::int64_t dim, const Tensor& index);
 void scatter_add(const Tensor& out, const Tensor& x, std::int64_t dim, const Tensor& index, const Tensor& src);

@@ -58,16 +58,14 @@ void extreme_dim(const char* name, const Tensor& values, const Tensor& x, std::i
 }  // namespace
 
 void sum(const Tensor& out, const Tensor& x, const DimList& dims, bool keepdim) {
-  record(out, "sum", inputs(x), saves(), [dims, keepdim](Vjp& v) {
-    v.set(0, unreduce(v.grad(), v.input_shape(0), dims, keepdim));
-  });
+  record(out, "sum", inputs(x), saves(),
+         [dims, keepdim](Vjp& v) { v.set(0, unreduce(v.grad(), v.input_shape(0), dims, keepdim)); });
 }
 
 void mean(const Tensor& out, const Tensor& x, const DimList& dims, bool keepdim) {
   const double scale = 1.0 / static_cast<double>(reduced_count(x.shape(), dims));
-  record(out, "mean", inputs(x), saves(), [dims, keepdim, scale](Vjp& v) {
-    v.set(0, mul(unreduce(v.grad(), v.input_shape(0), dims, keepdim), scale));
-  });
+  record(out, "mean", inputs(x), saves(),
+         [dims, keepdim, scale](Vjp& v) { v.set(0, mul(unreduce(v.grad(), v.input_shape(0), dims, keepdim), scale)); });
 }
 
 // d prod / d x_i is the product of the other elements of x_i's slice. With

@@ -45,9 +45,7 @@ Tensor silu_vjp(const Tensor& g, const Tensor& x_saved) { return fused(cpu::Unar
 
 }  // namespace
 
-Tensor wide(const Tensor& t) {
-  return t.dtype() == DType::f16 || t.dtype() == DType::bf16 ? t.to(DType::f32) : t;
-}
+Tensor wide(const Tensor& t) { return t.dtype() == DType::f16 || t.dtype() == DType::bf16 ? t.to(DType::f32) : t; }
 
 void neg(const Tensor& out, const Tensor& x) {
   record(out, "neg", inputs(x), saves(), [](Vjp& v) { v.set(0, forge::neg(v.grad())); });
@@ -58,9 +56,8 @@ void abs(const Tensor& out, const Tensor& x) {
 }
 
 void sign(const Tensor& out, const Tensor& x) {
-  record(out, "sign", inputs(x), saves(), [](Vjp& v) {
-    v.set(0, zeros_like_shape(v.grad(), v.grad().shape(), v.grad().dtype()));
-  });
+  record(out, "sign", inputs(x), saves(),
+         [](Vjp& v) { v.set(0, zeros_like_shape(v.grad(), v.grad().shape(), v.grad().dtype())); });
 }
 
 void exp(const Tensor& out, const Tensor& x) {
@@ -95,9 +92,8 @@ void square(const Tensor& out, const Tensor& x) {
 }
 
 void reciprocal(const Tensor& out, const Tensor& x) {
-  record(out, "reciprocal", inputs(x), saves(out), [](Vjp& v) {
-    v.set(0, wide(v.grad()) * (forge::square(wide(v.saved(0))) * -1.0));
-  });
+  record(out, "reciprocal", inputs(x), saves(out),
+         [](Vjp& v) { v.set(0, wide(v.grad()) * (forge::square(wide(v.saved(0))) * -1.0)); });
 }
 
 void sin(const Tensor& out, const Tensor& x) {
@@ -105,9 +101,8 @@ void sin(const Tensor& out, const Tensor& x) {
 }
 
 void cos(const Tensor& out, const Tensor& x) {
-  record(out, "cos", inputs(x), saves(x), [](Vjp& v) {
-    v.set(0, wide(v.grad()) * (forge::sin(wide(v.saved(0))) * -1.0));
-  });
+  record(out, "cos", inputs(x), saves(x),
+         [](Vjp& v) { v.set(0, wide(v.grad()) * (forge::sin(wide(v.saved(0))) * -1.0)); });
 }
 
 void tanh(const Tensor& out, const Tensor& x) {
@@ -130,9 +125,8 @@ void leaky_relu(const Tensor& out, const Tensor& x, double negative_slope) {
 }
 
 void gelu(const Tensor& out, const Tensor& x, GeluApproximation approximate) {
-  record(out, "gelu", inputs(x), saves(x), [approximate](Vjp& v) {
-    v.set(0, gelu_vjp(v.grad(), v.saved(0), approximate));
-  });
+  record(out, "gelu", inputs(x), saves(x),
+         [approximate](Vjp& v) { v.set(0, gelu_vjp(v.grad(), v.saved(0), approximate)); });
 }
 
 void silu(const Tensor& out, const Tensor& x) {

@@ -93,8 +93,8 @@ void as_strided(const Tensor& out, const Tensor& x) {
   for_each_position(out, [&](std::int64_t pos) {
     const std::int64_t i = pos >= lo && pos <= hi ? owner[static_cast<std::size_t>(pos - lo)] : -1;
     FORGE_CHECK(i >= 0, not_implemented, op, "no gradient through a view that reads buffer element ", pos,
-                ", which is not an element of its input (shape ", x.shape(), ", strides ", x.strides(),
-                ", offset ", x.offset(), ")");
+                ", which is not an element of its input (shape ", x.shape(), ", strides ", x.strides(), ", offset ",
+                x.offset(), ")");
     *at++ = i;
   });
   record(out, op, inputs(x), saves(index), [](Vjp& v) {
@@ -130,9 +130,8 @@ void slice(const Tensor& out, const Tensor& x, int dim, std::int64_t start, std:
 }
 
 void select(const Tensor& out, const Tensor& x, int dim, std::int64_t index) {
-  record(out, "select", inputs(x), saves(), [dim, index](Vjp& v) {
-    scatter_into_zeros(v, [&](const Tensor& z) { return z.select(dim, index); });
-  });
+  record(out, "select", inputs(x), saves(),
+         [dim, index](Vjp& v) { scatter_into_zeros(v, [&](const Tensor& z) { return z.select(dim, index); }); });
 }
 
 // The gradient goes back through the inverse permutation.

@@ -44,8 +44,8 @@ FORGE_NO_MEMSET_CALLS void zero(T* d, std::int64_t begin, std::int64_t end) {
 }
 
 template <typename T>
-FORGE_NO_MEMSET_CALLS void im2col(const Window2d& w, std::int64_t channels, const T* x, const Strides& xs, std::int64_t p0,
-            std::int64_t p1, T* col) {
+FORGE_NO_MEMSET_CALLS void im2col(const Window2d& w, std::int64_t channels, const T* x, const Strides& xs,
+                                  std::int64_t p0, std::int64_t p1, T* col) {
   const std::int64_t cols = p1 - p0;
   for (std::int64_t c = 0; c < channels; ++c) {
     const T* plane = x + c * xs[1];
@@ -125,7 +125,8 @@ void col2im(const Window2d& w, std::int64_t channels, const T* col, std::int64_t
 // The tile of output positions whose [K, tile] column matrix stays near kTileBytes.
 template <typename T>
 std::int64_t column_tile(std::int64_t K, std::int64_t P) {
-  std::int64_t tile = std::max<std::int64_t>(64, kTileBytes / static_cast<std::int64_t>(sizeof(T)) / std::max<std::int64_t>(K, 1));
+  std::int64_t tile =
+      std::max<std::int64_t>(64, kTileBytes / static_cast<std::int64_t>(sizeof(T)) / std::max<std::int64_t>(K, 1));
   tile = std::min(P, tile / 16 * 16);
   const std::int64_t tiles = (P + tile - 1) / tile;
   return (P + tiles - 1) / tiles;  // even tiles
@@ -134,8 +135,8 @@ std::int64_t column_tile(std::int64_t K, std::int64_t P) {
 // The weights [O, Cg, kH, kW] as an [O, K] matrix with unit column stride
 // (row stride in rs): in place when their layout allows, else packed into `packed`.
 template <typename T>
-const T* flat_weights(Runtime& rt, const Window2d& w, std::int64_t out_channels, std::int64_t Cg,
-                      const std::byte* data, const Strides& ws, ScratchLease<T>& packed, std::int64_t& rs) {
+const T* flat_weights(Runtime& rt, const Window2d& w, std::int64_t out_channels, std::int64_t Cg, const std::byte* data,
+                      const Strides& ws, ScratchLease<T>& packed, std::int64_t& rs) {
   const T* weight = reinterpret_cast<const T*>(data);
   const std::int64_t K = Cg * w.kernel_h * w.kernel_w;
   const bool flat = (w.kernel_w == 1 || ws[3] == 1) && (w.kernel_h == 1 || ws[2] == w.kernel_w) &&
@@ -169,8 +170,8 @@ void conv2d_typed(Runtime& rt, const Conv2dProblem& p) {
   ScratchLease<T> packed_w;
   const T* weight = flat_weights<T>(rt, w, p.out_channels, Cg, p.weight, p.weight_strides, packed_w, w_rs);
 
-  const bool pointwise = w.kernel_h == 1 && w.kernel_w == 1 && w.stride_h == 1 && w.stride_w == 1 &&
-                         w.pad_h == 0 && w.pad_w == 0 && spatial_is_flat(w.h, w.w, xs);
+  const bool pointwise = w.kernel_h == 1 && w.kernel_w == 1 && w.stride_h == 1 && w.stride_w == 1 && w.pad_h == 0 &&
+                         w.pad_w == 0 && spatial_is_flat(w.h, w.w, xs);
   const std::int64_t tile = pointwise ? P : column_tile<T>(K, P);
   const std::int64_t tiles = (P + tile - 1) / tile;
   const std::int64_t items = w.n * G * tiles;
@@ -200,7 +201,8 @@ void conv2d_typed(Runtime& rt, const Conv2dProblem& p) {
     T* c = out + n * os[0] + g * Og * os[1] + p0;
     T beta = 0;
     if (bias) {
-      for (std::int64_t o = 0; o < Og; ++o) std::fill(c + o * os[1], c + o * os[1] + (p1 - p0), bias[(g * Og + o) * p.bias_stride]);
+      for (std::int64_t o = 0; o < Og; ++o)
+        std::fill(c + o * os[1], c + o * os[1] + (p1 - p0), bias[(g * Og + o) * p.bias_stride]);
       beta = 1;
     }
     gemm(rt, !by_item, Og, p1 - p0, K, T(1), weight + g * Og * w_rs, w_rs, 1, col, col_rs, 1, beta, c, os[1], 1);
@@ -243,8 +245,8 @@ void conv2d_backward_typed(Runtime& rt, const Conv2dBackwardProblem& p) {
 
   std::int64_t w_rs = 0;
   ScratchLease<T> packed_w;
-  const T* weight = gx ? flat_weights<T>(rt, w, p.out_channels, Cg, p.weight, p.weight_strides, packed_w, w_rs)
-                       : nullptr;
+  const T* weight =
+      gx ? flat_weights<T>(rt, w, p.out_channels, Cg, p.weight, p.weight_strides, packed_w, w_rs) : nullptr;
 
   const bool unit = w.kernel_h == 1 && w.kernel_w == 1 && w.stride_h == 1 && w.stride_w == 1 && w.pad_h == 0 &&
                     w.pad_w == 0;  // positions are pixels: grad_x needs no col2im
@@ -286,8 +288,8 @@ void conv2d_backward_typed(Runtime& rt, const Conv2dBackwardProblem& p) {
         gemm(rt, !by_item, Og, K, np, T(1), dyg + p0, gs[1], 1, col, 1, col_rs, T(1), gwg, K, 1);
       }
       if (gx && unit) {
-        gemm(rt, !by_item, Cg, np, Og, T(1), weight + g * Og * w_rs, 1, w_rs, dyg + p0, gs[1], 1, T(0), gxg + p0,
-             plane, 1);
+        gemm(rt, !by_item, Cg, np, Og, T(1), weight + g * Og * w_rs, 1, w_rs, dyg + p0, gs[1], 1, T(0), gxg + p0, plane,
+             1);
       } else if (gx) {
         gemm(rt, !by_item, K, np, Og, T(1), weight + g * Og * w_rs, 1, w_rs, dyg + p0, gs[1], 1, T(0), buf, np, 1);
         col2im(w, Cg, buf, p0, p1, gxg);
@@ -566,10 +568,18 @@ void avg_pool_backward_typed(Runtime& rt, const Pool2dBackwardProblem& p) {
 template <template <typename> class Kernel, typename Problem>
 void dispatch_float(DType dtype, Runtime& rt, const Problem& p) {
   switch (dtype) {
-    case DType::f64: Kernel<double>::run(rt, p); break;
-    case DType::f16: Kernel<Half>::run(rt, p); break;
-    case DType::bf16: Kernel<BFloat16>::run(rt, p); break;
-    default: Kernel<float>::run(rt, p); break;
+    case DType::f64:
+      Kernel<double>::run(rt, p);
+      break;
+    case DType::f16:
+      Kernel<Half>::run(rt, p);
+      break;
+    case DType::bf16:
+      Kernel<BFloat16>::run(rt, p);
+      break;
+    default:
+      Kernel<float>::run(rt, p);
+      break;
   }
 }
 
@@ -590,26 +600,34 @@ bool spatial_is_flat(std::int64_t h, std::int64_t w, const Strides& s) {
 }
 
 void conv2d(Runtime& rt, const Conv2dProblem& p) {
-  if (p.dtype == DType::f64) conv2d_typed<double>(rt, p);
-  else conv2d_typed<float>(rt, p);
+  if (p.dtype == DType::f64)
+    conv2d_typed<double>(rt, p);
+  else
+    conv2d_typed<float>(rt, p);
 }
 
 void max_pool2d(Runtime& rt, const Pool2dProblem& p) { dispatch_float<MaxPool>(p.dtype, rt, p); }
 void avg_pool2d(Runtime& rt, const Pool2dProblem& p) { dispatch_float<AvgPool>(p.dtype, rt, p); }
 
 void conv2d_backward(Runtime& rt, const Conv2dBackwardProblem& p) {
-  if (p.dtype == DType::f64) conv2d_backward_typed<double>(rt, p);
-  else conv2d_backward_typed<float>(rt, p);
+  if (p.dtype == DType::f64)
+    conv2d_backward_typed<double>(rt, p);
+  else
+    conv2d_backward_typed<float>(rt, p);
 }
 
 void max_pool2d_backward(Runtime& rt, const Pool2dBackwardProblem& p) {
-  if (p.dtype == DType::f64) max_pool_backward_typed<double>(rt, p);
-  else max_pool_backward_typed<float>(rt, p);
+  if (p.dtype == DType::f64)
+    max_pool_backward_typed<double>(rt, p);
+  else
+    max_pool_backward_typed<float>(rt, p);
 }
 
 void avg_pool2d_backward(Runtime& rt, const Pool2dBackwardProblem& p) {
-  if (p.dtype == DType::f64) avg_pool_backward_typed<double>(rt, p);
-  else avg_pool_backward_typed<float>(rt, p);
+  if (p.dtype == DType::f64)
+    avg_pool_backward_typed<double>(rt, p);
+  else
+    avg_pool_backward_typed<float>(rt, p);
 }
 
 }  // namespace forge::cpu

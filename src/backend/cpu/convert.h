@@ -20,16 +20,20 @@ using compute_t = std::conditional_t<is_half_v<T>, float, T>;
 
 template <typename T>
 inline compute_t<T> widen(T v) noexcept {
-  if constexpr (is_half_v<T>) return static_cast<float>(v);
-  else return v;
+  if constexpr (is_half_v<T>)
+    return static_cast<float>(v);
+  else
+    return v;
 }
 
 // Reads an element. A bool element is read as its byte ("!= 0"), so memory a
 // caller lent (from_blob) holding bytes other than 0 and 1 is still defined.
 template <typename T>
 inline T load(const T* p) noexcept {
-  if constexpr (std::is_same_v<T, bool>) return *reinterpret_cast<const std::uint8_t*>(p) != 0;
-  else return *p;
+  if constexpr (std::is_same_v<T, bool>)
+    return *reinterpret_cast<const std::uint8_t*>(p) != 0;
+  else
+    return *p;
 }
 
 template <typename To, typename From>

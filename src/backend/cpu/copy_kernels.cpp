@@ -13,7 +13,7 @@ void copy_cast(Runtime& rt, const Shape& shape, const Operand& dst, const Operan
     dispatch_dtype(src.dtype, [&](auto from_tag) {
       using To = decltype(to_tag);
       using From = decltype(from_tag);
-      for_each_run(rt, loop, [&](const std::int64_t (&off)[2], std::int64_t n) {
+      for_each_run(rt, loop, [&](const std::int64_t(&off)[2], std::int64_t n) {
         To* d = reinterpret_cast<To*>(dst.data) + off[0];
         const From* s = reinterpret_cast<const From*>(src.data) + off[1];
         if (sd == 1 && ss == 1) {
@@ -48,7 +48,7 @@ void fill(Runtime& rt, const Shape& shape, const Operand& dst, const std::byte* 
     using T = decltype(tag);
     T v;
     std::memcpy(&v, element, sizeof v);
-    for_each_run(rt, loop, [&](const std::int64_t (&off)[1], std::int64_t n) {
+    for_each_run(rt, loop, [&](const std::int64_t(&off)[1], std::int64_t n) {
       T* d = reinterpret_cast<T*>(dst.data) + off[0];
       for (std::int64_t i = 0; i < n; ++i) d[i * sd] = v;
     });

@@ -2,12 +2,12 @@
 // 16-bit floats compute through f32 blocks (Note [Compute dtype] in
 // elementwise_kernels.h), so no op body is instantiated for Half or BFloat16.
 
+#include "backend/cpu/elementwise_kernels.h"
+
 #include <array>
 #include <cmath>
 #include <type_traits>
 #include <utility>
-
-#include "backend/cpu/elementwise_kernels.h"
 
 #if defined(__AVX512F__) || defined(__AVX__)
 #include <immintrin.h>
@@ -54,28 +54,42 @@ inline result_t<Op, C> apply(C a, C b) noexcept {
   constexpr bool kFloat = std::is_floating_point_v<C>;
   constexpr bool kBool = std::is_same_v<C, bool>;
   if constexpr (Op == Binary::add) {
-    if constexpr (kBool) return a || b;
-    else if constexpr (kFloat) return a + b;
-    else return wrap_add(a, b);
+    if constexpr (kBool)
+      return a || b;
+    else if constexpr (kFloat)
+      return a + b;
+    else
+      return wrap_add(a, b);
   } else if constexpr (Op == Binary::sub) {
-    if constexpr (kFloat) return a - b;
-    else return wrap_sub(a, b);
+    if constexpr (kFloat)
+      return a - b;
+    else
+      return wrap_sub(a, b);
   } else if constexpr (Op == Binary::mul) {
-    if constexpr (kBool) return a && b;
-    else if constexpr (kFloat) return a * b;
-    else return wrap_mul(a, b);
+    if constexpr (kBool)
+      return a && b;
+    else if constexpr (kFloat)
+      return a * b;
+    else
+      return wrap_mul(a, b);
   } else if constexpr (Op == Binary::div) {
     return a / b;
   } else if constexpr (Op == Binary::pow) {
-    if constexpr (kFloat) return std::pow(a, b);
-    else return int_pow(a, b);
+    if constexpr (kFloat)
+      return std::pow(a, b);
+    else
+      return int_pow(a, b);
   } else if constexpr (Op == Binary::maximum) {
     // std::max with NaN from either side, as libtorch.
-    if constexpr (kFloat) return (a < b || b != b) ? b : a;
-    else return a < b ? b : a;
+    if constexpr (kFloat)
+      return (a < b || b != b) ? b : a;
+    else
+      return a < b ? b : a;
   } else if constexpr (Op == Binary::minimum) {
-    if constexpr (kFloat) return (b < a || b != b) ? b : a;
-    else return b < a ? b : a;
+    if constexpr (kFloat)
+      return (b < a || b != b) ? b : a;
+    else
+      return b < a ? b : a;
   } else if constexpr (Op == Binary::eq) {
     return a == b;
   } else if constexpr (Op == Binary::ne) {
@@ -98,7 +112,8 @@ inline result_t<Op, C> apply(C a, C b) noexcept {
 // o[i] = a[i * sa] (op) b[i * sb] with sa, sb in {0, 1}: the loops the
 // compiler vectorizes.
 template <Binary Op, typename C, typename R = result_t<Op, C>>
-[[gnu::always_inline]] inline void block(R* o, const C* a, std::int64_t sa, const C* b, std::int64_t sb, std::int64_t n) noexcept {
+[[gnu::always_inline]] inline void block(R* o, const C* a, std::int64_t sa, const C* b, std::int64_t sb,
+                                         std::int64_t n) noexcept {
   if (sa == 1 && sb == 1) {
     for (std::int64_t i = 0; i < n; ++i) o[i] = apply<Op>(a[i], b[i]);
   } else if (sa == 1) {
@@ -200,7 +215,7 @@ void binary_op(Runtime& rt, Binary op, DType compute, const Shape& shape, const 
   const StridedLoop<3> loop(shape, strides);
   const std::int64_t so = loop.strides[0].back(), sa = loop.strides[1].back(), sb = loop.strides[2].back();
   const bool stream = so == 1 && should_stream(op, shape.numel(), out.dtype);
-  for_each_run(rt, loop, [&](const std::int64_t (&off)[3], std::int64_t n) {
+  for_each_run(rt, loop, [&](const std::int64_t(&off)[3], std::int64_t n) {
     fn({ew::advance(out.data, out.dtype, off[0]), out.dtype, so}, {ew::advance(a.data, a.dtype, off[1]), a.dtype, sa},
        {ew::advance(b.data, b.dtype, off[2]), b.dtype, sb}, n, compute, stream);
   });
@@ -226,26 +241,27 @@ void binary_rows(Runtime& rt, Binary op, DType compute, std::int64_t rows, std::
   rt.parallel_for(rows, std::max<std::int64_t>(1, kGrainElements / cols), [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t r = begin; r < end; ++r) {
       const FlatArg o = ew::advance(out, r * cols), f = ew::advance(full, r * cols);
-      if (row_first) fn(o, row, f, cols, compute, stream);
-      else fn(o, f, row, cols, compute, stream);
+      if (row_first)
+        fn(o, row, f, cols, compute, stream);
+      else
+        fn(o, f, row, cols, compute, stream);
     }
   });
 }
 
-void where_op(Runtime& rt, DType compute, const Shape& shape, const Operand& out, const Operand& cond,
-              const Operand& a, const Operand& b) {
+void where_op(Runtime& rt, DType compute, const Shape& shape, const Operand& out, const Operand& cond, const Operand& a,
+              const Operand& b) {
   const Strides* const strides[4] = {&out.strides, &cond.strides, &a.strides, &b.strides};
   const StridedLoop<4> loop(shape, strides);
   const std::int64_t so = loop.strides[0].back(), sc = loop.strides[1].back(), sa = loop.strides[2].back(),
                      sb = loop.strides[3].back();
   ew::dispatch_compute(compute, [&](auto tag) {
     using C = decltype(tag);
-    for_each_run(rt, loop, [&](const std::int64_t (&off)[4], std::int64_t n) {
+    for_each_run(rt, loop, [&](const std::int64_t(&off)[4], std::int64_t n) {
       where_run<C>({ew::advance(out.data, out.dtype, off[0]), out.dtype, so},
                    {ew::advance(cond.data, cond.dtype, off[1]), cond.dtype, sc},
                    {ew::advance(a.data, a.dtype, off[2]), a.dtype, sa},
-                   {ew::advance(b.data, b.dtype, off[3]), b.dtype, sb},
-                   n, compute);
+                   {ew::advance(b.data, b.dtype, off[3]), b.dtype, sb}, n, compute);
     });
   });
 }

@@ -21,23 +21,57 @@
 namespace forge::cpu {
 
 enum class Binary : std::uint8_t {
-  add, sub, mul, div, pow, maximum, minimum,                 // results in the compute dtype
-  eq, ne, lt, le, gt, ge, logical_and, logical_or,           // bool results
+  add,
+  sub,
+  mul,
+  div,
+  pow,
+  maximum,
+  minimum,  // results in the compute dtype
+  eq,
+  ne,
+  lt,
+  le,
+  gt,
+  ge,
+  logical_and,
+  logical_or,  // bool results
 };
 inline constexpr int kNumBinary = 15;
 constexpr bool gives_bool(Binary op) noexcept { return op >= Binary::eq; }
 
 enum class Unary : std::uint8_t {
-  neg, abs, sign, square, relu, clamp,                       // any non-bool compute dtype (abs, sign: bool too)
-  exp, expm1, log, log1p, sqrt, rsqrt, reciprocal, sin, cos, // f32 or f64 only
-  tanh, sigmoid, leaky_relu, gelu, gelu_tanh, silu, softplus, elu, erf,
+  neg,
+  abs,
+  sign,
+  square,
+  relu,
+  clamp,  // any non-bool compute dtype (abs, sign: bool too)
+  exp,
+  expm1,
+  log,
+  log1p,
+  sqrt,
+  rsqrt,
+  reciprocal,
+  sin,
+  cos,  // f32 or f64 only
+  tanh,
+  sigmoid,
+  leaky_relu,
+  gelu,
+  gelu_tanh,
+  silu,
+  softplus,
+  elu,
+  erf,
 };
 inline constexpr int kNumUnary = 24;
 
 // The numbers some unary ops take, already rounded to the compute dtype.
 struct UnaryParams {
-  double p0 = 0;  // leaky_relu: slope; softplus: beta; elu: alpha
-  double p1 = 0;  // softplus: threshold
+  double p0 = 0;                        // leaky_relu: slope; softplus: beta; elu: alpha
+  double p1 = 0;                        // softplus: threshold
   bool has_lo = false, has_hi = false;  // clamp bounds, as double and as integer
   double lo = 0, hi = 0;
   std::int64_t lo_int = 0, hi_int = 0;
@@ -63,14 +97,14 @@ void binary_flat(Runtime& rt, Binary op, DType compute, std::int64_t n, const Fl
 void binary_rows(Runtime& rt, Binary op, DType compute, std::int64_t rows, std::int64_t cols, const FlatArg& out,
                  const FlatArg& full, const FlatArg& row, bool row_first);
 
-void unary_op(Runtime& rt, Unary op, DType compute, const UnaryParams& params, const Shape& shape,
-              const Operand& out, const Operand& in);
-void unary_flat(Runtime& rt, Unary op, DType compute, const UnaryParams& params, std::int64_t n,
-                const FlatArg& out, const FlatArg& in);
+void unary_op(Runtime& rt, Unary op, DType compute, const UnaryParams& params, const Shape& shape, const Operand& out,
+              const Operand& in);
+void unary_flat(Runtime& rt, Unary op, DType compute, const UnaryParams& params, std::int64_t n, const FlatArg& out,
+                const FlatArg& in);
 
 // out = cond ? a : b; cond is bool.
-void where_op(Runtime& rt, DType compute, const Shape& shape, const Operand& out, const Operand& cond,
-              const Operand& a, const Operand& b);
+void where_op(Runtime& rt, DType compute, const Shape& shape, const Operand& out, const Operand& cond, const Operand& a,
+              const Operand& b);
 
 // Note [Streaming stores]: above kStreamBytes of output, the ops bound by
 // memory bandwidth (add, compare, relu, ...) write through non-temporal stores:
@@ -112,12 +146,18 @@ inline T wrap_mul(T a, T b) noexcept {
 inline constexpr int kNumCompute = 6;
 constexpr int compute_index(DType compute) noexcept {
   switch (compute) {
-    case DType::f64: return 1;
-    case DType::i32: return 2;
-    case DType::i64: return 3;
-    case DType::u8: return 4;
-    case DType::boolean: return 5;
-    default: return 0;
+    case DType::f64:
+      return 1;
+    case DType::i32:
+      return 2;
+    case DType::i64:
+      return 3;
+    case DType::u8:
+      return 4;
+    case DType::boolean:
+      return 5;
+    default:
+      return 0;
   }
 }
 // Calls fn(T{}, compute_index) for each compute type T.
@@ -135,12 +175,18 @@ constexpr void for_each_compute(Fn&& fn) {
 template <typename Fn>
 decltype(auto) dispatch_compute(DType compute, Fn&& fn) {
   switch (compute) {
-    case DType::f64: return fn(double{});
-    case DType::i32: return fn(std::int32_t{});
-    case DType::i64: return fn(std::int64_t{});
-    case DType::u8: return fn(std::uint8_t{});
-    case DType::boolean: return fn(bool{});
-    default: return fn(float{});
+    case DType::f64:
+      return fn(double{});
+    case DType::i32:
+      return fn(std::int32_t{});
+    case DType::i64:
+      return fn(std::int64_t{});
+    case DType::u8:
+      return fn(std::uint8_t{});
+    case DType::boolean:
+      return fn(bool{});
+    default:
+      return fn(float{});
   }
 }
 

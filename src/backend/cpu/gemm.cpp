@@ -35,7 +35,8 @@ namespace forge::cpu {
 namespace {
 
 template <typename T, int Order>
-using MatMap = Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Order>, Eigen::Unaligned, Eigen::OuterStride<>>;
+using MatMap =
+    Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Order>, Eigen::Unaligned, Eigen::OuterStride<>>;
 template <typename T, int Order>
 using ConstMatMap =
     Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Order>, Eigen::Unaligned, Eigen::OuterStride<>>;
@@ -74,7 +75,8 @@ void scale_block(std::int64_t m, std::int64_t n, T beta, T* c, std::int64_t rs, 
   for (std::int64_t i = 0; i < m; ++i) {
     T* row = c + i * rs;
     if (cs == 1) {
-      if (beta == T(0)) std::fill(row, row + n, T(0));
+      if (beta == T(0))
+        std::fill(row, row + n, T(0));
       else
         for (std::int64_t j = 0; j < n; ++j) row[j] *= beta;
     } else {
@@ -195,11 +197,15 @@ void gemm_serial(Runtime& rt, std::int64_t m, std::int64_t n, std::int64_t k, T 
   }
   constexpr int R = Eigen::RowMajor, C = Eigen::ColMajor;
   if (la == Layout::row) {
-    if (lb == Layout::row) product<T, R, R>(rt, m, n, k, alpha, a, a_outer, b, b_outer, c, c_outer);
-    else product<T, R, C>(rt, m, n, k, alpha, a, a_outer, b, b_outer, c, c_outer);
+    if (lb == Layout::row)
+      product<T, R, R>(rt, m, n, k, alpha, a, a_outer, b, b_outer, c, c_outer);
+    else
+      product<T, R, C>(rt, m, n, k, alpha, a, a_outer, b, b_outer, c, c_outer);
   } else {
-    if (lb == Layout::row) product<T, C, R>(rt, m, n, k, alpha, a, a_outer, b, b_outer, c, c_outer);
-    else product<T, C, C>(rt, m, n, k, alpha, a, a_outer, b, b_outer, c, c_outer);
+    if (lb == Layout::row)
+      product<T, C, R>(rt, m, n, k, alpha, a, a_outer, b, b_outer, c, c_outer);
+    else
+      product<T, C, C>(rt, m, n, k, alpha, a, a_outer, b, b_outer, c, c_outer);
   }
 }
 
@@ -225,8 +231,8 @@ void gemm_impl(Runtime& rt, bool parallel, std::int64_t m, std::int64_t n, std::
   };
   std::int64_t widest = 0;
   for (std::int64_t blk = 0; blk < blocks; ++blk) widest = std::max(widest, edge(blk + 1) - edge(blk));
-  const WorkerScratch scratch(rt, blocks,
-                              gemm_scratch_bytes(dtype_of<T>::value, split_cols ? m : widest, split_cols ? widest : n, k));
+  const WorkerScratch scratch(
+      rt, blocks, gemm_scratch_bytes(dtype_of<T>::value, split_cols ? m : widest, split_cols ? widest : n, k));
   rt.parallel_for(blocks, 1, [&](std::int64_t first, std::int64_t last) {
     for (std::int64_t blk = first; blk < last; ++blk) {
       const std::int64_t lo = edge(blk), hi = edge(blk + 1);
@@ -470,9 +476,12 @@ void matmul(Runtime& rt, const MatmulProblem& problem) {
 
   auto run_range = [&](std::int64_t first, std::int64_t last, std::int64_t slot) {
     for (std::int64_t i = first; i < last; ++i) {
-      if (half) one_half_product(rt, p, i, parallel_products, work.data() + slot * per_slot);
-      else if (p.dtype == DType::f64) one_product<double>(rt, p, i, parallel_products);
-      else one_product<float>(rt, p, i, parallel_products);
+      if (half)
+        one_half_product(rt, p, i, parallel_products, work.data() + slot * per_slot);
+      else if (p.dtype == DType::f64)
+        one_product<double>(rt, p, i, parallel_products);
+      else
+        one_product<float>(rt, p, i, parallel_products);
     }
   };
   if (!by_batch) {

@@ -12,15 +12,25 @@ namespace {
 template <typename Fn>
 void dispatch_width(std::size_t element_size, Fn&& fn) {
   switch (element_size) {
-    case 1: fn(std::uint8_t{}); break;
-    case 2: fn(std::uint16_t{}); break;
-    case 4: fn(std::uint32_t{}); break;
-    default: fn(std::uint64_t{}); break;
+    case 1:
+      fn(std::uint8_t{});
+      break;
+    case 2:
+      fn(std::uint16_t{});
+      break;
+    case 4:
+      fn(std::uint32_t{});
+      break;
+    default:
+      fn(std::uint64_t{});
+      break;
   }
 }
 
 // Rows per task so that a task covers about kGrainElements elements.
-std::int64_t row_grain(std::int64_t row_len) { return std::max<std::int64_t>(1, kGrainElements / std::max<std::int64_t>(row_len, 1)); }
+std::int64_t row_grain(std::int64_t row_len) {
+  return std::max<std::int64_t>(1, kGrainElements / std::max<std::int64_t>(row_len, 1));
+}
 
 template <typename S>
 void mapped_copy_impl(Runtime& rt, const Shape& shape, const Operand& out, const Operand& src,
@@ -123,8 +133,10 @@ void take_rows_impl(Runtime& rt, const RowTake& g, const std::int64_t* rows, std
 
 template <typename Fn>
 void dispatch_index(DType t, Fn&& fn) {
-  if (t == DType::i32) fn(std::int32_t{});
-  else fn(std::int64_t{});
+  if (t == DType::i32)
+    fn(std::int32_t{});
+  else
+    fn(std::int64_t{});
 }
 
 }  // namespace
@@ -150,18 +162,19 @@ void gather(Runtime& rt, const Shape& shape, const Operand& out, const Operand& 
     using S = decltype(tag);
     dispatch_index(index.dtype, [&](auto itag) {
       using I = decltype(itag);
-      for_each_run(rt, loop, [&](const std::int64_t (&off)[3], std::int64_t n) {
+      for_each_run(rt, loop, [&](const std::int64_t(&off)[3], std::int64_t n) {
         S* o = reinterpret_cast<S*>(out.data) + off[0];
         const I* ix = reinterpret_cast<const I*>(index.data) + off[1];
         const S* s = reinterpret_cast<const S*>(src.data) + off[2];
-        for (std::int64_t k = 0; k < n; ++k) o[k * so] = s[k * ss + static_cast<std::int64_t>(ix[k * si]) * src_dim_stride];
+        for (std::int64_t k = 0; k < n; ++k)
+          o[k * so] = s[k * ss + static_cast<std::int64_t>(ix[k * si]) * src_dim_stride];
       });
     });
   });
 }
 
-void scatter_add(Runtime& rt, const Shape& shape, int dim, const Operand& out, const Operand& index,
-                 const Operand& src, std::int64_t out_dim_stride) {
+void scatter_add(Runtime& rt, const Shape& shape, int dim, const Operand& out, const Operand& index, const Operand& src,
+                 std::int64_t out_dim_stride) {
   // Lines along dim are independent (they write disjoint elements of out), so
   // they run in parallel; each line runs in order.
   Shape lead;

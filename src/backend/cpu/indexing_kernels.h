@@ -25,7 +25,7 @@ void mapped_copy(Runtime& rt, const Shape& out_shape, const Operand& out, const 
 // elements; rows[p] is a validated row of src.
 struct RowTake {
   Shape lead_shape;
-  Strides lead_strides;          // out's strides over lead_shape
+  Strides lead_strides;  // out's strides over lead_shape
   std::int64_t row_len;
   std::int64_t out_col_stride;
   std::int64_t src_row_stride;
@@ -43,12 +43,11 @@ void gather(Runtime& rt, const Shape& shape, const Operand& out, const Operand& 
 // out[p with dim replaced by index[p]] += src[p] over index's shape. `dim`
 // is the dim of `shape` the index runs along; positions along it are summed
 // in order, so the result is deterministic.
-void scatter_add(Runtime& rt, const Shape& shape, int dim, const Operand& out, const Operand& index,
-                 const Operand& src, std::int64_t out_dim_stride);
+void scatter_add(Runtime& rt, const Shape& shape, int dim, const Operand& out, const Operand& index, const Operand& src,
+                 std::int64_t out_dim_stride);
 
 // The triangle of each [R, C] plane of x kept (j - i >= diagonal for upper,
 // <= for lower), zeros elsewhere; out may be x exactly.
-void triangle(Runtime& rt, const Shape& shape, const Operand& out, const Operand& x, std::int64_t diagonal,
-              bool upper);
+void triangle(Runtime& rt, const Shape& shape, const Operand& out, const Operand& x, std::int64_t diagonal, bool upper);
 
 }  // namespace forge::cpu

@@ -2,8 +2,8 @@
 // Unchecked CPU kernels. Callers (the ops) have validated shapes, dtypes,
 // bounds and aliasing; kernels never allocate their outputs.
 
-#include <cstddef>
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 
 #include "forge/dtype.h"
@@ -32,8 +32,7 @@ void fill(Runtime& rt, const Shape& shape, const Operand& dst, const std::byte* 
 
 enum class BinaryOp { add, mul };
 // out = a (op) b; all three operands share `dtype`.
-void binary(Runtime& rt, BinaryOp op, const Shape& shape, const Operand& out, const Operand& a,
-            const Operand& b);
+void binary(Runtime& rt, BinaryOp op, const Shape& shape, const Operand& out, const Operand& a, const Operand& b);
 // The contiguous, same-shape case, for small ops that must not pay for the strided setup.
 void binary_contiguous(BinaryOp op, DType dtype, std::int64_t n, std::byte* out, const std::byte* a,
                        const std::byte* b);
@@ -53,8 +52,7 @@ struct StridedLoop {
       if (full[d] == 1) continue;
       const int r = shape.rank();
       bool merge = r > 0;
-      for (int k = 0; k < N && merge; ++k)
-        merge = strides[k][r - 1] == (*operand_strides[k])[d] * full[d];
+      for (int k = 0; k < N && merge; ++k) merge = strides[k][r - 1] == (*operand_strides[k])[d] * full[d];
       if (merge) {
         shape[r - 1] *= full[d];
         for (int k = 0; k < N; ++k) strides[k][r - 1] = (*operand_strides[k])[d];

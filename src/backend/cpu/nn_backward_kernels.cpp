@@ -19,15 +19,19 @@ namespace {
 
 template <typename T>
 inline T exp_t(T v) noexcept {
-  if constexpr (std::is_same_v<T, double>) return std::exp(v);
-  else return fast_exp(v);
+  if constexpr (std::is_same_v<T, double>)
+    return std::exp(v);
+  else
+    return fast_exp(v);
 }
 
 // Calls fn(T tag) for f32 and f64, the only dtypes these kernels take.
 template <typename Fn>
 void dispatch_real(DType dtype, Fn&& fn) {
-  if (dtype == DType::f64) fn(double{});
-  else fn(float{});
+  if (dtype == DType::f64)
+    fn(double{});
+  else
+    fn(float{});
 }
 
 // Rows per task: about kGrainElements elements.
@@ -163,8 +167,10 @@ void cross_entropy_typed(Runtime& rt, const ClassLossBackward& p) {
   rt.parallel_for(r.rows, row_grain(r.classes), [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t i = begin; i < end; ++i) {
       T* d = reinterpret_cast<T*>(p.dx) + r.offset(i);
-      if (r.class_stride == 1) cross_entropy_row(p, i, inv, d, std::integral_constant<std::int64_t, 1>{});
-      else cross_entropy_row(p, i, inv, d, r.class_stride);
+      if (r.class_stride == 1)
+        cross_entropy_row(p, i, inv, d, std::integral_constant<std::int64_t, 1>{});
+      else
+        cross_entropy_row(p, i, inv, d, r.class_stride);
     }
   });
 }
@@ -177,8 +183,7 @@ void nll_loss_typed(const ClassLossBackward& p) {
   std::fill(d, d + r.rows * r.classes, T{0});
   for (std::int64_t i = 0; i < r.rows; ++i) {
     const std::int64_t t = p.targets[i];
-    if (t != p.ignore_index)
-      d[r.offset(i) + t * r.class_stride] = static_cast<T>(-loss_scale<T>(p, i, inv));
+    if (t != p.ignore_index) d[r.offset(i) + t * r.class_stride] = static_cast<T>(-loss_scale<T>(p, i, inv));
   }
 }
 

@@ -31,8 +31,10 @@ constexpr std::int64_t kColumnTile = 64;
 
 template <typename X>
 inline X exp_c(X x) noexcept {
-  if constexpr (std::is_same_v<X, double>) return std::exp(x);
-  else return fast_exp(x);  // float or VecF
+  if constexpr (std::is_same_v<X, double>)
+    return std::exp(x);
+  else
+    return fast_exp(x);  // float or VecF
 }
 
 // f32 rows run four VecF accumulators (32 floats) per step; f64 rows run
@@ -89,7 +91,8 @@ C block_sum(const C* x, std::int64_t b, std::int64_t e, F f) {
 template <typename C, typename F>
 double row_sum(const C* x, std::int64_t n, F f) {
   double total = 0;
-  for (std::int64_t b = 0; b < n; b += kStatBlock) total += static_cast<double>(block_sum(x, b, std::min(n, b + kStatBlock), f));
+  for (std::int64_t b = 0; b < n; b += kStatBlock)
+    total += static_cast<double>(block_sum(x, b, std::min(n, b + kStatBlock), f));
   return total;
 }
 
@@ -106,8 +109,10 @@ void row_map(const C* x, C* y, std::int64_t n, F f) {
 // A float's or a VecF's slice of an array starting at i.
 template <typename X, typename C>
 inline X at(const C* p, std::int64_t i) {
-  if constexpr (std::is_same_v<X, VecF>) return load_vec<VecF>(p + i);
-  else return p[i];
+  if constexpr (std::is_same_v<X, VecF>)
+    return load_vec<VecF>(p + i);
+  else
+    return p[i];
 }
 
 template <typename C>
@@ -135,8 +140,7 @@ void softmax_row(const C* x, C* y, std::int64_t n, bool log) {
 // A layer_norm (centred) or rms_norm row in f64, scaled so that nothing
 // overflows (Note [Statistics of huge rows]); rare, so plain loops.
 template <typename C>
-void norm_row_f64(const C* x, C* y, std::int64_t n, const C* w, const C* b, double eps,
-                  bool centred) {
+void norm_row_f64(const C* x, C* y, std::int64_t n, const C* w, const C* b, double eps, bool centred) {
   const RowMoments m = safe_row_moments(x, n, centred);
   const double rstd = 1.0 / std::sqrt(m.var + eps * m.scale * m.scale);
   for (std::int64_t i = 0; i < n; ++i) {
@@ -152,8 +156,7 @@ void layer_norm_row(const C* x, C* y, std::int64_t n, const C* w, const C* b, do
   const double mean_sum = row_sum(x, n, [](auto v) { return v; });
   if (!std::isfinite(mean_sum)) return norm_row_f64(x, y, n, w, b, eps, true);
   const C mean = static_cast<C>(mean_sum / static_cast<double>(n));
-  const double var =
-      row_sum(x, n, [mean](auto v) { return (v - mean) * (v - mean); }) / static_cast<double>(n);
+  const double var = row_sum(x, n, [mean](auto v) { return (v - mean) * (v - mean); }) / static_cast<double>(n);
   if (!std::isfinite(var)) return norm_row_f64(x, y, n, w, b, eps, true);
   const C rstd = static_cast<C>(1.0 / std::sqrt(var + eps));
   if (w && b) {
@@ -173,11 +176,12 @@ void layer_norm_row(const C* x, C* y, std::int64_t n, const C* w, const C* b, do
 template <typename C>
 void rms_norm_row(const C* x, C* y, std::int64_t n, const C* w, double eps) {
   const double ms = row_sum(x, n, [](auto v) { return v * v; }) / static_cast<double>(n);
-  if (!std::isfinite(ms))
-    return norm_row_f64(x, y, n, w, static_cast<const C*>(nullptr), eps, false);
+  if (!std::isfinite(ms)) return norm_row_f64(x, y, n, w, static_cast<const C*>(nullptr), eps, false);
   const C rstd = static_cast<C>(1.0 / std::sqrt(ms + eps));
-  if (w) row_map(x, y, n, [=](auto v, std::int64_t i) { return v * rstd * at<decltype(v)>(w, i); });
-  else row_map(x, y, n, [=](auto v, std::int64_t) { return v * rstd; });
+  if (w)
+    row_map(x, y, n, [=](auto v, std::int64_t i) { return v * rstd * at<decltype(v)>(w, i); });
+  else
+    row_map(x, y, n, [=](auto v, std::int64_t) { return v * rstd; });
 }
 
 // Runs row(x, y) over `rows` rows of n elements, in parallel; 16-bit rows go
@@ -232,15 +236,16 @@ void softmax_column_tile(const float* xb, float* yb, std::int64_t n, std::int64_
   for (std::int64_t d = 0; d < n; ++d)
     for (int u = 0; u < kU; ++u) {
       float* at_y = yb + d * inner + u * kVecF;
-      if (log) store_vec(at_y, load_vec<VecF>(xb + d * inner + u * kVecF) - s[u]);
-      else store_vec(at_y, load_vec<VecF>(at_y) * s[u]);
+      if (log)
+        store_vec(at_y, load_vec<VecF>(xb + d * inner + u * kVecF) - s[u]);
+      else
+        store_vec(at_y, load_vec<VecF>(at_y) * s[u]);
     }
 }
 
 // softmax over the middle axis of [outer, n, inner], a tile of inner positions at a time.
 template <typename T>
-void softmax_columns(Runtime& rt, std::int64_t outer, std::int64_t n, std::int64_t inner, const T* x, T* y,
-                     bool log) {
+void softmax_columns(Runtime& rt, std::int64_t outer, std::int64_t n, std::int64_t inner, const T* x, T* y, bool log) {
   using C = compute_t<T>;
   const std::int64_t per = (inner + kColumnTile - 1) / kColumnTile;
   const std::int64_t grain = std::max<std::int64_t>(1, kGrainElements / (n * std::min(inner, kColumnTile)));
@@ -296,10 +301,14 @@ struct Params {
 template <typename Fn>
 void dispatch_float(DType dtype, Fn&& fn) {
   switch (dtype) {
-    case DType::f64: return fn(double{});
-    case DType::f16: return fn(Half{});
-    case DType::bf16: return fn(BFloat16{});
-    default: return fn(float{});
+    case DType::f64:
+      return fn(double{});
+    case DType::f16:
+      return fn(Half{});
+    case DType::bf16:
+      return fn(BFloat16{});
+    default:
+      return fn(float{});
   }
 }
 
@@ -330,8 +339,8 @@ void layer_norm(Runtime& rt, DType dtype, std::int64_t rows, std::int64_t n, con
   });
 }
 
-void rms_norm(Runtime& rt, DType dtype, std::int64_t rows, std::int64_t n, const std::byte* in,
-              const std::byte* weight, double eps, std::byte* out) {
+void rms_norm(Runtime& rt, DType dtype, std::int64_t rows, std::int64_t n, const std::byte* in, const std::byte* weight,
+              double eps, std::byte* out) {
   if (rows == 0 || n == 0) return;
   dispatch_float(dtype, [&](auto tag) {
     using T = decltype(tag);

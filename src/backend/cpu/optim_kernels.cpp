@@ -21,8 +21,8 @@ namespace {
 // One block of the update; Decoupled is a template argument so the loop has no
 // branch and vectorizes (restrict: the four arrays are distinct parameters).
 template <typename T, bool Decoupled>
-void adam_block(const AdamStep& s, std::int64_t n, T* __restrict param, const T* __restrict grad,
-                T* __restrict exp_avg, T* __restrict exp_avg_sq) {
+void adam_block(const AdamStep& s, std::int64_t n, T* __restrict param, const T* __restrict grad, T* __restrict exp_avg,
+                T* __restrict exp_avg_sq) {
   const T b1 = static_cast<T>(s.beta1), b2 = static_cast<T>(s.beta2);
   const T one_b1 = static_cast<T>(1 - s.beta1), one_b2 = static_cast<T>(1 - s.beta2);
   const T step = static_cast<T>(s.lr / s.bias_correction1);
@@ -34,8 +34,10 @@ void adam_block(const AdamStep& s, std::int64_t n, T* __restrict param, const T*
   for (std::int64_t i = 0; i < n; ++i) {
     T g = grad[i];
     T p = param[i];
-    if constexpr (Decoupled) p *= decay;
-    else g += wd * p;
+    if constexpr (Decoupled)
+      p *= decay;
+    else
+      g += wd * p;
     const T m = b1 * exp_avg[i] + one_b1 * g;
     const T v = b2 * exp_avg_sq[i] + one_b2 * g * g;
     exp_avg[i] = m;
@@ -52,8 +54,7 @@ enum class Momentum { none, first, later };
 // One block of SGD; the momentum case and Nesterov are template arguments so
 // each loop is branch-free.
 template <typename T, Momentum M, bool Nesterov>
-void sgd_block(const SgdStep& s, std::int64_t n, T* __restrict param, const T* __restrict grad,
-               T* __restrict buf) {
+void sgd_block(const SgdStep& s, std::int64_t n, T* __restrict param, const T* __restrict grad, T* __restrict buf) {
   const T lr = static_cast<T>(s.lr), wd = static_cast<T>(s.weight_decay);
   const T mom = static_cast<T>(s.momentum), one_damp = static_cast<T>(1 - s.dampening);
   FORGE_IVDEP
@@ -62,11 +63,15 @@ void sgd_block(const SgdStep& s, std::int64_t n, T* __restrict param, const T* _
     T d = grad[i] + wd * p;
     if constexpr (M != Momentum::none) {
       T b;
-      if constexpr (M == Momentum::first) b = d;
-      else b = mom * buf[i] + one_damp * d;
+      if constexpr (M == Momentum::first)
+        b = d;
+      else
+        b = mom * buf[i] + one_damp * d;
       buf[i] = b;
-      if constexpr (Nesterov) d = d + mom * b;
-      else d = b;
+      if constexpr (Nesterov)
+        d = d + mom * b;
+      else
+        d = b;
     }
     param[i] = p - lr * d;
   }
@@ -74,8 +79,10 @@ void sgd_block(const SgdStep& s, std::int64_t n, T* __restrict param, const T* _
 
 template <typename T, Momentum M>
 void sgd_dispatch(const SgdStep& s, std::int64_t n, T* param, const T* grad, T* buf) {
-  if (s.nesterov) sgd_block<T, M, true>(s, n, param, grad, buf);
-  else sgd_block<T, M, false>(s, n, param, grad, buf);
+  if (s.nesterov)
+    sgd_block<T, M, true>(s, n, param, grad, buf);
+  else
+    sgd_block<T, M, false>(s, n, param, grad, buf);
 }
 
 }  // namespace
@@ -99,8 +106,10 @@ void sgd_step(Runtime& rt, const SgdStep& s, std::int64_t n, T* param, const T* 
     const T* g = grad + begin;
     if (momentum_buffer == nullptr) return sgd_dispatch<T, Momentum::none>(s, len, p, g, nullptr);
     T* b = momentum_buffer + begin;
-    if (s.first) sgd_dispatch<T, Momentum::first>(s, len, p, g, b);
-    else sgd_dispatch<T, Momentum::later>(s, len, p, g, b);
+    if (s.first)
+      sgd_dispatch<T, Momentum::first>(s, len, p, g, b);
+    else
+      sgd_dispatch<T, Momentum::later>(s, len, p, g, b);
   });
 }
 

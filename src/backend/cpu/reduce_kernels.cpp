@@ -11,6 +11,8 @@
 //   outputs to keep the threads busy, the reduced range is cut into chunks
 //   whose partial accumulators are combined in order afterwards.
 
+#include "backend/cpu/reduce_kernels.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -18,7 +20,6 @@
 
 #include "backend/cpu/dim_runs.h"
 #include "backend/cpu/kernels.h"
-#include "backend/cpu/reduce_kernels.h"
 #include "forge/buffer_pool.h"
 
 namespace forge::cpu {
@@ -45,14 +46,22 @@ struct SumR {
   using Acc = int_acc_t<V>;
   static constexpr bool kCascade = is_float_v<V>;
   static constexpr bool kVec = is_float_v<V>;
-  template <typename X> static X vmap(X v) { return v; }
-  template <typename X> static X vcombine(X a, X b) { return a + b; }
+  template <typename X>
+  static X vmap(X v) {
+    return v;
+  }
+  template <typename X>
+  static X vcombine(X a, X b) {
+    return a + b;
+  }
   Acc identity() const { return Acc(0); }
   Acc map(V v) const { return static_cast<Acc>(v); }
   Acc combine(Acc a, Acc b) const { return a + b; }
   auto finish(Acc a, std::int64_t) const {
-    if constexpr (is_float_v<V>) return a;
-    else return static_cast<std::int64_t>(a);
+    if constexpr (is_float_v<V>)
+      return a;
+    else
+      return static_cast<std::int64_t>(a);
   }
 };
 
@@ -64,13 +73,19 @@ struct MeanR : SumR<V> {
 template <typename V>
 struct Norm1R : SumR<V> {
   V map(V v) const { return std::abs(v); }
-  template <typename X> static X vmap(X v) { return v < X{} ? -v : v; }
+  template <typename X>
+  static X vmap(X v) {
+    return v < X{} ? -v : v;
+  }
 };
 
 template <typename V>
 struct Norm2R : SumR<V> {
   V map(V v) const { return v * v; }
-  template <typename X> static X vmap(X v) { return v * v; }
+  template <typename X>
+  static X vmap(X v) {
+    return v * v;
+  }
   V finish(V a, std::int64_t) const { return std::sqrt(a); }
 };
 
@@ -79,14 +94,22 @@ struct ProdR {
   using Acc = int_acc_t<V>;
   static constexpr bool kCascade = false;
   static constexpr bool kVec = is_float_v<V>;
-  template <typename X> static X vmap(X v) { return v; }
-  template <typename X> static X vcombine(X a, X b) { return a * b; }
+  template <typename X>
+  static X vmap(X v) {
+    return v;
+  }
+  template <typename X>
+  static X vcombine(X a, X b) {
+    return a * b;
+  }
   Acc identity() const { return Acc(1); }
   Acc map(V v) const { return static_cast<Acc>(v); }
   Acc combine(Acc a, Acc b) const { return a * b; }
   auto finish(Acc a, std::int64_t) const {
-    if constexpr (is_float_v<V>) return a;
-    else return static_cast<std::int64_t>(a);
+    if constexpr (is_float_v<V>)
+      return a;
+    else
+      return static_cast<std::int64_t>(a);
   }
 };
 
@@ -96,19 +119,29 @@ struct ExtremeR {
   using Acc = V;
   static constexpr bool kCascade = false;
   static constexpr bool kVec = is_float_v<V>;
-  template <typename X> static X vmap(X v) { return v; }
-  template <typename X> static X vcombine(X a, X b) {
-    if constexpr (kMax) return ((a > b) | (a != a)) ? a : b;
-    else return ((a < b) | (a != a)) ? a : b;
+  template <typename X>
+  static X vmap(X v) {
+    return v;
+  }
+  template <typename X>
+  static X vcombine(X a, X b) {
+    if constexpr (kMax)
+      return ((a > b) | (a != a)) ? a : b;
+    else
+      return ((a < b) | (a != a)) ? a : b;
   }
   Acc identity() const {
-    if constexpr (is_float_v<V>) return kMax ? -std::numeric_limits<V>::infinity() : std::numeric_limits<V>::infinity();
-    else return kMax ? std::numeric_limits<V>::lowest() : std::numeric_limits<V>::max();
+    if constexpr (is_float_v<V>)
+      return kMax ? -std::numeric_limits<V>::infinity() : std::numeric_limits<V>::infinity();
+    else
+      return kMax ? std::numeric_limits<V>::lowest() : std::numeric_limits<V>::max();
   }
   Acc map(V v) const { return v; }
   Acc combine(Acc a, Acc b) const {
-    if constexpr (kMax) return (a > b || a != a) ? a : b;
-    else return (a < b || a != a) ? a : b;
+    if constexpr (kMax)
+      return (a > b || a != a) ? a : b;
+    else
+      return (a < b || a != a) ? a : b;
   }
   V finish(Acc a, std::int64_t) const { return a; }
 };
@@ -189,11 +222,15 @@ Geometry make_geometry(const ReduceArgs& a) {
   int nk = 0, nr = 0;
   for (int d = 0; d < a.shape.rank(); ++d) {
     const std::int64_t n = a.shape[d];
-    if (a.reduced[d]) g.n_red *= n;
-    else g.n_out *= n;
+    if (a.reduced[d])
+      g.n_red *= n;
+    else
+      g.n_out *= n;
     if (n == 1) continue;
-    if (a.reduced[d]) red[nr++] = {n, a.in_strides[d], 0, 0};
-    else kept[nk++] = {n, a.in_strides[d], a.out_strides[d], 0};
+    if (a.reduced[d])
+      red[nr++] = {n, a.in_strides[d], 0, 0};
+    else
+      kept[nk++] = {n, a.in_strides[d], a.out_strides[d], 0};
   }
   g.nk = coalesce(kept, nk, 2);
   g.nr = coalesce(red, nr, 1);
@@ -310,7 +347,8 @@ class Engine {
     for (auto& a : acc) a = r_.identity();
     std::int64_t i = 0;
     for (; i + kLanes <= n; i += kLanes)
-      for (int k = 0; k < kLanes; ++k) acc[k] = r_.combine(acc[k], r_.map(value(p + (kUnit ? i + k : (i + k) * stride))));
+      for (int k = 0; k < kLanes; ++k)
+        acc[k] = r_.combine(acc[k], r_.map(value(p + (kUnit ? i + k : (i + k) * stride))));
     for (; i < n; ++i) acc[0] = r_.combine(acc[0], r_.map(value(p + (kUnit ? i : i * stride))));
     for (int w = kLanes / 2; w > 0; w /= 2)
       for (int k = 0; k < w; ++k) acc[k] = r_.combine(acc[k], acc[k + w]);
@@ -335,8 +373,10 @@ class Engine {
   Acc run_reduce(const In* p, std::int64_t n, std::int64_t stride) const {
     if (n <= kPairwiseBlock) {
       if (stride == 1) {
-        if constexpr (kWiden) return lanes_widened(p, n);
-        else return lanes<true>(p, n, 1);
+        if constexpr (kWiden)
+          return lanes_widened(p, n);
+        else
+          return lanes<true>(p, n, 1);
       }
       return lanes<false>(p, n, stride);
     }
@@ -403,9 +443,8 @@ class Engine {
   // partial[p * n_out + o]; the chunks are then combined in order.
   void split_reduction(bool outer) {
     const std::int64_t n_out = g_.n_out, n_red = g_.n_red;
-    const std::int64_t chunks =
-        std::min<std::int64_t>({std::int64_t{rt_.threads()} * 4, n_red,
-                                std::max<std::int64_t>(1, n_out * n_red / kGrainElements)});
+    const std::int64_t chunks = std::min<std::int64_t>(
+        {std::int64_t{rt_.threads()} * 4, n_red, std::max<std::int64_t>(1, n_out * n_red / kGrainElements)});
     ScratchLease<Acc> partial = rt_.pool().scratch<Acc>(static_cast<std::size_t>(chunks * n_out));
     Acc* part = partial.data();
     rt_.parallel_for(chunks, 1, [&](std::int64_t c0, std::int64_t c1) {
@@ -452,7 +491,6 @@ void run_engine(Runtime& rt, const R& r, const ReduceArgs& a) {
   Engine<R, In, Out>(rt, r, g, reinterpret_cast<const In*>(a.in), reinterpret_cast<Out*>(a.out)).run();
 }
 
-
 // Floating-only ops (the op validated the dtype).
 template <template <typename> class R, typename... Extra>
 void run_float(Runtime& rt, const ReduceArgs& a, Extra... extra) {
@@ -465,12 +503,18 @@ void run_float(Runtime& rt, const ReduceArgs& a, Extra... extra) {
   });
 }
 
-template <typename V> using MaxR = ExtremeR<V, true>;
-template <typename V> using MinR = ExtremeR<V, false>;
-template <typename V> using AllR = LogicalR<V, true>;
-template <typename V> using AnyR = LogicalR<V, false>;
-template <typename V> using VR = VarR<V, false>;
-template <typename V> using SR = VarR<V, true>;
+template <typename V>
+using MaxR = ExtremeR<V, true>;
+template <typename V>
+using MinR = ExtremeR<V, false>;
+template <typename V>
+using AllR = LogicalR<V, true>;
+template <typename V>
+using AnyR = LogicalR<V, false>;
+template <typename V>
+using VR = VarR<V, false>;
+template <typename V>
+using SR = VarR<V, true>;
 
 // sum and prod: floats keep their dtype; integers and bool give i64.
 template <template <typename> class R>
@@ -498,18 +542,30 @@ void run_same(Runtime& rt, const ReduceArgs& a, OutFor) {
 
 void reduce(Runtime& rt, ReduceOp op, const ReduceArgs& a) {
   switch (op) {
-    case ReduceOp::sum: return run_widening<SumR>(rt, a);
-    case ReduceOp::prod: return run_widening<ProdR>(rt, a);
-    case ReduceOp::mean: return run_float<MeanR>(rt, a);
-    case ReduceOp::norm1: return run_float<Norm1R>(rt, a);
-    case ReduceOp::norm2: return run_float<Norm2R>(rt, a);
-    case ReduceOp::logsumexp: return run_float<LogSumExpR>(rt, a);
-    case ReduceOp::var: return run_float<VR>(rt, a, static_cast<double>(a.correction));
-    case ReduceOp::std: return run_float<SR>(rt, a, static_cast<double>(a.correction));
-    case ReduceOp::amax: return run_same<MaxR>(rt, a, 0);
-    case ReduceOp::amin: return run_same<MinR>(rt, a, 0);
-    case ReduceOp::all: return run_same<AllR>(rt, a, false);
-    case ReduceOp::any: return run_same<AnyR>(rt, a, false);
+    case ReduceOp::sum:
+      return run_widening<SumR>(rt, a);
+    case ReduceOp::prod:
+      return run_widening<ProdR>(rt, a);
+    case ReduceOp::mean:
+      return run_float<MeanR>(rt, a);
+    case ReduceOp::norm1:
+      return run_float<Norm1R>(rt, a);
+    case ReduceOp::norm2:
+      return run_float<Norm2R>(rt, a);
+    case ReduceOp::logsumexp:
+      return run_float<LogSumExpR>(rt, a);
+    case ReduceOp::var:
+      return run_float<VR>(rt, a, static_cast<double>(a.correction));
+    case ReduceOp::std:
+      return run_float<SR>(rt, a, static_cast<double>(a.correction));
+    case ReduceOp::amax:
+      return run_same<MaxR>(rt, a, 0);
+    case ReduceOp::amin:
+      return run_same<MinR>(rt, a, 0);
+    case ReduceOp::all:
+      return run_same<AllR>(rt, a, false);
+    case ReduceOp::any:
+      return run_same<AnyR>(rt, a, false);
   }
 }
 

@@ -70,8 +70,8 @@ void softmax(Runtime& rt, DType dtype, std::int64_t outer, std::int64_t n, std::
 // are contiguous [n] of the same dtype, or null.
 void layer_norm(Runtime& rt, DType dtype, std::int64_t rows, std::int64_t n, const std::byte* in,
                 const std::byte* weight, const std::byte* bias, double eps, std::byte* out);
-void rms_norm(Runtime& rt, DType dtype, std::int64_t rows, std::int64_t n, const std::byte* in,
-              const std::byte* weight, double eps, std::byte* out);
+void rms_norm(Runtime& rt, DType dtype, std::int64_t rows, std::int64_t n, const std::byte* in, const std::byte* weight,
+              double eps, std::byte* out);
 
 // ---- shared arithmetic ----
 
@@ -146,7 +146,8 @@ inline void widen_block(const T* src, float* dst, std::int64_t n) noexcept {
   if constexpr (std::is_same_v<T, Half>) {
 #if defined(__AVX512F__)
     for (; i + 16 <= n; i += 16)
-      _mm512_storeu_ps(dst + i, _mm512_maskz_cvtph_ps(0xffff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i))));
+      _mm512_storeu_ps(dst + i,
+                       _mm512_maskz_cvtph_ps(0xffff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i))));
 #elif defined(__F16C__)
     for (; i + 8 <= n; i += 8)
       _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
@@ -161,8 +162,9 @@ inline void narrow_block(const float* src, T* dst, std::int64_t n) noexcept {
   if constexpr (std::is_same_v<T, Half>) {
 #if defined(__AVX512F__)
     for (; i + 16 <= n; i += 16)
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),
-                          _mm512_maskz_cvtps_ph(0xffff, _mm512_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+      _mm256_storeu_si256(
+          reinterpret_cast<__m256i*>(dst + i),
+          _mm512_maskz_cvtps_ph(0xffff, _mm512_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 #elif defined(__F16C__)
     for (; i + 8 <= n; i += 8)
       _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i),

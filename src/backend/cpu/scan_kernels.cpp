@@ -23,8 +23,10 @@ constexpr std::int64_t kTile = 256;
 
 template <typename V, bool kMax>
 inline bool better(V v, V best) noexcept {
-  if constexpr (kMax) return v > best || (v != v && best == best);
-  else return v < best || (v != v && best == best);
+  if constexpr (kMax)
+    return v > best || (v != v && best == best);
+  else
+    return v < best || (v != v && best == best);
 }
 
 template <typename T, bool kMax>
@@ -102,13 +104,15 @@ void run_arg(Runtime& rt, const ArgReduceArgs& a) {
             idx[k] = b ? i : idx[k];
           }
         }
-        for (std::int64_t k = 0; k < w; ++k) write(kw, (j0 + k) * kval[nk - 1], (j0 + k) * kidx[nk - 1], best[k], idx[k]);
+        for (std::int64_t k = 0; k < w; ++k)
+          write(kw, (j0 + k) * kval[nk - 1], (j0 + k) * kidx[nk - 1], best[k], idx[k]);
       }
     });
     return;
   }
   if (threads > 1 && n_out < 2 * threads && n_out * n > kGrainElements && n >= 4 * threads) {
-    const std::int64_t chunks = std::min<std::int64_t>(std::int64_t{threads} * 4, std::max<std::int64_t>(1, n_out * n / kGrainElements));
+    const std::int64_t chunks =
+        std::min<std::int64_t>(std::int64_t{threads} * 4, std::max<std::int64_t>(1, n_out * n / kGrainElements));
     ScratchLease<V> part_best = rt.pool().scratch<V>(static_cast<std::size_t>(chunks * n_out));
     ScratchLease<std::int64_t> part_idx = rt.pool().scratch<std::int64_t>(static_cast<std::size_t>(chunks * n_out));
     rt.parallel_for(chunks, 1, [&](std::int64_t c0, std::int64_t c1) {
@@ -189,8 +193,10 @@ void run_cumsum(Runtime& rt, const Shape& shape, const Strides& is, const Stride
       Acc acc = 0;
       for (std::int64_t i = 0; i < n; ++i) {
         acc += static_cast<Acc>(widen(load(p + i * si)));
-        if constexpr (std::is_floating_point_v<Acc>) q[i * so] = convert<Out>(acc);
-        else q[i * so] = static_cast<Out>(acc);
+        if constexpr (std::is_floating_point_v<Acc>)
+          q[i * so] = convert<Out>(acc);
+        else
+          q[i * so] = static_cast<Out>(acc);
       }
     }
   });
@@ -201,8 +207,10 @@ void run_cumsum(Runtime& rt, const Shape& shape, const Strides& is, const Stride
 void arg_reduce(Runtime& rt, bool is_max, const ArgReduceArgs& a) {
   dispatch_dtype(a.dtype, [&](auto tag) {
     using T = decltype(tag);
-    if (is_max) run_arg<T, true>(rt, a);
-    else run_arg<T, false>(rt, a);
+    if (is_max)
+      run_arg<T, true>(rt, a);
+    else
+      run_arg<T, false>(rt, a);
   });
 }
 

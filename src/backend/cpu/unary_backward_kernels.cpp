@@ -59,14 +59,17 @@ inline C derivative_times(C g, C s) noexcept {
 }
 
 template <UnaryBackward Op>
-inline constexpr bool kVectorF32 = Op == UnaryBackward::gelu || Op == UnaryBackward::gelu_tanh ||
-                                   Op == UnaryBackward::silu;
+inline constexpr bool kVectorF32 =
+    Op == UnaryBackward::gelu || Op == UnaryBackward::gelu_tanh || Op == UnaryBackward::silu;
 
 template <UnaryBackward Op>
 inline vec::vf derivative_times_vec(vec::vf g, vec::vf s) noexcept {
-  if constexpr (Op == UnaryBackward::gelu) return g * vec::gelu_erf_grad(s);
-  else if constexpr (Op == UnaryBackward::gelu_tanh) return g * vec::gelu_tanh_grad(s);
-  else return g * vec::silu_grad(s);
+  if constexpr (Op == UnaryBackward::gelu)
+    return g * vec::gelu_erf_grad(s);
+  else if constexpr (Op == UnaryBackward::gelu_tanh)
+    return g * vec::gelu_tanh_grad(s);
+  else
+    return g * vec::silu_grad(s);
 }
 
 template <UnaryBackward Op, typename C>
@@ -98,20 +101,26 @@ void run_bytes(std::byte* o, const std::byte* g, const std::byte* s, std::int64_
 template <typename C>
 RunFn pick(UnaryBackward op) noexcept {
   switch (op) {
-    case UnaryBackward::relu: return &run_bytes<UnaryBackward::relu, C>;
-    case UnaryBackward::sigmoid: return &run_bytes<UnaryBackward::sigmoid, C>;
-    case UnaryBackward::tanh: return &run_bytes<UnaryBackward::tanh, C>;
-    case UnaryBackward::gelu: return &run_bytes<UnaryBackward::gelu, C>;
-    case UnaryBackward::gelu_tanh: return &run_bytes<UnaryBackward::gelu_tanh, C>;
-    case UnaryBackward::silu: return &run_bytes<UnaryBackward::silu, C>;
+    case UnaryBackward::relu:
+      return &run_bytes<UnaryBackward::relu, C>;
+    case UnaryBackward::sigmoid:
+      return &run_bytes<UnaryBackward::sigmoid, C>;
+    case UnaryBackward::tanh:
+      return &run_bytes<UnaryBackward::tanh, C>;
+    case UnaryBackward::gelu:
+      return &run_bytes<UnaryBackward::gelu, C>;
+    case UnaryBackward::gelu_tanh:
+      return &run_bytes<UnaryBackward::gelu_tanh, C>;
+    case UnaryBackward::silu:
+      return &run_bytes<UnaryBackward::silu, C>;
   }
   return nullptr;
 }
 
 }  // namespace
 
-void unary_backward_flat(Runtime& rt, UnaryBackward op, DType dtype, std::int64_t n, std::byte* out,
-                         const std::byte* g, const std::byte* saved) {
+void unary_backward_flat(Runtime& rt, UnaryBackward op, DType dtype, std::int64_t n, std::byte* out, const std::byte* g,
+                         const std::byte* saved) {
   const RunFn fn = dtype == DType::f32 ? pick<float>(op) : pick<double>(op);
   const std::size_t size = dtype_size(dtype);
   if (n <= kGrainElements) {  // small tensors: no task

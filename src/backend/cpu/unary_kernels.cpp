@@ -20,9 +20,8 @@ using ew::direct_input;
 constexpr bool float_only(Unary op) noexcept { return op >= Unary::exp; }
 
 template <Unary Op, typename C>
-inline constexpr bool kSupported =
-    float_only(Op) ? std::is_floating_point_v<C>
-                   : !(std::is_same_v<C, bool> && Op != Unary::abs && Op != Unary::sign);
+inline constexpr bool kSupported = float_only(Op) ? std::is_floating_point_v<C>
+                                                  : !(std::is_same_v<C, bool> && Op != Unary::abs && Op != Unary::sign);
 
 // The parameters in the compute type, converted once per run.
 template <typename C>
@@ -42,18 +41,27 @@ template <Unary Op, typename C>
 inline C apply(C x, const Prepared<C>& p) noexcept {
   constexpr bool kFloat = std::is_floating_point_v<C>;
   if constexpr (Op == Unary::neg) {
-    if constexpr (kFloat) return -x;
-    else return ew::wrap_sub(C(0), x);
+    if constexpr (kFloat)
+      return -x;
+    else
+      return ew::wrap_sub(C(0), x);
   } else if constexpr (Op == Unary::abs) {
-    if constexpr (kFloat) return std::abs(x);
-    else if constexpr (std::is_signed_v<C>) return x < 0 ? ew::wrap_sub(C(0), x) : x;
-    else return x;
+    if constexpr (kFloat)
+      return std::abs(x);
+    else if constexpr (std::is_signed_v<C>)
+      return x < 0 ? ew::wrap_sub(C(0), x) : x;
+    else
+      return x;
   } else if constexpr (Op == Unary::sign) {
-    if constexpr (std::is_same_v<C, bool>) return x;
-    else return static_cast<C>((C(0) < x) - (x < C(0)));  // NaN gives 0, as libtorch
+    if constexpr (std::is_same_v<C, bool>)
+      return x;
+    else
+      return static_cast<C>((C(0) < x) - (x < C(0)));  // NaN gives 0, as libtorch
   } else if constexpr (Op == Unary::square) {
-    if constexpr (kFloat) return x * x;
-    else return ew::wrap_mul(x, x);
+    if constexpr (kFloat)
+      return x * x;
+    else
+      return ew::wrap_mul(x, x);
   } else if constexpr (Op == Unary::relu) {
     return !(x <= C(0)) ? x : C(0);  // keeps NaN
   } else if constexpr (Op == Unary::clamp) {
@@ -109,19 +117,25 @@ inline C apply(C x, const Prepared<C>& p) noexcept {
 
 // The f32 ops with a vector form.
 template <Unary Op>
-inline constexpr bool kVectorF32 = Op == Unary::exp || Op == Unary::tanh || Op == Unary::sigmoid ||
-                                   Op == Unary::gelu || Op == Unary::gelu_tanh || Op == Unary::silu ||
-                                   Op == Unary::erf;
+inline constexpr bool kVectorF32 = Op == Unary::exp || Op == Unary::tanh || Op == Unary::sigmoid || Op == Unary::gelu ||
+                                   Op == Unary::gelu_tanh || Op == Unary::silu || Op == Unary::erf;
 
 template <Unary Op>
 inline vec::vf apply_vec(vec::vf x) noexcept {
-  if constexpr (Op == Unary::exp) return vec::exp(x);
-  else if constexpr (Op == Unary::tanh) return vec::tanh(x);
-  else if constexpr (Op == Unary::sigmoid) return vec::sigmoid(x);
-  else if constexpr (Op == Unary::gelu) return vec::gelu_erf(x);
-  else if constexpr (Op == Unary::gelu_tanh) return vec::gelu_tanh(x);
-  else if constexpr (Op == Unary::silu) return vec::silu(x);
-  else return vec::erf(x);
+  if constexpr (Op == Unary::exp)
+    return vec::exp(x);
+  else if constexpr (Op == Unary::tanh)
+    return vec::tanh(x);
+  else if constexpr (Op == Unary::sigmoid)
+    return vec::sigmoid(x);
+  else if constexpr (Op == Unary::gelu)
+    return vec::gelu_erf(x);
+  else if constexpr (Op == Unary::gelu_tanh)
+    return vec::gelu_tanh(x);
+  else if constexpr (Op == Unary::silu)
+    return vec::silu(x);
+  else
+    return vec::erf(x);
 }
 
 // o[i] = op(x[i * sx]) with sx in {0, 1}.
@@ -199,14 +213,14 @@ bool should_stream(Unary op, std::int64_t n, DType out) noexcept {
 }
 }  // namespace
 
-void unary_op(Runtime& rt, Unary op, DType compute, const UnaryParams& params, const Shape& shape,
-              const Operand& out, const Operand& in) {
+void unary_op(Runtime& rt, Unary op, DType compute, const UnaryParams& params, const Shape& shape, const Operand& out,
+              const Operand& in) {
   const UnaryRunFn fn = unary_fn(op, compute);
   const Strides* const strides[2] = {&out.strides, &in.strides};
   const StridedLoop<2> loop(shape, strides);
   const std::int64_t so = loop.strides[0].back(), si = loop.strides[1].back();
   const bool stream = so == 1 && should_stream(op, shape.numel(), out.dtype);
-  for_each_run(rt, loop, [&](const std::int64_t (&off)[2], std::int64_t n) {
+  for_each_run(rt, loop, [&](const std::int64_t(&off)[2], std::int64_t n) {
     fn({ew::advance(out.data, out.dtype, off[0]), out.dtype, so},
        {ew::advance(in.data, in.dtype, off[1]), in.dtype, si}, n, compute, params, stream);
   });

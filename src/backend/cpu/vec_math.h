@@ -65,7 +65,7 @@ inline vf min(vf x, float hi) noexcept {
 #endif
 }
 
-inline constexpr float kExpRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
+inline constexpr float kExpRound = 12582912.0f;       // 1.5 * 2^23: adding it rounds to an integer
 inline constexpr float kNormalEnd = -87.3365447505f;  // ln(2^-126): below, e^x is subnormal
 inline constexpr float kLog2e = 1.44269504088896341f;
 
@@ -82,8 +82,7 @@ inline vf copysign(vf m, vf s) noexcept {
 
 // 2^n for t = n + kExpRound (n in t's low bits), -126 <= n <= 127.
 inline vf pow2(vf t) noexcept {
-  return reinterpret_cast<vf>(
-      (reinterpret_cast<vi>(t) - reinterpret_cast<vi>(splat(kExpRound)) + 127) << 23);
+  return reinterpret_cast<vf>((reinterpret_cast<vi>(t) - reinterpret_cast<vi>(splat(kExpRound)) + 127) << 23);
 }
 
 // e^x within 1 ulp (Cephes' polynomial). Below -104 the result is 0, above
