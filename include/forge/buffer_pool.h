@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <span>
 #include <utility>
 
@@ -18,7 +19,9 @@ namespace forge {
 
 namespace detail {
 class PoolCore;
-}
+class BlockSource;
+struct Internal;
+}  // namespace detail
 
 struct PoolStats {
   std::uint64_t acquires = 0;            // acquire() calls that returned a buffer
@@ -56,7 +59,11 @@ class BufferPool {
   // The block size that serves a request of `nbytes`.
   static std::size_t rounded_size(std::size_t nbytes) noexcept;
 
+  // A host pool (options.device must be the CPU).
   explicit BufferPool(BufferPoolOptions options = {});
+  // A pool over `source`'s blocks (a device runtime makes its pool so; the
+  // device is the source's).
+  BufferPool(const detail::Internal&, std::unique_ptr<detail::BlockSource> source, BufferPoolOptions options);
   ~BufferPool();
   BufferPool(const BufferPool&) = delete;
   BufferPool& operator=(const BufferPool&) = delete;
@@ -87,7 +94,7 @@ class BufferPool {
   std::size_t peak_window() const noexcept;  // the innermost open window's peak so far
 
  private:
-  detail::PoolCore* core_;
+  detail::PoolCore* core_ = nullptr;
 };
 
 // Typed, 64-byte-aligned scratch memory from a pool, returned exactly once

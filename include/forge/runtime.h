@@ -1,7 +1,8 @@
 #pragma once
-// Runtime: everything an ExecContext executes with. It owns the host
-// BufferPool, the oneTBB task arena with the context's thread count, the
-// seeded RNG and the exec-scope stack. Every tensor holds a reference to its
+// Runtime: everything an ExecContext executes with. It owns one device
+// runtime per device it serves (src/backend/device_runtime.h: the device's
+// pool, executor and kernel table; the host's today), the seeded RNG and
+// the exec-scope stack. Every tensor holds a reference to its
 // runtime, so the runtime outlives the last tensor that uses it.
 //
 // One thread drives a context at a time. The two pieces of per-context state
@@ -29,7 +30,7 @@
 namespace forge {
 
 namespace detail {
-class Threading;
+class DeviceRuntime;
 }
 
 struct RuntimeOptions {
@@ -47,8 +48,24 @@ class Runtime : public RefCounted<Runtime> {
 
   Device device() const noexcept { return device_; }
   int threads() const noexcept { return threads_; }
-  BufferPool& pool() noexcept { return pool_; }
-  const BufferPool& pool() const noexcept { return pool_; }
+  // The host's pool.
+  BufferPool& pool() noexcept { return *host_pool_; }
+  const BufferPool& pool() const noexcept { return *host_pool_; }
+  // The runtime of `device`: the pool its tensors come from, its executor
+  // and its kernel table. ErrorCode::device (naming `op`) for a device this
+  // context does not serve.
+  detail::DeviceRuntime& device_runtime(Device device, const char* op = "device_runtime") {
+    if (device.is_cpu()) [[likely]]
+      return *host_;
+    refuse_device(device, op);
+  }
+  detail::DeviceRuntime& host() noexcept { return *host_; }
+  // TRANSITION (backend seam): lets a call site not yet routed through the
+  // kernel table hand a Runtime to a host kernel. Removed once every op,
+  // rule and optimizer calls the table.
+  operator detail::DeviceRuntime&() noexcept { return *host_; }  // NOLINT(google-explicit-constructor)
+  // The pool of `device` (as device_runtime()).
+  BufferPool& pool(Device device, const char* op = "pool");
 
   // Runs fn(begin, end) over [0, n) in the context's task arena; inline (one
   // call, no task) when n <= grain or the context has one thread.
@@ -111,11 +128,12 @@ class Runtime : public RefCounted<Runtime> {
   void scope_claim(const char* op);
   void scope_release_if_none_open() noexcept;
   [[noreturn]] void refuse_other_thread(const char* op, const char* what, std::thread::id holder) const;
+  [[noreturn]] void refuse_device(Device device, const char* op) const;
 
   Device device_;
   int threads_;
-  BufferPool pool_;
-  std::unique_ptr<detail::Threading> threading_;
+  std::unique_ptr<detail::DeviceRuntime> host_;
+  BufferPool* host_pool_;  // host_->pool(), reached inline
   std::mt19937_64 rng_;
   std::atomic<std::thread::id> rng_holder_{};   // the thread leasing rng_; id() when none
   std::atomic<std::thread::id> scope_owner_{};  // the thread whose scopes are open; id() when none

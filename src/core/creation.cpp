@@ -1,7 +1,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "backend/cpu/convert.h"
+#include "core/convert.h"
 #include "core/internal.h"
 #include "core/tensor_internal.h"
 #include "forge/exec_context.h"
@@ -21,7 +21,7 @@ void generate(Tensor& t, Gen&& gen) {
     using T = decltype(tag);
     T* p = reinterpret_cast<T*>(detail::first_element(t));
     const std::int64_t n = t.numel();
-    for (std::int64_t i = 0; i < n; ++i) p[i] = cpu::from_double<T>(gen(i));
+    for (std::int64_t i = 0; i < n; ++i) p[i] = from_double<T>(gen(i));
   });
 }
 
@@ -44,7 +44,7 @@ FORGE_CATCH_OOM("empty")
 Tensor ExecContext::filled(const char* op, const Shape& shape, Scalar value, DType dtype) try {
   detail::ScalarSlot element = detail::checked_slot(op, dtype, value, "value");
   Tensor t = fresh(*this, op, shape, dtype);
-  cpu::fill(runtime(), shape, detail::operand(t), element.data());
+  detail::fill(op, t, shape, detail::operand(t), element.data());
   detail::adopt_output(t);
   return t;
 }

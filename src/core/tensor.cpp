@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <string_view>
 
 #include "autograd/meta.h"
 #include "autograd/record.h"
 #include "autograd/rules/views.h"
+#include "core/convert.h"
 #include "core/internal.h"
 #include "core/tensor_internal.h"
 #include "forge/autograd.h"
@@ -66,7 +68,7 @@ void Tensor::check_dtype(DType expected, const char* op) const {
 Tensor Tensor::clone() const try {
   detail::check_input("clone", *this, "tensor");
   Tensor out = detail::allocate(runtime(), shape(), dtype(), "clone");
-  cpu::copy_cast(runtime(), shape(), detail::operand(out), detail::operand(*this));
+  detail::copy_cast("clone", out, shape(), detail::operand(out), detail::operand(*this));
   detail::adopt_output(out);
   FORGE_RECORD(clone, out, *this);
   return out;
@@ -95,7 +97,7 @@ Tensor& Tensor::fill_as(Scalar value, const char* op) try {
   detail::check_writable(op, *this, "tensor");
   detail::ScalarSlot element = detail::checked_slot(op, dtype(), value, "value");
   autograd::before_fill(*this, op);
-  cpu::fill(runtime(), shape(), detail::operand(*this), element.data());
+  detail::fill(op, *this, shape(), detail::operand(*this), element.data());
   buffer()->bump_version();
   return *this;
 }
@@ -113,9 +115,9 @@ Tensor& Tensor::copy_(const Tensor& src) try {
   if (src.buffer() == buffer()) {
     // Overlapping memory: go through a temporary so no element is read after it was written.
     const Tensor tmp = detail::cast_temporary(src, src.dtype(), "copy_");  // internal: no scope adopts it
-    cpu::copy_cast(runtime(), shape(), detail::operand(*this), detail::operand_broadcast(tmp, shape()));
+    detail::copy_cast("copy_", *this, shape(), detail::operand(*this), detail::operand_broadcast(tmp, shape()));
   } else {
-    cpu::copy_cast(runtime(), shape(), detail::operand(*this), detail::operand_broadcast(src, shape()));
+    detail::copy_cast("copy_", *this, shape(), detail::operand(*this), detail::operand_broadcast(src, shape()));
   }
   buffer()->bump_version();
   autograd::after_copy(*this, src);
@@ -234,25 +236,46 @@ void check_no_partial_overlap(const char* op, const Tensor& out, const Tensor& i
               "; write into a separate tensor or exactly in place");
 }
 
-cpu::Operand operand(const Tensor& t) { return {first_element(t), t.dtype(), t.strides()}; }
+backend::Operand operand(const Tensor& t) { return {first_element(t), t.dtype(), t.strides()}; }
 
-cpu::Operand operand_broadcast(const Tensor& t, const Shape& shape) {
+backend::Operand operand_broadcast(const Tensor& t, const Shape& shape) {
   Strides s = Strides::filled(shape.rank(), 0);
   const int lead = shape.rank() - t.dim();
   for (int d = 0; d < t.dim(); ++d) s[lead + d] = t.shape()[d] == 1 ? 0 : t.strides()[d];
   return {first_element(t), t.dtype(), s};
 }
 
+void copy_cast(const char* op, const Tensor& on, const Shape& shape, const backend::Operand& dst,
+               const backend::Operand& src) {
+  DeviceRuntime& dev = device_runtime(on);
+  dev.kernels().copy.copy_cast.get(op, dst.dtype, dev)(dev, shape, dst, src);
+}
+
+void fill(const char* op, const Tensor& on, const Shape& shape, const backend::Operand& dst, const std::byte* element) {
+  DeviceRuntime& dev = device_runtime(on);
+  dev.kernels().copy.fill.get(op, dst.dtype, dev)(dev, shape, dst, element);
+}
+
+void fill(const char* op, const Tensor& on, const Shape& shape, const backend::Operand& dst, double value) {
+  alignas(8) std::byte element[8] = {};
+  dispatch_dtype(dst.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T v = from_double<T>(value);
+    std::memcpy(element, &v, sizeof v);
+  });
+  fill(op, on, shape, dst, element);
+}
+
 Tensor cast_temporary(const Tensor& t, DType dtype, const char* op) {
   Tensor out = allocate(t.runtime(), t.shape(), dtype, op);
-  cpu::copy_cast(t.runtime(), t.shape(), operand(out), operand(t));
+  copy_cast(op, out, t.shape(), operand(out), operand(t));
   return out;
 }
 
 void copy_to_contiguous(const Tensor& src, void* dst, DType dst_dtype) {
   check_input("to_vector", src, "tensor");
-  cpu::copy_cast(src.runtime(), src.shape(), {static_cast<std::byte*>(dst), dst_dtype, contiguous_strides(src.shape())},
-                 operand(src));
+  copy_cast("copy_to_contiguous", src, src.shape(),
+            {static_cast<std::byte*>(dst), dst_dtype, contiguous_strides(src.shape())}, operand(src));
 }
 
 }  // namespace detail

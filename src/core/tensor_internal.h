@@ -1,10 +1,14 @@
 #pragma once
-// What ops share: output allocation, scope adoption, view construction and
-// the checks every op makes on its tensor arguments.
+// What ops share: output allocation, scope adoption, view construction, the
+// checks every op makes on its tensor arguments, and the way to a kernel:
+// the runtime of a tensor's device, whose table every kernel is called
+// through (backend/backend.h).
 
 #include <cstdint>
 
-#include "backend/cpu/kernels.h"
+#include "backend/cpu/kernels.h"  // TRANSITION: until every op calls the table
+#include "backend/device_runtime.h"
+#include "backend/kernels.h"
 #include "forge/runtime.h"
 #include "forge/tensor.h"
 
@@ -37,9 +41,20 @@ void check_writable(const char* op, const Tensor& out, const char* name);
 // `out` may be `in` exactly, or disjoint from it; a partial overlap is refused.
 void check_no_partial_overlap(const char* op, const Tensor& out, const Tensor& in, const char* name);
 
-// The CPU kernel view of a tensor, with its strides broadcast to `shape`.
-cpu::Operand operand(const Tensor& t);
-cpu::Operand operand_broadcast(const Tensor& t, const Shape& shape);
+// The runtime of t's device: the pool, executor and kernel table its ops use.
+inline DeviceRuntime& device_runtime(const Tensor& t) { return t.runtime().device_runtime(t.device()); }
+
+// A kernel's view of a tensor, with its strides broadcast to `shape`.
+backend::Operand operand(const Tensor& t);
+backend::Operand operand_broadcast(const Tensor& t, const Shape& shape);
+
+// The copy family on `on`'s device, for an op named `op`: dst = convert(src)
+// over `shape`; dst = `value` (converted to dst's dtype) or one element of
+// dst's dtype.
+void copy_cast(const char* op, const Tensor& on, const Shape& shape, const backend::Operand& dst,
+               const backend::Operand& src);
+void fill(const char* op, const Tensor& on, const Shape& shape, const backend::Operand& dst, double value);
+void fill(const char* op, const Tensor& on, const Shape& shape, const backend::Operand& dst, const std::byte* element);
 inline std::byte* first_element(const Tensor& t) noexcept {
   // Views keep offset * element size inside their buffer; empty views have offset 0.
   return t.buffer()->data() + t.offset() * static_cast<std::int64_t>(t.element_size());

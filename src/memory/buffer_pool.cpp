@@ -12,6 +12,9 @@
 //   without it.
 // - Teardown: the pool's core outlives the BufferPool while buffers are out
 //   (each release finds it), and deletes itself with the last one.
+// - Devices: the policy above is the same for every device; only where
+//   blocks come from differs (the BlockSource the pool is made with: the
+//   host's aligned allocation and mapping, or a device's allocator).
 
 #include "forge/buffer_pool.h"
 
@@ -26,7 +29,7 @@
 
 #include "core/internal.h"
 #include "forge/error.h"
-#include "memory/host_memory.h"
+#include "memory/block_source.h"
 
 namespace forge {
 namespace detail {
@@ -36,8 +39,8 @@ class PoolCore final : public BufferOwner {
   // Requests beyond this are refused up front (no rounding overflow).
   static constexpr std::size_t kMaxRequestBytes = std::size_t{1} << 56;
 
-  explicit PoolCore(const BufferPoolOptions& options)
-      : device_(options.device), max_cached_bytes_(options.max_cached_bytes) {}
+  PoolCore(std::unique_ptr<BlockSource> source, const BufferPoolOptions& options)
+      : source_(std::move(source)), device_(source_->device()), max_cached_bytes_(options.max_cached_bytes) {}
 
   Ref<Buffer> acquire(std::size_t nbytes, const char* op);
   void release(Buffer* buffer) noexcept override;
@@ -77,7 +80,7 @@ class PoolCore final : public BufferOwner {
 
   Buffer* take_cached(std::size_t rounded) noexcept;  // under mu_
   Buffer* take_all_cached() noexcept;                 // under mu_
-  static void free_chain(Buffer* chain) noexcept;
+  void free_chain(Buffer* chain) noexcept;
   Buffer* evict_until(std::size_t limit) noexcept;  // under mu_
   void note_live(std::size_t bytes) noexcept {      // under mu_
     live_bytes_ += bytes;
@@ -96,11 +99,12 @@ class PoolCore final : public BufferOwner {
     }
     return false;
   }
-  static void free_block(Buffer* buffer) noexcept {
-    free_host_block(buffer->data(), buffer->capacity_bytes());
+  void free_block(Buffer* buffer) noexcept {
+    source_->free(buffer->data(), buffer->capacity_bytes());
     delete buffer;
   }
 
+  const std::unique_ptr<BlockSource> source_;
   const Device device_;
   mutable tbb::spin_mutex mu_;
   std::vector<Bucket> buckets_;  // ascending by bytes; empty buckets are kept until trim
@@ -149,7 +153,7 @@ Ref<Buffer> PoolCore::acquire(std::size_t nbytes, const char* op) {
     }
   }
   // A miss: allocate outside the lock (the new block is not shared yet).
-  void* block = should_fail() ? nullptr : allocate_host_block(rounded);
+  void* block = should_fail() ? nullptr : source_->allocate(rounded);
   Buffer* b = nullptr;
   if (block != nullptr) {
     Buffer::Init init;
@@ -160,7 +164,7 @@ Ref<Buffer> PoolCore::acquire(std::size_t nbytes, const char* op) {
     init.owner = this;
     init.pooled = true;
     b = new (std::nothrow) Buffer(internal, init);
-    if (b == nullptr) free_host_block(block, rounded);
+    if (b == nullptr) source_->free(block, rounded);
   }
   std::lock_guard lock(mu_);
   if (b == nullptr) {
@@ -313,7 +317,17 @@ std::size_t BufferPool::rounded_size(std::size_t nbytes) noexcept {
   return (nbytes + kSlabQuantumBytes - 1) / kSlabQuantumBytes * kSlabQuantumBytes;
 }
 
-BufferPool::BufferPool(BufferPoolOptions options) try : core_(new detail::PoolCore(options)) {}
+BufferPool::BufferPool(BufferPoolOptions options) : BufferPool(detail::internal, nullptr, options) {}
+
+BufferPool::BufferPool(const detail::Internal&, std::unique_ptr<detail::BlockSource> source,
+                       BufferPoolOptions options) try {
+  if (source == nullptr) {
+    FORGE_CHECK(options.device.is_cpu(), device, "BufferPool", "a pool of ", options.device.str(),
+                " memory is made by that device's runtime");
+    source = detail::host_block_source();
+  }
+  core_ = new detail::PoolCore(std::move(source), options);
+}
 FORGE_CATCH_OOM("BufferPool")
 BufferPool::~BufferPool() { core_->orphan(); }
 

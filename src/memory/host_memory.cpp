@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "forge/buffer.h"
+#include "memory/block_source.h"
 
 namespace forge::detail {
 
@@ -25,5 +26,18 @@ void free_host_block(void* p, std::size_t bytes) noexcept {
   }
   std::free(p);
 }
+
+namespace {
+
+class HostBlockSource final : public BlockSource {
+ public:
+  Device device() const noexcept override { return Device::cpu(); }
+  void* allocate(std::size_t bytes) noexcept override { return allocate_host_block(bytes); }
+  void free(void* block, std::size_t bytes) noexcept override { free_host_block(block, bytes); }
+};
+
+}  // namespace
+
+std::unique_ptr<BlockSource> host_block_source() { return std::make_unique<HostBlockSource>(); }
 
 }  // namespace forge::detail

@@ -29,8 +29,8 @@
 
 #include "autograd/record.h"
 #include "autograd/rules/nn.h"
-#include "backend/cpu/convert.h"
 #include "backend/cpu/nn_backward_kernels.h"
+#include "core/convert.h"
 #include "forge/ops.h"
 #include "ops/nn_internal.h"
 
@@ -63,8 +63,8 @@ void dropout_kernel(Tensor& out, const Tensor& x, double p, std::uint64_t seed) 
   const std::int64_t so = loop.strides[0].back(), sx = loop.strides[1].back();
   dispatch_dtype(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    if constexpr (std::is_floating_point_v<T> || cpu::is_half_v<T>) {
-      using C = cpu::compute_t<T>;
+    if constexpr (std::is_floating_point_v<T> || is_half_v<T>) {
+      using C = compute_t<T>;
       const C scale = static_cast<C>(1.0 / (1.0 - p));
       const std::int64_t block = cpu::kGrainElements, blocks = (n + block - 1) / block;
       rt.parallel_for(blocks, 1, [&](std::int64_t begin, std::int64_t end) {
@@ -76,7 +76,7 @@ void dropout_kernel(Tensor& out, const Tensor& x, double p, std::uint64_t seed) 
                                     const std::uint64_t h =
                                         mix64(seed + static_cast<std::uint64_t>(pos + k) * 0x9e3779b97f4a7c15ull);
                                     const bool keep = (h >> 11) >= threshold;
-                                    o[k * so] = keep ? cpu::convert<T>(cpu::widen(s[k * sx]) * scale) : T{};
+                                    o[k * so] = keep ? convert<T>(widen(s[k * sx]) * scale) : T{};
                                   }
                                 });
       });
@@ -88,7 +88,7 @@ void dropout_kernel(Tensor& out, const Tensor& x, double p, std::uint64_t seed) 
 // its mask; returns the seed for the backward to replay.
 std::uint64_t dropout_draw(Tensor& out, const Tensor& x, double p) {
   if (p >= 1.0) {
-    cpu::fill(out.runtime(), out.shape(), detail::operand(out), 0.0);
+    detail::fill("dropout", out, out.shape(), detail::operand(out), 0.0);
     return 0;
   }
   const std::uint64_t seed = (*out.runtime().lease_generator("dropout"))();
@@ -221,7 +221,7 @@ void attention_rows(Tensor& out, const Tensor& q, const Tensor& k, const Tensor&
         std::int64_t off[5];
         outer.offsets(b, off);
         const T* qp = qb + off[1] + i * qr;
-        for (std::int64_t e = 0; e < a.E; ++e) qrow[e] = static_cast<A>(cpu::widen(qp[e * qe]));
+        for (std::int64_t e = 0; e < a.E; ++e) qrow[e] = static_cast<A>(widen(qp[e * qe]));
         A m = neg_inf;
         for (std::int64_t j = 0; j < a.S; ++j) {
           A s;
@@ -236,17 +236,17 @@ void attention_rows(Tensor& out, const Tensor& q, const Tensor& k, const Tensor&
               else
                 for (std::int64_t e = 0; e < a.E; ++e) dot += qrow[e] * kp[e * ke];
             } else if (ke == 1) {
-              for (std::int64_t e = 0; e < a.E; ++e) dot += qrow[e] * static_cast<A>(cpu::widen(kp[e]));
+              for (std::int64_t e = 0; e < a.E; ++e) dot += qrow[e] * static_cast<A>(widen(kp[e]));
             } else {
-              for (std::int64_t e = 0; e < a.E; ++e) dot += qrow[e] * static_cast<A>(cpu::widen(kp[e * ke]));
+              for (std::int64_t e = 0; e < a.E; ++e) dot += qrow[e] * static_cast<A>(widen(kp[e * ke]));
             }
             s = dot * scale;
             if (masked) {
               const M mv = mb[off[4] + i * mask_row + j * mask_col];
               if constexpr (std::is_same_v<M, bool>) {
-                if (!cpu::load(&mv)) s = neg_inf;
+                if (!load(&mv)) s = neg_inf;
               } else {
-                s += static_cast<A>(cpu::widen(mv));
+                s += static_cast<A>(widen(mv));
               }
             }
           }
@@ -263,13 +263,13 @@ void attention_rows(Tensor& out, const Tensor& q, const Tensor& k, const Tensor&
           const A p = scores[j] * inv;
           const T* vp = vb + off[3] + j * vr;
           if (ve == 1) {
-            for (std::int64_t e = 0; e < a.Ev; ++e) acc[e] += p * static_cast<A>(cpu::widen(vp[e]));
+            for (std::int64_t e = 0; e < a.Ev; ++e) acc[e] += p * static_cast<A>(widen(vp[e]));
           } else {
-            for (std::int64_t e = 0; e < a.Ev; ++e) acc[e] += p * static_cast<A>(cpu::widen(vp[e * ve]));
+            for (std::int64_t e = 0; e < a.Ev; ++e) acc[e] += p * static_cast<A>(widen(vp[e * ve]));
           }
         }
         T* op = ob + off[0] + i * orow;
-        for (std::int64_t e = 0; e < a.Ev; ++e) op[e * oe] = cpu::convert<T>(acc[e]);
+        for (std::int64_t e = 0; e < a.Ev; ++e) op[e * oe] = convert<T>(acc[e]);
       }
     }
   });
@@ -287,7 +287,7 @@ void attention_kernel(Tensor& out, const Tensor& q, const Tensor& k, const Tenso
   }
   dispatch_dtype(q.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    if constexpr (std::is_floating_point_v<T> || cpu::is_half_v<T>) {
+    if constexpr (std::is_floating_point_v<T> || is_half_v<T>) {
       if (m->defined() && m->dtype() == DType::boolean)
         attention_rows<T, bool>(out, q, k, v, *m, is_causal, a);
       else
@@ -363,7 +363,7 @@ namespace detail {
 Tensor dropout_with_seed(const Tensor& x, double p, std::uint64_t seed) {
   Tensor out = allocate(x.runtime(), x.shape(), x.dtype(), "dropout");
   if (p >= 1.0)
-    cpu::fill(x.runtime(), x.shape(), operand(out), 0.0);
+    detail::fill("dropout", out, x.shape(), operand(out), 0.0);
   else
     dropout_kernel(out, x, p, seed);
   adopt_output(out);

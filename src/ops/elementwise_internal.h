@@ -34,8 +34,8 @@ struct ScalarSlot {
       if constexpr (std::is_same_v<T, bool>) {
         v = s.is_floating() ? s.to_double() != 0 : s.to_int() != 0;
       } else if constexpr (std::is_integral_v<T>) {
-        v = s.is_floating() ? cpu::from_double<T>(s.to_double()) : static_cast<T>(s.to_int());
-      } else if constexpr (cpu::is_half_v<T>) {
+        v = s.is_floating() ? from_double<T>(s.to_double()) : static_cast<T>(s.to_int());
+      } else if constexpr (is_half_v<T>) {
         v = T(static_cast<float>(s.to_double()));
       } else {
         v = static_cast<T>(s.to_double());
@@ -50,7 +50,7 @@ struct ScalarSlot {
       using T = decltype(tag);
       T v;
       std::memcpy(&v, bytes, sizeof v);
-      return static_cast<double>(cpu::widen(v));
+      return static_cast<double>(widen(v));
     });
   }
   std::int64_t as_int() const noexcept {
@@ -58,7 +58,7 @@ struct ScalarSlot {
       using T = decltype(tag);
       T v;
       std::memcpy(&v, bytes, sizeof v);
-      return cpu::convert<std::int64_t>(v);
+      return convert<std::int64_t>(v);
     });
   }
   cpu::FlatArg flat() noexcept { return {bytes, dtype, 0}; }

@@ -7,8 +7,8 @@
 
 #include "autograd/record.h"
 #include "autograd/rules/nn.h"
-#include "backend/cpu/convert.h"
 #include "backend/cpu/indexing_kernels.h"
+#include "core/convert.h"
 #include "forge/ops.h"
 #include "ops/nn_internal.h"
 
@@ -249,7 +249,7 @@ std::int64_t one_hot_classes(const char* op, const Tensor& indices, std::int64_t
 
 void one_hot_kernel(Tensor& out, const Tensor& indices) {
   Runtime& rt = out.runtime();
-  cpu::fill(rt, out.shape(), detail::operand(out), 0.0);
+  detail::fill("one_hot", out, out.shape(), detail::operand(out), 0.0);
   const std::int64_t n = indices.numel();
   if (n == 0 || out.numel() == 0) return;
   ScratchLease<std::int64_t> scratch;

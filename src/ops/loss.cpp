@@ -25,8 +25,8 @@
 
 #include "autograd/record.h"
 #include "autograd/rules/nn.h"
-#include "backend/cpu/convert.h"
 #include "backend/cpu/nn_backward_kernels.h"
+#include "core/convert.h"
 #include "forge/ops.h"
 #include "ops/nn_internal.h"
 
@@ -79,7 +79,7 @@ void for_each_row(Runtime& rt, const Tensor& input, const cpu::ClassRows& rows, 
   const std::int64_t grain = std::max<std::int64_t>(1, cpu::kGrainElements / std::max<std::int64_t>(classes, 1));
   dispatch_dtype(input.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    if constexpr (std::is_floating_point_v<T> || cpu::is_half_v<T>) {
+    if constexpr (std::is_floating_point_v<T> || is_half_v<T>) {
       const T* base = reinterpret_cast<const T*>(detail::first_element(input));
       rt.parallel_for(rows.rows, grain, [&](std::int64_t begin, std::int64_t end) {
         for (std::int64_t i = begin; i < end; ++i) {
@@ -122,7 +122,7 @@ double cross_entropy_row(const T* x, std::int64_t cs, std::int64_t n, std::int64
     sx = sxf;
   }
   const double lse = m + std::log(s);
-  const double nll = lse - static_cast<double>(cpu::widen(x[t * cs]));
+  const double nll = lse - static_cast<double>(widen(x[t * cs]));
   if (smoothing == 0.0) return nll;
   return (1.0 - smoothing) * nll + smoothing * (lse - sx / static_cast<double>(n));
 }
@@ -144,7 +144,7 @@ void finish(Tensor& out, const double* losses, std::int64_t rows, const std::int
     counted += targets[i] != ignore_index;
   }
   const double value = reduction == Reduction::sum ? total : total / static_cast<double>(counted);
-  cpu::fill(rt, Shape{}, detail::operand(out), value);
+  detail::fill("loss", out, Shape{}, detail::operand(out), value);
 }
 
 template <typename RowFn>
@@ -184,7 +184,7 @@ void nll_loss_kernel(Tensor& out, const Tensor& log_probs, const Tensor& target,
                      std::int64_t ignore_index) {
   class_loss_kernel(out, log_probs, target, ignore_index, reduction,
                     [](const auto* x, std::int64_t cs, std::int64_t, std::int64_t t) {
-                      return -static_cast<double>(cpu::widen(x[t * cs]));
+                      return -static_cast<double>(widen(x[t * cs]));
                     });
 }
 
@@ -223,8 +223,8 @@ void mse_kernel(Tensor& out, const Tensor& a_in, const Tensor& b_in, const MsePl
   const std::int64_t n = plan.shape.numel();
   dispatch_dtype(plan.dtype, [&](auto tag) {
     using T = decltype(tag);
-    if constexpr (std::is_floating_point_v<T> || cpu::is_half_v<T>) {
-      using C = cpu::compute_t<T>;
+    if constexpr (std::is_floating_point_v<T> || is_half_v<T>) {
+      using C = compute_t<T>;
       if (reduction == Reduction::none) {
         const cpu::Operand oo = detail::operand(out);
         const Strides* const strides[3] = {&oo.strides, &oa.strides, &ob.strides};
@@ -235,8 +235,8 @@ void mse_kernel(Tensor& out, const Tensor& a_in, const Tensor& b_in, const MsePl
           const T* x = reinterpret_cast<const T*>(oa.data) + off[1];
           const T* y = reinterpret_cast<const T*>(ob.data) + off[2];
           for (std::int64_t k = 0; k < count; ++k) {
-            const C d = cpu::widen(x[k * sa]) - cpu::widen(y[k * sb]);
-            o[k * so] = cpu::convert<T>(d * d);
+            const C d = widen(x[k * sa]) - widen(y[k * sb]);
+            o[k * so] = convert<T>(d * d);
           }
         });
         return;
@@ -257,8 +257,8 @@ void mse_kernel(Tensor& out, const Tensor& a_in, const Tensor& b_in, const MsePl
                                     const T* x = reinterpret_cast<const T*>(oa.data) + off[0];
                                     const T* y = reinterpret_cast<const T*>(ob.data) + off[1];
                                     for (std::int64_t j = 0; j < count; ++j) {
-                                      const double d = static_cast<double>(cpu::widen(x[j * sa])) -
-                                                       static_cast<double>(cpu::widen(y[j * sb]));
+                                      const double d =
+                                          static_cast<double>(widen(x[j * sa])) - static_cast<double>(widen(y[j * sb]));
                                       acc += d * d;
                                     }
                                   });
@@ -268,7 +268,7 @@ void mse_kernel(Tensor& out, const Tensor& a_in, const Tensor& b_in, const MsePl
       double total = 0;
       for (std::int64_t k = 0; k < blocks; ++k) total += partial[static_cast<std::size_t>(k)];
       const double value = reduction == Reduction::sum ? total : total / static_cast<double>(n);
-      cpu::fill(rt, Shape{}, detail::operand(out), value);
+      detail::fill("loss", out, Shape{}, detail::operand(out), value);
     }
   });
 }

@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "backend/cpu/optim_kernels.h"
+#include "core/tensor_internal.h"
 #include "forge/autograd.h"
 #include "forge/error.h"
 #include "optim/optimizer_internal.h"
@@ -51,22 +51,18 @@ void Adam::step() try {
     if (!g.defined()) continue;
     // Bias corrections use this parameter's own update count (as libtorch).
     const double t = static_cast<double>(count_update(i));
-    const cpu::AdamStep s{options_.lr,
-                          options_.beta1,
-                          options_.beta2,
-                          options_.eps,
-                          options_.weight_decay,
-                          1 - std::pow(options_.beta1, t),
-                          1 - std::pow(options_.beta2, t),
-                          options_.decoupled_weight_decay};
-    const std::int64_t n = p.numel();
-    if (p.dtype() == DType::f32) {
-      cpu::adam_step<float>(p.runtime(), s, n, p.data_ptr<float>(), g.data_ptr<float>(), state(i, 0).data_ptr<float>(),
-                            state(i, 1).data_ptr<float>());
-    } else {
-      cpu::adam_step<double>(p.runtime(), s, n, p.data_ptr<double>(), g.data_ptr<double>(),
-                             state(i, 0).data_ptr<double>(), state(i, 1).data_ptr<double>());
-    }
+    const backend::AdamStep s{options_.lr,
+                              options_.beta1,
+                              options_.beta2,
+                              options_.eps,
+                              options_.weight_decay,
+                              1 - std::pow(options_.beta1, t),
+                              1 - std::pow(options_.beta2, t),
+                              options_.decoupled_weight_decay};
+    detail::DeviceRuntime& dev = detail::device_runtime(p);
+    dev.kernels().optim.adam_step.get(name().c_str(), p.dtype(), dev)(
+        dev, s, p.dtype(), p.numel(), detail::first_element(p), detail::first_element(g),
+        detail::first_element(state(i, 0)), detail::first_element(state(i, 1)));
     p.buffer()->bump_version();
   }
 }

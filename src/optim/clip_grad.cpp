@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "backend/cpu/optim_kernels.h"
+#include "core/tensor_internal.h"
 #include "forge/autograd.h"
 #include "forge/error.h"
 
@@ -31,9 +31,9 @@ double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
   for (const Tensor& g : grads) {
     const bool direct = (g.dtype() == DType::f32 || g.dtype() == DType::f64) && g.is_contiguous();
     const Tensor c = direct ? g : g.to(DType::f64).contiguous();
-    const double part = c.dtype() == DType::f32
-                            ? cpu::norm_power_sum<float>(c.runtime(), c.numel(), c.data_ptr<float>(), norm_type)
-                            : cpu::norm_power_sum<double>(c.runtime(), c.numel(), c.data_ptr<double>(), norm_type);
+    detail::DeviceRuntime& dev = detail::device_runtime(c);
+    const double part = dev.kernels().optim.norm_power_sum.get(op, c.dtype(), dev)(dev, c.dtype(), c.numel(),
+                                                                                   detail::first_element(c), norm_type);
     total = inf ? (part > total || std::isnan(part) ? part : total) : total + part;
   }
   const double norm = inf ? total : std::pow(total, 1 / norm_type);

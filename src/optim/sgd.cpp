@@ -1,6 +1,6 @@
 #include "forge/optim/sgd.h"
 
-#include "backend/cpu/optim_kernels.h"
+#include "core/tensor_internal.h"
 #include "forge/autograd.h"
 #include "forge/error.h"
 #include "optim/optimizer_internal.h"
@@ -51,16 +51,12 @@ void SGD::step() try {
     if (!g.defined()) continue;
     // The momentum buffer starts as the parameter's first (decayed) gradient.
     const bool first = count_update(i) == 1;
-    const cpu::SgdStep s{options_.lr,           options_.momentum, options_.dampening,
-                         options_.weight_decay, options_.nesterov, first};
-    const std::int64_t n = p.numel();
-    if (p.dtype() == DType::f32) {
-      cpu::sgd_step<float>(p.runtime(), s, n, p.data_ptr<float>(), g.data_ptr<float>(),
-                           momentum ? state(i, 0).data_ptr<float>() : nullptr);
-    } else {
-      cpu::sgd_step<double>(p.runtime(), s, n, p.data_ptr<double>(), g.data_ptr<double>(),
-                            momentum ? state(i, 0).data_ptr<double>() : nullptr);
-    }
+    const backend::SgdStep s{options_.lr,           options_.momentum, options_.dampening,
+                             options_.weight_decay, options_.nesterov, first};
+    detail::DeviceRuntime& dev = detail::device_runtime(p);
+    dev.kernels().optim.sgd_step.get(name().c_str(), p.dtype(), dev)(
+        dev, s, p.dtype(), p.numel(), detail::first_element(p), detail::first_element(g),
+        momentum ? detail::first_element(state(i, 0)) : nullptr);
     p.buffer()->bump_version();
   }
 }

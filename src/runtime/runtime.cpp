@@ -1,10 +1,8 @@
 #include "forge/runtime.h"
 
-#include <tbb/blocked_range.h>
-#include <tbb/parallel_for.h>
-
+#include "backend/cpu/host_executor.h"
+#include "backend/device_runtime.h"
 #include "forge/error.h"
-#include "runtime/threading.h"
 
 // Note [One driving thread]
 // One thread drives an ExecContext at a time (DESIGN §5). Most of what a
@@ -25,51 +23,13 @@
 // Both refusals are ErrorCode::contended naming the context and the two
 // threads, as an arena serving another call is.
 
-// Note [TSan and TBB]
-// ThreadSanitizer sees synchronization only in instrumented code, and the
-// system's libtbb is not instrumented: the hand-over of a parallel_for's
-// chunks to TBB's workers and their join are invisible to it, so every
-// kernel body would be reported as racing with the code around it. Under
-// TSan, parallel_for_impl states those edges (the documented fork and join
-// of tbb::parallel_for) with TSan's annotations; races inside a body, or
-// between bodies, are still reported. What remains inside TBB's inline
-// headers is suppressed by tests/tsan.supp.
-#if defined(__SANITIZE_THREAD__)
-#define FORGE_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define FORGE_TSAN 1
-#endif
-#endif
-
-#ifdef FORGE_TSAN
-extern "C" void __tsan_acquire(void* addr);
-extern "C" void __tsan_release(void* addr);
-#endif
-
 namespace forge {
-namespace {
-
-// The fork (release before, acquire in each chunk) and join (release after
-// each chunk, acquire after the loop) of one parallel_for; no-ops without TSan.
-inline void tsan_release([[maybe_unused]] void* edge) noexcept {
-#ifdef FORGE_TSAN
-  __tsan_release(edge);
-#endif
-}
-inline void tsan_acquire([[maybe_unused]] void* edge) noexcept {
-#ifdef FORGE_TSAN
-  __tsan_acquire(edge);
-#endif
-}
-
-}  // namespace
 
 Runtime::Runtime(const RuntimeOptions& options)
     : device_(options.device),
       threads_(options.threads),
-      pool_(BufferPoolOptions{Device::cpu(), options.max_cached_bytes}),
-      threading_(std::make_unique<detail::Threading>(options.threads)),
+      host_(cpu::host_runtime(options.threads, options.max_cached_bytes)),
+      host_pool_(&host_->pool()),
       rng_(options.seed) {}
 
 // Scopes still open hold buffers of this pool; they hold a reference to this
@@ -78,16 +38,14 @@ Runtime::~Runtime() = default;
 
 void Runtime::parallel_for_impl(std::int64_t n, std::int64_t grain,
                                 std::function<void(std::int64_t, std::int64_t)> fn) {
-  int fork = 0, join = 0;  // their addresses name this call's edges (Note [TSan and TBB])
-  tsan_release(&fork);
-  threading_->arena().execute([&] {
-    tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, n, grain), [&](const tbb::blocked_range<std::int64_t>& r) {
-      tsan_acquire(&fork);
-      fn(r.begin(), r.end());
-      tsan_release(&join);
-    });
-  });
-  tsan_acquire(&join);
+  host_->parallel_for(n, grain, fn);
+}
+
+BufferPool& Runtime::pool(Device device, const char* op) { return device_runtime(device, op).pool(); }
+
+void Runtime::refuse_device(Device device, const char* op) const {
+  FORGE_FAIL(device, op, "ExecContext ", static_cast<const void*>(this), " serves ", device_.str(),
+             " and the host; it has no runtime for ", device.str());
 }
 
 void Runtime::scope_adopt(const Ref<Buffer>& buffer) noexcept {

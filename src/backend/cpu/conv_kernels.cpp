@@ -15,9 +15,9 @@
 #include <cmath>
 #include <limits>
 
-#include "backend/cpu/convert.h"
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/kernels.h"
+#include "core/convert.h"
 #include "forge/buffer_pool.h"
 
 namespace forge::cpu {
@@ -135,8 +135,8 @@ std::int64_t column_tile(std::int64_t K, std::int64_t P) {
 // The weights [O, Cg, kH, kW] as an [O, K] matrix with unit column stride
 // (row stride in rs): in place when their layout allows, else packed into `packed`.
 template <typename T>
-const T* flat_weights(Runtime& rt, const Window2d& w, std::int64_t out_channels, std::int64_t Cg, const std::byte* data,
-                      const Strides& ws, ScratchLease<T>& packed, std::int64_t& rs) {
+const T* flat_weights(detail::DeviceRuntime& rt, const Window2d& w, std::int64_t out_channels, std::int64_t Cg,
+                      const std::byte* data, const Strides& ws, ScratchLease<T>& packed, std::int64_t& rs) {
   const T* weight = reinterpret_cast<const T*>(data);
   const std::int64_t K = Cg * w.kernel_h * w.kernel_w;
   const bool flat = (w.kernel_w == 1 || ws[3] == 1) && (w.kernel_h == 1 || ws[2] == w.kernel_w) &&
@@ -155,7 +155,7 @@ const T* flat_weights(Runtime& rt, const Window2d& w, std::int64_t out_channels,
 }
 
 template <typename T>
-void conv2d_typed(Runtime& rt, const Conv2dProblem& p) {
+void conv2d_typed(detail::DeviceRuntime& rt, const Conv2dProblem& p) {
   const Window2d& w = p.win;
   const std::int64_t G = p.groups, Cg = w.c / G, Og = p.out_channels / G;
   const std::int64_t K = Cg * w.kernel_h * w.kernel_w, P = w.out_h * w.out_w;
@@ -227,7 +227,7 @@ void conv2d_typed(Runtime& rt, const Conv2dProblem& p) {
 // Slot 0 accumulates straight into grad_weight, the others into pooled
 // scratch summed at the end. A pointwise convolution skips both column passes.
 template <typename T>
-void conv2d_backward_typed(Runtime& rt, const Conv2dBackwardProblem& p) {
+void conv2d_backward_typed(detail::DeviceRuntime& rt, const Conv2dBackwardProblem& p) {
   const Window2d& w = p.win;
   const std::int64_t G = p.groups, Cg = w.c / G, Og = p.out_channels / G;
   const std::int64_t K = Cg * w.kernel_h * w.kernel_w, P = w.out_h * w.out_w, plane = w.h * w.w;
@@ -322,7 +322,7 @@ void conv2d_backward_typed(Runtime& rt, const Conv2dBackwardProblem& p) {
 
 // Runs fn(plane) for every (n, c) plane, in parallel when the work is large.
 template <typename Fn>
-void for_each_plane(Runtime& rt, const Window2d& w, Fn&& fn) {
+void for_each_plane(detail::DeviceRuntime& rt, const Window2d& w, Fn&& fn) {
   const std::int64_t planes = w.n * w.c;
   // Taps per plane, for the grain only: saturate rather than overflow on huge windows.
   std::int64_t per_plane = 1;
@@ -344,7 +344,7 @@ inline void valid_taps(std::int64_t start, std::int64_t dilation, std::int64_t k
 }
 
 template <typename T>
-void max_pool_typed(Runtime& rt, const Pool2dProblem& p) {
+void max_pool_typed(detail::DeviceRuntime& rt, const Pool2dProblem& p) {
   const Window2d w = p.win;
   const T* x = reinterpret_cast<const T*>(p.x);
   T* out = reinterpret_cast<T*>(p.out);
@@ -393,7 +393,7 @@ inline AvgWindow avg_window(std::int64_t o, std::int64_t stride, std::int64_t pa
 }
 
 template <typename T>
-void avg_pool_typed(Runtime& rt, const Pool2dProblem& p) {
+void avg_pool_typed(detail::DeviceRuntime& rt, const Pool2dProblem& p) {
   const Window2d& w = p.win;
   const T* x = reinterpret_cast<const T*>(p.x);
   T* out = reinterpret_cast<T*>(p.out);
@@ -492,7 +492,7 @@ void max_pool_backward_tiled(const Window2d& w, const T* plane, std::int64_t xs2
 // Recomputing reads x's plane once where saved indices would cost an i64
 // write per output in every forward that records.
 template <typename T>
-void max_pool_backward_typed(Runtime& rt, const Pool2dBackwardProblem& p) {
+void max_pool_backward_typed(detail::DeviceRuntime& rt, const Pool2dBackwardProblem& p) {
   const Window2d w = p.win;
   const T* x = reinterpret_cast<const T*>(p.x);
   const T* dy = reinterpret_cast<const T*>(p.grad_out);
@@ -542,7 +542,7 @@ void max_pool_backward_typed(Runtime& rt, const Pool2dBackwardProblem& p) {
 // avg_pool2d's gradient: each output's gradient over its count, spread over
 // the window's in-bounds taps, with the forward's window and divisor.
 template <typename T>
-void avg_pool_backward_typed(Runtime& rt, const Pool2dBackwardProblem& p) {
+void avg_pool_backward_typed(detail::DeviceRuntime& rt, const Pool2dBackwardProblem& p) {
   const Window2d& w = p.win;
   const T* dy = reinterpret_cast<const T*>(p.grad_out);
   T* gx = reinterpret_cast<T*>(p.grad_x);
@@ -566,7 +566,7 @@ void avg_pool_backward_typed(Runtime& rt, const Pool2dBackwardProblem& p) {
 }
 
 template <template <typename> class Kernel, typename Problem>
-void dispatch_float(DType dtype, Runtime& rt, const Problem& p) {
+void dispatch_float(DType dtype, detail::DeviceRuntime& rt, const Problem& p) {
   switch (dtype) {
     case DType::f64:
       Kernel<double>::run(rt, p);
@@ -585,11 +585,11 @@ void dispatch_float(DType dtype, Runtime& rt, const Problem& p) {
 
 template <typename T>
 struct MaxPool {
-  static void run(Runtime& rt, const Pool2dProblem& p) { max_pool_typed<T>(rt, p); }
+  static void run(detail::DeviceRuntime& rt, const Pool2dProblem& p) { max_pool_typed<T>(rt, p); }
 };
 template <typename T>
 struct AvgPool {
-  static void run(Runtime& rt, const Pool2dProblem& p) { avg_pool_typed<T>(rt, p); }
+  static void run(detail::DeviceRuntime& rt, const Pool2dProblem& p) { avg_pool_typed<T>(rt, p); }
 };
 
 }  // namespace
@@ -599,31 +599,31 @@ bool spatial_is_flat(std::int64_t h, std::int64_t w, const Strides& s) {
   return s[3] == 1 && (h == 1 || s[2] == w);
 }
 
-void conv2d(Runtime& rt, const Conv2dProblem& p) {
+void conv2d(detail::DeviceRuntime& rt, const Conv2dProblem& p) {
   if (p.dtype == DType::f64)
     conv2d_typed<double>(rt, p);
   else
     conv2d_typed<float>(rt, p);
 }
 
-void max_pool2d(Runtime& rt, const Pool2dProblem& p) { dispatch_float<MaxPool>(p.dtype, rt, p); }
-void avg_pool2d(Runtime& rt, const Pool2dProblem& p) { dispatch_float<AvgPool>(p.dtype, rt, p); }
+void max_pool2d(detail::DeviceRuntime& rt, const Pool2dProblem& p) { dispatch_float<MaxPool>(p.dtype, rt, p); }
+void avg_pool2d(detail::DeviceRuntime& rt, const Pool2dProblem& p) { dispatch_float<AvgPool>(p.dtype, rt, p); }
 
-void conv2d_backward(Runtime& rt, const Conv2dBackwardProblem& p) {
+void conv2d_backward(detail::DeviceRuntime& rt, const Conv2dBackwardProblem& p) {
   if (p.dtype == DType::f64)
     conv2d_backward_typed<double>(rt, p);
   else
     conv2d_backward_typed<float>(rt, p);
 }
 
-void max_pool2d_backward(Runtime& rt, const Pool2dBackwardProblem& p) {
+void max_pool2d_backward(detail::DeviceRuntime& rt, const Pool2dBackwardProblem& p) {
   if (p.dtype == DType::f64)
     max_pool_backward_typed<double>(rt, p);
   else
     max_pool_backward_typed<float>(rt, p);
 }
 
-void avg_pool2d_backward(Runtime& rt, const Pool2dBackwardProblem& p) {
+void avg_pool2d_backward(detail::DeviceRuntime& rt, const Pool2dBackwardProblem& p) {
   if (p.dtype == DType::f64)
     avg_pool_backward_typed<double>(rt, p);
   else

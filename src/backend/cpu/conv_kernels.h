@@ -6,8 +6,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "backend/device_runtime.h"
 #include "forge/dtype.h"
-#include "forge/runtime.h"
 #include "forge/shape.h"
 
 namespace forge::cpu {
@@ -41,7 +41,7 @@ struct Conv2dProblem {
   std::byte* out = nullptr;
   Strides out_strides;
 };
-void conv2d(Runtime& rt, const Conv2dProblem& p);
+void conv2d(detail::DeviceRuntime& rt, const Conv2dProblem& p);
 // Whether an [h, w] plane with strides s[2], s[3] is one run of unit stride.
 bool spatial_is_flat(std::int64_t h, std::int64_t w, const Strides& s);
 
@@ -56,8 +56,8 @@ struct Pool2dProblem {
   std::byte* out = nullptr;
   Strides out_strides;
 };
-void max_pool2d(Runtime& rt, const Pool2dProblem& p);
-void avg_pool2d(Runtime& rt, const Pool2dProblem& p);
+void max_pool2d(detail::DeviceRuntime& rt, const Pool2dProblem& p);
+void avg_pool2d(detail::DeviceRuntime& rt, const Pool2dProblem& p);
 
 // The gradients of conv2d (f32 or f64) given grad_out [N, O, oH, oW], whose
 // planes must be flat (spatial_is_flat): grad_x [N, C, H, W] =
@@ -77,7 +77,7 @@ struct Conv2dBackwardProblem {
   std::byte* grad_x = nullptr;
   std::byte* grad_weight = nullptr;
 };
-void conv2d_backward(Runtime& rt, const Conv2dBackwardProblem& p);
+void conv2d_backward(detail::DeviceRuntime& rt, const Conv2dBackwardProblem& p);
 
 // The gradients of the pools (f32 or f64): grad_x [N, C, H, W], contiguous
 // and overwritten, from grad_out [N, C, oH, oW] (any strides). max credits
@@ -92,7 +92,7 @@ struct Pool2dBackwardProblem {
   Strides grad_out_strides;
   std::byte* grad_x = nullptr;
 };
-void max_pool2d_backward(Runtime& rt, const Pool2dBackwardProblem& p);
-void avg_pool2d_backward(Runtime& rt, const Pool2dBackwardProblem& p);
+void max_pool2d_backward(detail::DeviceRuntime& rt, const Pool2dBackwardProblem& p);
+void avg_pool2d_backward(detail::DeviceRuntime& rt, const Pool2dBackwardProblem& p);
 
 }  // namespace forge::cpu

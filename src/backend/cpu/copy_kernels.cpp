@@ -1,11 +1,11 @@
 #include <cstring>
 
-#include "backend/cpu/convert.h"
 #include "backend/cpu/kernels.h"
+#include "core/convert.h"
 
 namespace forge::cpu {
 
-void copy_cast(Runtime& rt, const Shape& shape, const Operand& dst, const Operand& src) {
+void copy_cast(DeviceRuntime& rt, const Shape& shape, const Operand& dst, const Operand& src) {
   const Strides* const strides[2] = {&dst.strides, &src.strides};
   const StridedLoop<2> loop(shape, strides);
   const std::int64_t sd = loop.strides[0].back(), ss = loop.strides[1].back();
@@ -30,17 +30,7 @@ void copy_cast(Runtime& rt, const Shape& shape, const Operand& dst, const Operan
   });
 }
 
-void fill(Runtime& rt, const Shape& shape, const Operand& dst, double value) {
-  alignas(8) std::byte element[8] = {};
-  dispatch_dtype(dst.dtype, [&](auto tag) {
-    using T = decltype(tag);
-    const T v = from_double<T>(value);
-    std::memcpy(element, &v, sizeof v);
-  });
-  fill(rt, shape, dst, element);
-}
-
-void fill(Runtime& rt, const Shape& shape, const Operand& dst, const std::byte* element) {
+void fill(DeviceRuntime& rt, const Shape& shape, const Operand& dst, const std::byte* element) {
   const Strides* const strides[1] = {&dst.strides};
   const StridedLoop<1> loop(shape, strides);
   const std::int64_t sd = loop.strides[0].back();

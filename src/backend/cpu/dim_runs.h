@@ -10,8 +10,8 @@
 #include <type_traits>
 #include <utility>
 
-#include "backend/cpu/convert.h"
 #include "backend/cpu/kernels.h"
+#include "core/convert.h"
 #include "forge/shape.h"
 
 namespace forge::cpu {

@@ -208,8 +208,8 @@ void where_run(const FlatArg& o, const FlatArg& cond, const FlatArg& a, const Fl
 
 }  // namespace
 
-void binary_op(Runtime& rt, Binary op, DType compute, const Shape& shape, const Operand& out, const Operand& a,
-               const Operand& b) {
+void binary_op(detail::DeviceRuntime& rt, Binary op, DType compute, const Shape& shape, const Operand& out,
+               const Operand& a, const Operand& b) {
   const BinaryRunFn fn = binary_fn(op, compute);
   const Strides* const strides[3] = {&out.strides, &a.strides, &b.strides};
   const StridedLoop<3> loop(shape, strides);
@@ -221,8 +221,8 @@ void binary_op(Runtime& rt, Binary op, DType compute, const Shape& shape, const 
   });
 }
 
-void binary_flat(Runtime& rt, Binary op, DType compute, std::int64_t n, const FlatArg& out, const FlatArg& a,
-                 const FlatArg& b) {
+void binary_flat(detail::DeviceRuntime& rt, Binary op, DType compute, std::int64_t n, const FlatArg& out,
+                 const FlatArg& a, const FlatArg& b) {
   const BinaryRunFn fn = binary_fn(op, compute);
   if (n <= kGrainElements) {  // small ops: no stream, no task
     fn(out, a, b, n, compute, false);
@@ -234,8 +234,8 @@ void binary_flat(Runtime& rt, Binary op, DType compute, std::int64_t n, const Fl
   });
 }
 
-void binary_rows(Runtime& rt, Binary op, DType compute, std::int64_t rows, std::int64_t cols, const FlatArg& out,
-                 const FlatArg& full, const FlatArg& row, bool row_first) {
+void binary_rows(detail::DeviceRuntime& rt, Binary op, DType compute, std::int64_t rows, std::int64_t cols,
+                 const FlatArg& out, const FlatArg& full, const FlatArg& row, bool row_first) {
   const BinaryRunFn fn = binary_fn(op, compute);
   const bool stream = should_stream(op, rows * cols, out.dtype);
   rt.parallel_for(rows, std::max<std::int64_t>(1, kGrainElements / cols), [&](std::int64_t begin, std::int64_t end) {
@@ -249,8 +249,8 @@ void binary_rows(Runtime& rt, Binary op, DType compute, std::int64_t rows, std::
   });
 }
 
-void where_op(Runtime& rt, DType compute, const Shape& shape, const Operand& out, const Operand& cond, const Operand& a,
-              const Operand& b) {
+void where_op(detail::DeviceRuntime& rt, DType compute, const Shape& shape, const Operand& out, const Operand& cond,
+              const Operand& a, const Operand& b) {
   const Strides* const strides[4] = {&out.strides, &cond.strides, &a.strides, &b.strides};
   const StridedLoop<4> loop(shape, strides);
   const std::int64_t so = loop.strides[0].back(), sc = loop.strides[1].back(), sa = loop.strides[2].back(),
@@ -301,7 +301,8 @@ void stream_fence() noexcept {
 
 // ---- the original add/mul/relu entry points of kernels.h ----
 
-void binary(Runtime& rt, BinaryOp op, const Shape& shape, const Operand& out, const Operand& a, const Operand& b) {
+void binary(detail::DeviceRuntime& rt, BinaryOp op, const Shape& shape, const Operand& out, const Operand& a,
+            const Operand& b) {
   binary_op(rt, op == BinaryOp::add ? Binary::add : Binary::mul, out.dtype, shape, out, a, b);
 }
 
@@ -311,7 +312,7 @@ void binary_contiguous(BinaryOp op, DType dtype, std::int64_t n, std::byte* out,
       {out, dtype, 1}, {const_cast<std::byte*>(a), dtype, 1}, {const_cast<std::byte*>(b), dtype, 1}, n, dtype, false);
 }
 
-void relu(Runtime& rt, const Shape& shape, const Operand& out, const Operand& in) {
+void relu(detail::DeviceRuntime& rt, const Shape& shape, const Operand& out, const Operand& in) {
   unary_op(rt, Unary::relu, out.dtype, UnaryParams{}, shape, out, in);
 }
 

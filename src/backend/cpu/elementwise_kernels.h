@@ -15,8 +15,8 @@
 #include <cstring>
 #include <type_traits>
 
-#include "backend/cpu/convert.h"
 #include "backend/cpu/kernels.h"
+#include "core/convert.h"
 
 namespace forge::cpu {
 
@@ -85,26 +85,26 @@ struct FlatArg {
 };
 
 // out = a (op) b over `shape`, operands broadcast (strides 0) as given.
-void binary_op(Runtime& rt, Binary op, DType compute, const Shape& shape, const Operand& out, const Operand& a,
-               const Operand& b);
+void binary_op(detail::DeviceRuntime& rt, Binary op, DType compute, const Shape& shape, const Operand& out,
+               const Operand& a, const Operand& b);
 // The same over n elements addressed by (data, stride): no strided setup; for
 // contiguous tensors and tensor-scalar forms.
-void binary_flat(Runtime& rt, Binary op, DType compute, std::int64_t n, const FlatArg& out, const FlatArg& a,
-                 const FlatArg& b);
+void binary_flat(detail::DeviceRuntime& rt, Binary op, DType compute, std::int64_t n, const FlatArg& out,
+                 const FlatArg& a, const FlatArg& b);
 
 // out[r, c] = full[r, c] (op) row[c] (or row[c] (op) full[r, c] when
 // row_first) over rows x cols, every operand packed: a bias added to every row.
-void binary_rows(Runtime& rt, Binary op, DType compute, std::int64_t rows, std::int64_t cols, const FlatArg& out,
-                 const FlatArg& full, const FlatArg& row, bool row_first);
+void binary_rows(detail::DeviceRuntime& rt, Binary op, DType compute, std::int64_t rows, std::int64_t cols,
+                 const FlatArg& out, const FlatArg& full, const FlatArg& row, bool row_first);
 
-void unary_op(Runtime& rt, Unary op, DType compute, const UnaryParams& params, const Shape& shape, const Operand& out,
-              const Operand& in);
-void unary_flat(Runtime& rt, Unary op, DType compute, const UnaryParams& params, std::int64_t n, const FlatArg& out,
-                const FlatArg& in);
+void unary_op(detail::DeviceRuntime& rt, Unary op, DType compute, const UnaryParams& params, const Shape& shape,
+              const Operand& out, const Operand& in);
+void unary_flat(detail::DeviceRuntime& rt, Unary op, DType compute, const UnaryParams& params, std::int64_t n,
+                const FlatArg& out, const FlatArg& in);
 
 // out = cond ? a : b; cond is bool.
-void where_op(Runtime& rt, DType compute, const Shape& shape, const Operand& out, const Operand& cond, const Operand& a,
-              const Operand& b);
+void where_op(detail::DeviceRuntime& rt, DType compute, const Shape& shape, const Operand& out, const Operand& cond,
+              const Operand& a, const Operand& b);
 
 // Note [Streaming stores]: above kStreamBytes of output, the ops bound by
 // memory bandwidth (add, compare, relu, ...) write through non-temporal stores:

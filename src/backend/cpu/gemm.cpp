@@ -118,7 +118,7 @@ BlockSizes block_sizes(Eigen::Index m, Eigen::Index n, Eigen::Index k) {
 template <typename T>
 class PooledBlocking : public Eigen::internal::level3_blocking<T, T> {
  public:
-  PooledBlocking(Runtime& rt, Eigen::Index m, Eigen::Index n, Eigen::Index k) {
+  PooledBlocking(detail::DeviceRuntime& rt, Eigen::Index m, Eigen::Index n, Eigen::Index k) {
     const BlockSizes s = block_sizes<T>(m, n, k);
     this->m_mc = s.mc;
     this->m_nc = s.nc;
@@ -140,8 +140,8 @@ class PooledBlocking : public Eigen::internal::level3_blocking<T, T> {
 
 // C (row-major, outer stride c_outer) += alpha * A B.
 template <typename T, int OA, int OB>
-void product(Runtime& rt, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a, std::int64_t a_outer,
-             const T* b, std::int64_t b_outer, T* c, std::int64_t c_outer) {
+void product(detail::DeviceRuntime& rt, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a,
+             std::int64_t a_outer, const T* b, std::int64_t b_outer, T* c, std::int64_t c_outer) {
   if (m == 1 || n == 1 || m + n + k < 20) {
     // Vector and tiny products: Eigen's GEMV and coefficient kernels.
     const ConstMatMap<T, OA> A(a, m, k, Eigen::OuterStride<>(a_outer));
@@ -156,9 +156,9 @@ void product(Runtime& rt, std::int64_t m, std::int64_t n, std::int64_t k, T alph
 }
 
 template <typename T>
-void gemm_serial(Runtime& rt, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a, std::int64_t a_rs,
-                 std::int64_t a_cs, const T* b, std::int64_t b_rs, std::int64_t b_cs, T beta, T* c, std::int64_t c_rs,
-                 std::int64_t c_cs) {
+void gemm_serial(detail::DeviceRuntime& rt, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a,
+                 std::int64_t a_rs, std::int64_t a_cs, const T* b, std::int64_t b_rs, std::int64_t b_cs, T beta, T* c,
+                 std::int64_t c_rs, std::int64_t c_cs) {
   if (m <= 0 || n <= 0) return;
   std::int64_t c_outer = 0;
   const Layout lc = layout_of(m, n, c_rs, c_cs, c_outer);
@@ -210,9 +210,9 @@ void gemm_serial(Runtime& rt, std::int64_t m, std::int64_t n, std::int64_t k, T 
 }
 
 template <typename T>
-void gemm_impl(Runtime& rt, bool parallel, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a,
-               std::int64_t a_rs, std::int64_t a_cs, const T* b, std::int64_t b_rs, std::int64_t b_cs, T beta, T* c,
-               std::int64_t c_rs, std::int64_t c_cs) {
+void gemm_impl(detail::DeviceRuntime& rt, bool parallel, std::int64_t m, std::int64_t n, std::int64_t k, T alpha,
+               const T* a, std::int64_t a_rs, std::int64_t a_cs, const T* b, std::int64_t b_rs, std::int64_t b_cs,
+               T beta, T* c, std::int64_t c_rs, std::int64_t c_cs) {
   const int threads = rt.threads();
   const double flops = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
   const bool split_cols = n >= m;
@@ -304,7 +304,7 @@ void fold_batch(MatmulProblem& p) {
 // Runs fn(first_row, last_row) over [0, rows), split over rt's threads when
 // `parallel` and there are more than kGrainElements elements.
 template <typename Fn>
-void for_rows(Runtime& rt, bool parallel, std::int64_t rows, std::int64_t cols, Fn&& fn) {
+void for_rows(detail::DeviceRuntime& rt, bool parallel, std::int64_t rows, std::int64_t cols, Fn&& fn) {
   if (!parallel || rows * cols <= kGrainElements) {
     fn(std::int64_t{0}, rows);
     return;
@@ -314,7 +314,7 @@ void for_rows(Runtime& rt, bool parallel, std::int64_t rows, std::int64_t cols, 
 
 // dst (row-major [rows, cols] f32, or column-major when the source's rows
 // are adjacent) = src widened; returns dst's row and column strides.
-void widen_block(Runtime& rt, bool parallel, DType dtype, std::int64_t rows, std::int64_t cols,
+void widen_block(detail::DeviceRuntime& rt, bool parallel, DType dtype, std::int64_t rows, std::int64_t cols,
                  const std::uint16_t* src, std::int64_t rs, std::int64_t cs, float* dst, std::int64_t& dst_rs,
                  std::int64_t& dst_cs) {
   if (rs == 1 && cs != 1 && rows > 1) {
@@ -339,7 +339,7 @@ void widen_block(Runtime& rt, bool parallel, DType dtype, std::int64_t rows, std
 }
 
 template <typename T>
-void init_from_bias(Runtime& rt, bool parallel, std::int64_t m, std::int64_t n, T beta, const T* bias,
+void init_from_bias(detail::DeviceRuntime& rt, bool parallel, std::int64_t m, std::int64_t n, T beta, const T* bias,
                     std::int64_t b_rs, std::int64_t b_cs, T* c, std::int64_t c_rs, std::int64_t c_cs) {
   for_rows(rt, parallel, m, n, [&](std::int64_t r0, std::int64_t r1) {
     for (std::int64_t i = r0; i < r1; ++i) {
@@ -357,7 +357,7 @@ void init_from_bias(Runtime& rt, bool parallel, std::int64_t m, std::int64_t n, 
 }
 
 template <typename T>
-void one_product(Runtime& rt, const MatmulProblem& p, std::int64_t index, bool parallel) {
+void one_product(detail::DeviceRuntime& rt, const MatmulProblem& p, std::int64_t index, bool parallel) {
   const auto at = [&](const MatrixOperand& x) {
     return reinterpret_cast<T*>(x.data) + batch_offset(p.batch, x.batch_strides, index);
   };
@@ -373,7 +373,8 @@ void one_product(Runtime& rt, const MatmulProblem& p, std::int64_t index, bool p
 }
 
 // A 16-bit product through f32 scratch `work` (m*k + k*n + m*n floats).
-void one_half_product(Runtime& rt, const MatmulProblem& p, std::int64_t index, bool parallel, float* work) {
+void one_half_product(detail::DeviceRuntime& rt, const MatmulProblem& p, std::int64_t index, bool parallel,
+                      float* work) {
   const auto at = [&](const MatrixOperand& x) {
     return reinterpret_cast<std::uint16_t*>(x.data) + batch_offset(p.batch, x.batch_strides, index);
   };
@@ -419,7 +420,7 @@ std::size_t gemm_scratch_bytes(DType dtype, std::int64_t m, std::int64_t n, std:
   return dtype == DType::f64 ? bytes(double{}) : bytes(float{});
 }
 
-WorkerScratch::WorkerScratch(Runtime& rt, std::int64_t slots, std::size_t bytes) {
+WorkerScratch::WorkerScratch(detail::DeviceRuntime& rt, std::int64_t slots, std::size_t bytes) {
   if (slots <= 0 || bytes == 0) return;
   stride_ = (bytes + 63) / 64 * 64;
   lease_ = rt.pool().scratch<std::byte>(static_cast<std::size_t>(slots) * stride_);
@@ -441,19 +442,19 @@ WorkerScratch::Lend::~Lend() {
   tls_scratch_bytes = saved_bytes_;
 }
 
-void gemm(Runtime& rt, bool parallel, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a,
-          std::int64_t a_rs, std::int64_t a_cs, const float* b, std::int64_t b_rs, std::int64_t b_cs, float beta,
-          float* c, std::int64_t c_rs, std::int64_t c_cs) {
+void gemm(detail::DeviceRuntime& rt, bool parallel, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
+          const float* a, std::int64_t a_rs, std::int64_t a_cs, const float* b, std::int64_t b_rs, std::int64_t b_cs,
+          float beta, float* c, std::int64_t c_rs, std::int64_t c_cs) {
   gemm_impl<float>(rt, parallel, m, n, k, alpha, a, a_rs, a_cs, b, b_rs, b_cs, beta, c, c_rs, c_cs);
 }
 
-void gemm(Runtime& rt, bool parallel, std::int64_t m, std::int64_t n, std::int64_t k, double alpha, const double* a,
-          std::int64_t a_rs, std::int64_t a_cs, const double* b, std::int64_t b_rs, std::int64_t b_cs, double beta,
-          double* c, std::int64_t c_rs, std::int64_t c_cs) {
+void gemm(detail::DeviceRuntime& rt, bool parallel, std::int64_t m, std::int64_t n, std::int64_t k, double alpha,
+          const double* a, std::int64_t a_rs, std::int64_t a_cs, const double* b, std::int64_t b_rs, std::int64_t b_cs,
+          double beta, double* c, std::int64_t c_rs, std::int64_t c_cs) {
   gemm_impl<double>(rt, parallel, m, n, k, alpha, a, a_rs, a_cs, b, b_rs, b_cs, beta, c, c_rs, c_cs);
 }
 
-void matmul(Runtime& rt, const MatmulProblem& problem) {
+void matmul(detail::DeviceRuntime& rt, const MatmulProblem& problem) {
   MatmulProblem p = problem;
   if (p.beta == 0) p.bias.data = nullptr;  // libtorch: beta 0 ignores the bias, NaN included
   fold_batch(p);

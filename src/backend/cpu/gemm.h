@@ -7,9 +7,9 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "backend/device_runtime.h"
 #include "forge/buffer_pool.h"
 #include "forge/dtype.h"
-#include "forge/runtime.h"
 #include "forge/shape.h"
 
 namespace forge::cpu {
@@ -20,12 +20,12 @@ namespace forge::cpu {
 // read in place (a transposed view costs no copy); other layouts are packed
 // into pooled scratch. When `parallel`, a large product is split over rt's
 // threads; otherwise it runs on the calling thread.
-void gemm(Runtime& rt, bool parallel, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a,
-          std::int64_t a_rs, std::int64_t a_cs, const float* b, std::int64_t b_rs, std::int64_t b_cs, float beta,
-          float* c, std::int64_t c_rs, std::int64_t c_cs);
-void gemm(Runtime& rt, bool parallel, std::int64_t m, std::int64_t n, std::int64_t k, double alpha, const double* a,
-          std::int64_t a_rs, std::int64_t a_cs, const double* b, std::int64_t b_rs, std::int64_t b_cs, double beta,
-          double* c, std::int64_t c_rs, std::int64_t c_cs);
+void gemm(detail::DeviceRuntime& rt, bool parallel, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
+          const float* a, std::int64_t a_rs, std::int64_t a_cs, const float* b, std::int64_t b_rs, std::int64_t b_cs,
+          float beta, float* c, std::int64_t c_rs, std::int64_t c_cs);
+void gemm(detail::DeviceRuntime& rt, bool parallel, std::int64_t m, std::int64_t n, std::int64_t k, double alpha,
+          const double* a, std::int64_t a_rs, std::int64_t a_cs, const double* b, std::int64_t b_rs, std::int64_t b_cs,
+          double beta, double* c, std::int64_t c_rs, std::int64_t c_cs);
 
 // Note [Worker scratch]
 // The pool's best fit is deterministic only when the order of its acquires
@@ -49,7 +49,7 @@ std::size_t gemm_scratch_bytes(DType dtype, std::int64_t m, std::int64_t n, std:
 class WorkerScratch {
  public:
   WorkerScratch() = default;
-  WorkerScratch(Runtime& rt, std::int64_t slots, std::size_t bytes);
+  WorkerScratch(detail::DeviceRuntime& rt, std::int64_t slots, std::size_t bytes);
 
   class Lend {
    public:
@@ -95,7 +95,7 @@ struct MatmulProblem {
   MatrixOperand a, b, c, bias;
   double alpha = 1, beta = 1;
 };
-void matmul(Runtime& rt, const MatmulProblem& p);
+void matmul(detail::DeviceRuntime& rt, const MatmulProblem& p);
 
 // Contiguous 16-bit <-> f32 conversion (F16C for f16; round to nearest even).
 void widen_to_f32(DType dtype, const std::uint16_t* src, float* dst, std::int64_t count) noexcept;

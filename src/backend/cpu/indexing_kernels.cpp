@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include "backend/cpu/convert.h"
+#include "core/convert.h"
 
 namespace forge::cpu {
 namespace {
@@ -33,7 +33,7 @@ std::int64_t row_grain(std::int64_t row_len) {
 }
 
 template <typename S>
-void mapped_copy_impl(Runtime& rt, const Shape& shape, const Operand& out, const Operand& src,
+void mapped_copy_impl(detail::DeviceRuntime& rt, const Shape& shape, const Operand& out, const Operand& src,
                       const std::int64_t* const* maps, std::int64_t period, const void* fill_value) {
   const int r = shape.rank();
   S fill{};
@@ -108,7 +108,8 @@ void mapped_copy_impl(Runtime& rt, const Shape& shape, const Operand& out, const
 }
 
 template <typename S>
-void take_rows_impl(Runtime& rt, const RowTake& g, const std::int64_t* rows, std::byte* out, const std::byte* src) {
+void take_rows_impl(detail::DeviceRuntime& rt, const RowTake& g, const std::int64_t* rows, std::byte* out,
+                    const std::byte* src) {
   const std::int64_t n = g.lead_shape.numel(), len = g.row_len;
   S* const o = reinterpret_cast<S*>(out);
   const S* const s = reinterpret_cast<const S*>(src);
@@ -141,19 +142,19 @@ void dispatch_index(DType t, Fn&& fn) {
 
 }  // namespace
 
-void mapped_copy(Runtime& rt, const Shape& out_shape, const Operand& out, const Operand& src,
+void mapped_copy(detail::DeviceRuntime& rt, const Shape& out_shape, const Operand& out, const Operand& src,
                  const std::int64_t* const* maps, std::int64_t inner_period, const void* fill_value) {
   dispatch_width(dtype_size(out.dtype), [&](auto tag) {
     mapped_copy_impl<decltype(tag)>(rt, out_shape, out, src, maps, inner_period, fill_value);
   });
 }
 
-void take_rows(Runtime& rt, const RowTake& geo, const std::int64_t* rows, std::byte* out, const std::byte* src,
-               std::size_t element_size) {
+void take_rows(detail::DeviceRuntime& rt, const RowTake& geo, const std::int64_t* rows, std::byte* out,
+               const std::byte* src, std::size_t element_size) {
   dispatch_width(element_size, [&](auto tag) { take_rows_impl<decltype(tag)>(rt, geo, rows, out, src); });
 }
 
-void gather(Runtime& rt, const Shape& shape, const Operand& out, const Operand& index, const Operand& src,
+void gather(detail::DeviceRuntime& rt, const Shape& shape, const Operand& out, const Operand& index, const Operand& src,
             std::int64_t src_dim_stride) {
   const Strides* const strides[3] = {&out.strides, &index.strides, &src.strides};
   const StridedLoop<3> loop(shape, strides);
@@ -173,8 +174,8 @@ void gather(Runtime& rt, const Shape& shape, const Operand& out, const Operand& 
   });
 }
 
-void scatter_add(Runtime& rt, const Shape& shape, int dim, const Operand& out, const Operand& index, const Operand& src,
-                 std::int64_t out_dim_stride) {
+void scatter_add(detail::DeviceRuntime& rt, const Shape& shape, int dim, const Operand& out, const Operand& index,
+                 const Operand& src, std::int64_t out_dim_stride) {
   // Lines along dim are independent (they write disjoint elements of out), so
   // they run in parallel; each line runs in order.
   Shape lead;
@@ -216,8 +217,8 @@ void scatter_add(Runtime& rt, const Shape& shape, int dim, const Operand& out, c
   });
 }
 
-void triangle(Runtime& rt, const Shape& shape, const Operand& out, const Operand& x, std::int64_t diagonal,
-              bool upper) {
+void triangle(detail::DeviceRuntime& rt, const Shape& shape, const Operand& out, const Operand& x,
+              std::int64_t diagonal, bool upper) {
   const int r = shape.rank();
   const std::int64_t rows_per_plane = shape[r - 2], cols = shape[r - 1];
   const std::int64_t rows = cols == 0 ? 0 : shape.numel() / cols;

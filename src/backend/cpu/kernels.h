@@ -1,13 +1,15 @@
 #pragma once
-// Unchecked CPU kernels. Callers (the ops) have validated shapes, dtypes,
-// bounds and aliasing; kernels never allocate their outputs.
+// Unchecked CPU kernels, reached through the cpu backend's table
+// (backend/cpu/cpu_backend.cpp). Callers (the ops) have validated shapes,
+// dtypes, bounds and aliasing; kernels never allocate their outputs.
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
+#include "backend/device_runtime.h"
+#include "backend/kernels/copy.h"
 #include "forge/dtype.h"
-#include "forge/runtime.h"
 #include "forge/shape.h"
 
 namespace forge::cpu {
@@ -15,28 +17,22 @@ namespace forge::cpu {
 // Below this many elements a kernel runs inline, spawning no task.
 inline constexpr std::int64_t kGrainElements = 32768;
 
-// One operand of a strided loop: its first element and its strides (in
-// elements) over the loop's shape; a broadcast dimension has stride 0.
-struct Operand {
-  std::byte* data;
-  DType dtype;
-  Strides strides;
-};
+using backend::Operand;
+using detail::DeviceRuntime;
 
 // dst[i] = convert(src[i]) over `shape`, any dtypes, any strides.
-void copy_cast(Runtime& rt, const Shape& shape, const Operand& dst, const Operand& src);
-// dst[i] = value converted to dst's dtype.
-void fill(Runtime& rt, const Shape& shape, const Operand& dst, double value);
-// The same with the value already one element of dst's dtype (its bytes).
-void fill(Runtime& rt, const Shape& shape, const Operand& dst, const std::byte* element);
+void copy_cast(DeviceRuntime& rt, const Shape& shape, const Operand& dst, const Operand& src);
+// dst[i] = one element of dst's dtype (its bytes).
+void fill(DeviceRuntime& rt, const Shape& shape, const Operand& dst, const std::byte* element);
 
 enum class BinaryOp { add, mul };
 // out = a (op) b; all three operands share `dtype`.
-void binary(Runtime& rt, BinaryOp op, const Shape& shape, const Operand& out, const Operand& a, const Operand& b);
+void binary(detail::DeviceRuntime& rt, BinaryOp op, const Shape& shape, const Operand& out, const Operand& a,
+            const Operand& b);
 // The contiguous, same-shape case, for small ops that must not pay for the strided setup.
 void binary_contiguous(BinaryOp op, DType dtype, std::int64_t n, std::byte* out, const std::byte* a,
                        const std::byte* b);
-void relu(Runtime& rt, const Shape& shape, const Operand& out, const Operand& in);
+void relu(detail::DeviceRuntime& rt, const Shape& shape, const Operand& out, const Operand& in);
 
 // ---- the strided loop every elementwise kernel uses ----
 
@@ -85,7 +81,7 @@ struct StridedLoop {
 // work over the runtime's threads above the grain, so a long contiguous run is
 // cut into pieces too.
 template <int N, typename RunFn>
-void for_each_run(Runtime& rt, const StridedLoop<N>& loop, RunFn&& run) {
+void for_each_run(DeviceRuntime& rt, const StridedLoop<N>& loop, RunFn&& run) {
   const std::int64_t total = loop.shape.numel(), inner = loop.inner();
   if (total == 0) return;
   rt.parallel_for(total, kGrainElements, [&](std::int64_t begin, std::int64_t end) {

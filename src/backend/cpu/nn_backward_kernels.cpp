@@ -85,7 +85,7 @@ void norm_row(const NormBackward& p, std::int64_t r, double* dw, double* db) {
 }
 
 template <typename T>
-void norm_backward_typed(Runtime& rt, const NormBackward& p) {
+void norm_backward_typed(detail::DeviceRuntime& rt, const NormBackward& p) {
   const bool params = p.dw || p.db;
   if (!params) {
     rt.parallel_for(p.rows, row_grain(p.n), [&](std::int64_t begin, std::int64_t end) {
@@ -161,7 +161,7 @@ void cross_entropy_row(const ClassLossBackward& p, std::int64_t i, double inv, T
 }
 
 template <typename T>
-void cross_entropy_typed(Runtime& rt, const ClassLossBackward& p) {
+void cross_entropy_typed(detail::DeviceRuntime& rt, const ClassLossBackward& p) {
   const double inv = inverse_count(p);
   const ClassRows& r = p.dx_rows;
   rt.parallel_for(r.rows, row_grain(r.classes), [&](std::int64_t begin, std::int64_t end) {
@@ -208,7 +208,7 @@ ClassRows::ClassRows(const Shape& shape, const Strides& strides) {
   }
 }
 
-void softmax_backward(Runtime& rt, DType dtype, std::int64_t rows, std::int64_t n, const std::byte* y,
+void softmax_backward(detail::DeviceRuntime& rt, DType dtype, std::int64_t rows, std::int64_t n, const std::byte* y,
                       const std::byte* g, std::byte* dx, bool log) {
   dispatch_real(dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -221,7 +221,7 @@ void softmax_backward(Runtime& rt, DType dtype, std::int64_t rows, std::int64_t 
   });
 }
 
-void norm_backward(Runtime& rt, const NormBackward& p) {
+void norm_backward(detail::DeviceRuntime& rt, const NormBackward& p) {
   if (p.n == 0) return;
   if (p.rows == 0) {  // no rows: the parameters' gradients are zeros
     dispatch_real(p.dtype, [&](auto tag) {
@@ -234,11 +234,11 @@ void norm_backward(Runtime& rt, const NormBackward& p) {
   dispatch_real(p.dtype, [&](auto tag) { norm_backward_typed<decltype(tag)>(rt, p); });
 }
 
-void cross_entropy_backward(Runtime& rt, const ClassLossBackward& p) {
+void cross_entropy_backward(detail::DeviceRuntime& rt, const ClassLossBackward& p) {
   dispatch_real(p.dtype, [&](auto tag) { cross_entropy_typed<decltype(tag)>(rt, p); });
 }
 
-void nll_loss_backward(Runtime&, const ClassLossBackward& p) {
+void nll_loss_backward(detail::DeviceRuntime&, const ClassLossBackward& p) {
   dispatch_real(p.dtype, [&](auto tag) { nll_loss_typed<decltype(tag)>(p); });
 }
 

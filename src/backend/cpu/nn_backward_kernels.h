@@ -8,15 +8,15 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "backend/device_runtime.h"
 #include "forge/dtype.h"
-#include "forge/runtime.h"
 #include "forge/tensor.h"
 
 namespace forge::cpu {
 
 // dx = y * (g - sum(g * y)) per row of n (softmax), or dx = g - exp(y) * sum(g)
 // (log_softmax, y the log-probabilities).
-void softmax_backward(Runtime& rt, DType dtype, std::int64_t rows, std::int64_t n, const std::byte* y,
+void softmax_backward(detail::DeviceRuntime& rt, DType dtype, std::int64_t rows, std::int64_t n, const std::byte* y,
                       const std::byte* g, std::byte* dx, bool log);
 
 // The gradients of layer_norm (rms = false) or rms_norm (rms = true) over
@@ -34,7 +34,7 @@ struct NormBackward {
   std::byte* dw = nullptr;
   std::byte* db = nullptr;
 };
-void norm_backward(Runtime& rt, const NormBackward& p);
+void norm_backward(detail::DeviceRuntime& rt, const NormBackward& p);
 
 // The rows of a class loss's input [C], [N, C] or [N, C, d1, ..., dk]: every
 // index but the class dim's, in row-major order (one row, N rows, or
@@ -80,8 +80,8 @@ struct ClassLossBackward {
   bool mean = false;
   std::byte* dx = nullptr;
 };
-void cross_entropy_backward(Runtime& rt, const ClassLossBackward& p);
-void nll_loss_backward(Runtime& rt, const ClassLossBackward& p);
+void cross_entropy_backward(detail::DeviceRuntime& rt, const ClassLossBackward& p);
+void nll_loss_backward(detail::DeviceRuntime& rt, const ClassLossBackward& p);
 
 }  // namespace forge::cpu
 

@@ -187,7 +187,8 @@ void rms_norm_row(const C* x, C* y, std::int64_t n, const C* w, double eps) {
 // Runs row(x, y) over `rows` rows of n elements, in parallel; 16-bit rows go
 // through f32 scratch (one lease per parallel chunk).
 template <typename T, typename RowFn>
-void for_rows(Runtime& rt, std::int64_t rows, std::int64_t n, const std::byte* in, std::byte* out, RowFn row) {
+void for_rows(detail::DeviceRuntime& rt, std::int64_t rows, std::int64_t n, const std::byte* in, std::byte* out,
+              RowFn row) {
   const T* x = reinterpret_cast<const T*>(in);
   T* y = reinterpret_cast<T*>(out);
   const std::int64_t grain = std::max<std::int64_t>(1, kGrainElements / std::max<std::int64_t>(n, 1));
@@ -245,7 +246,8 @@ void softmax_column_tile(const float* xb, float* yb, std::int64_t n, std::int64_
 
 // softmax over the middle axis of [outer, n, inner], a tile of inner positions at a time.
 template <typename T>
-void softmax_columns(Runtime& rt, std::int64_t outer, std::int64_t n, std::int64_t inner, const T* x, T* y, bool log) {
+void softmax_columns(detail::DeviceRuntime& rt, std::int64_t outer, std::int64_t n, std::int64_t inner, const T* x,
+                     T* y, bool log) {
   using C = compute_t<T>;
   const std::int64_t per = (inner + kColumnTile - 1) / kColumnTile;
   const std::int64_t grain = std::max<std::int64_t>(1, kGrainElements / (n * std::min(inner, kColumnTile)));
@@ -286,7 +288,7 @@ template <typename T>
 struct Params {
   ScratchLease<float> copy;
   const compute_t<T>* data = nullptr;
-  Params(Runtime& rt, const std::byte* p, std::int64_t n) {
+  Params(detail::DeviceRuntime& rt, const std::byte* p, std::int64_t n) {
     if (!p) return;
     if constexpr (is_half_v<T>) {
       copy = rt.pool().scratch<float>(static_cast<std::size_t>(n));
@@ -314,8 +316,8 @@ void dispatch_float(DType dtype, Fn&& fn) {
 
 }  // namespace
 
-void softmax(Runtime& rt, DType dtype, std::int64_t outer, std::int64_t n, std::int64_t inner, const std::byte* in,
-             std::byte* out, bool log) {
+void softmax(detail::DeviceRuntime& rt, DType dtype, std::int64_t outer, std::int64_t n, std::int64_t inner,
+             const std::byte* in, std::byte* out, bool log) {
   if (outer == 0 || n == 0 || inner == 0) return;
   dispatch_float(dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -328,7 +330,7 @@ void softmax(Runtime& rt, DType dtype, std::int64_t outer, std::int64_t n, std::
   });
 }
 
-void layer_norm(Runtime& rt, DType dtype, std::int64_t rows, std::int64_t n, const std::byte* in,
+void layer_norm(detail::DeviceRuntime& rt, DType dtype, std::int64_t rows, std::int64_t n, const std::byte* in,
                 const std::byte* weight, const std::byte* bias, double eps, std::byte* out) {
   if (rows == 0 || n == 0) return;
   dispatch_float(dtype, [&](auto tag) {
@@ -339,8 +341,8 @@ void layer_norm(Runtime& rt, DType dtype, std::int64_t rows, std::int64_t n, con
   });
 }
 
-void rms_norm(Runtime& rt, DType dtype, std::int64_t rows, std::int64_t n, const std::byte* in, const std::byte* weight,
-              double eps, std::byte* out) {
+void rms_norm(detail::DeviceRuntime& rt, DType dtype, std::int64_t rows, std::int64_t n, const std::byte* in,
+              const std::byte* weight, double eps, std::byte* out) {
   if (rows == 0 || n == 0) return;
   dispatch_float(dtype, [&](auto tag) {
     using T = decltype(tag);

@@ -88,7 +88,8 @@ void sgd_dispatch(const SgdStep& s, std::int64_t n, T* param, const T* grad, T* 
 }  // namespace
 
 template <typename T>
-void adam_step(Runtime& rt, const AdamStep& s, std::int64_t n, T* param, const T* grad, T* exp_avg, T* exp_avg_sq) {
+void adam_step(detail::DeviceRuntime& rt, const AdamStep& s, std::int64_t n, T* param, const T* grad, T* exp_avg,
+               T* exp_avg_sq) {
   rt.parallel_for(n, kGrainElements, [&](std::int64_t begin, std::int64_t end) {
     const std::int64_t len = end - begin;
     if (s.decoupled)
@@ -99,7 +100,8 @@ void adam_step(Runtime& rt, const AdamStep& s, std::int64_t n, T* param, const T
 }
 
 template <typename T>
-void sgd_step(Runtime& rt, const SgdStep& s, std::int64_t n, T* param, const T* grad, T* momentum_buffer) {
+void sgd_step(detail::DeviceRuntime& rt, const SgdStep& s, std::int64_t n, T* param, const T* grad,
+              T* momentum_buffer) {
   rt.parallel_for(n, kGrainElements, [&](std::int64_t begin, std::int64_t end) {
     const std::int64_t len = end - begin;
     T* p = param + begin;
@@ -114,7 +116,7 @@ void sgd_step(Runtime& rt, const SgdStep& s, std::int64_t n, T* param, const T* 
 }
 
 template <typename T>
-double norm_power_sum(Runtime& rt, std::int64_t n, const T* x, double p) {
+double norm_power_sum(detail::DeviceRuntime& rt, std::int64_t n, const T* x, double p) {
   const std::int64_t blocks = (n + kGrainElements - 1) / kGrainElements;
   std::vector<double> partial(static_cast<std::size_t>(blocks), 0.0);
   const bool inf = std::isinf(p);
@@ -139,11 +141,13 @@ double norm_power_sum(Runtime& rt, std::int64_t n, const T* x, double p) {
   return total;
 }
 
-template void adam_step<float>(Runtime&, const AdamStep&, std::int64_t, float*, const float*, float*, float*);
-template void adam_step<double>(Runtime&, const AdamStep&, std::int64_t, double*, const double*, double*, double*);
-template void sgd_step<float>(Runtime&, const SgdStep&, std::int64_t, float*, const float*, float*);
-template void sgd_step<double>(Runtime&, const SgdStep&, std::int64_t, double*, const double*, double*);
-template double norm_power_sum<float>(Runtime&, std::int64_t, const float*, double);
-template double norm_power_sum<double>(Runtime&, std::int64_t, const double*, double);
+template void adam_step<float>(detail::DeviceRuntime&, const AdamStep&, std::int64_t, float*, const float*, float*,
+                               float*);
+template void adam_step<double>(detail::DeviceRuntime&, const AdamStep&, std::int64_t, double*, const double*, double*,
+                                double*);
+template void sgd_step<float>(detail::DeviceRuntime&, const SgdStep&, std::int64_t, float*, const float*, float*);
+template void sgd_step<double>(detail::DeviceRuntime&, const SgdStep&, std::int64_t, double*, const double*, double*);
+template double norm_power_sum<float>(detail::DeviceRuntime&, std::int64_t, const float*, double);
+template double norm_power_sum<double>(detail::DeviceRuntime&, std::int64_t, const double*, double);
 
 }  // namespace forge::cpu

@@ -264,7 +264,7 @@ class Engine {
   using Vec = std::conditional_t<std::is_same_v<Acc, double>, VecD, VecF>;
   static constexpr int kW = static_cast<int>(sizeof(Vec) / sizeof(Acc));
 
-  Engine(Runtime& rt, const R& r, const Geometry& g, const In* in, Out* out)
+  Engine(detail::DeviceRuntime& rt, const R& r, const Geometry& g, const In* in, Out* out)
       : rt_(rt), r_(r), g_(g), in_(in), out_(out) {}
 
   void run() {
@@ -478,7 +478,7 @@ class Engine {
     }
   }
 
-  Runtime& rt_;
+  detail::DeviceRuntime& rt_;
   const R& r_;
   const Geometry& g_;
   const In* in_;
@@ -486,14 +486,14 @@ class Engine {
 };
 
 template <typename R, typename In, typename Out>
-void run_engine(Runtime& rt, const R& r, const ReduceArgs& a) {
+void run_engine(detail::DeviceRuntime& rt, const R& r, const ReduceArgs& a) {
   const Geometry g = make_geometry(a);
   Engine<R, In, Out>(rt, r, g, reinterpret_cast<const In*>(a.in), reinterpret_cast<Out*>(a.out)).run();
 }
 
 // Floating-only ops (the op validated the dtype).
 template <template <typename> class R, typename... Extra>
-void run_float(Runtime& rt, const ReduceArgs& a, Extra... extra) {
+void run_float(detail::DeviceRuntime& rt, const ReduceArgs& a, Extra... extra) {
   dispatch_dtype(a.in_dtype, [&](auto tag) {
     using T = decltype(tag);
     if constexpr (std::is_floating_point_v<compute_t<T>>) {
@@ -518,7 +518,7 @@ using SR = VarR<V, true>;
 
 // sum and prod: floats keep their dtype; integers and bool give i64.
 template <template <typename> class R>
-void run_widening(Runtime& rt, const ReduceArgs& a) {
+void run_widening(detail::DeviceRuntime& rt, const ReduceArgs& a) {
   dispatch_dtype(a.in_dtype, [&](auto tag) {
     using T = decltype(tag);
     if constexpr (std::is_floating_point_v<compute_t<T>>) {
@@ -530,7 +530,7 @@ void run_widening(Runtime& rt, const ReduceArgs& a) {
 }
 
 template <template <typename> class R, typename OutFor>
-void run_same(Runtime& rt, const ReduceArgs& a, OutFor) {
+void run_same(detail::DeviceRuntime& rt, const ReduceArgs& a, OutFor) {
   dispatch_dtype(a.in_dtype, [&](auto tag) {
     using T = decltype(tag);
     using Out = std::conditional_t<std::is_same_v<OutFor, bool>, bool, T>;
@@ -540,7 +540,7 @@ void run_same(Runtime& rt, const ReduceArgs& a, OutFor) {
 
 }  // namespace
 
-void reduce(Runtime& rt, ReduceOp op, const ReduceArgs& a) {
+void reduce(detail::DeviceRuntime& rt, ReduceOp op, const ReduceArgs& a) {
   switch (op) {
     case ReduceOp::sum:
       return run_widening<SumR>(rt, a);

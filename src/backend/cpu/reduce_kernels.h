@@ -10,9 +10,9 @@
 #include <cstring>
 #include <type_traits>
 
-#include "backend/cpu/convert.h"
+#include "backend/device_runtime.h"
+#include "core/convert.h"
 #include "forge/dtype.h"
-#include "forge/runtime.h"
 #include "forge/shape.h"
 
 #if defined(__AVX512F__) || defined(__F16C__)
@@ -38,7 +38,7 @@ struct ReduceArgs {
   DType out_dtype = DType::f32;
   std::int64_t correction = 1;  // var and std
 };
-void reduce(Runtime& rt, ReduceOp op, const ReduceArgs& args);
+void reduce(detail::DeviceRuntime& rt, ReduceOp op, const ReduceArgs& args);
 
 // Index of the largest (smallest) element along `dim` (the first among ties;
 // NaN counts as the largest and the smallest), written as i64 into
@@ -55,23 +55,23 @@ struct ArgReduceArgs {
   std::byte* values = nullptr;
   std::byte* indices = nullptr;
 };
-void arg_reduce(Runtime& rt, bool is_max, const ArgReduceArgs& args);
+void arg_reduce(detail::DeviceRuntime& rt, bool is_max, const ArgReduceArgs& args);
 
 // out = running sum of in along dim (out's dtype: i64 for integers and bool,
 // else in's; floats accumulate in f64).
-void cumsum(Runtime& rt, const Shape& shape, const Strides& in_strides, const Strides& out_strides, int dim,
-            const std::byte* in, DType in_dtype, std::byte* out, DType out_dtype);
+void cumsum(detail::DeviceRuntime& rt, const Shape& shape, const Strides& in_strides, const Strides& out_strides,
+            int dim, const std::byte* in, DType in_dtype, std::byte* out, DType out_dtype);
 
 // softmax (or log_softmax) over the middle axis of a contiguous
 // [outer, n, inner] block; out is contiguous of the same dtype.
-void softmax(Runtime& rt, DType dtype, std::int64_t outer, std::int64_t n, std::int64_t inner, const std::byte* in,
-             std::byte* out, bool log);
+void softmax(detail::DeviceRuntime& rt, DType dtype, std::int64_t outer, std::int64_t n, std::int64_t inner,
+             const std::byte* in, std::byte* out, bool log);
 // Normalizes each of `rows` contiguous rows of n elements; weight and bias
 // are contiguous [n] of the same dtype, or null.
-void layer_norm(Runtime& rt, DType dtype, std::int64_t rows, std::int64_t n, const std::byte* in,
+void layer_norm(detail::DeviceRuntime& rt, DType dtype, std::int64_t rows, std::int64_t n, const std::byte* in,
                 const std::byte* weight, const std::byte* bias, double eps, std::byte* out);
-void rms_norm(Runtime& rt, DType dtype, std::int64_t rows, std::int64_t n, const std::byte* in, const std::byte* weight,
-              double eps, std::byte* out);
+void rms_norm(detail::DeviceRuntime& rt, DType dtype, std::int64_t rows, std::int64_t n, const std::byte* in,
+              const std::byte* weight, double eps, std::byte* out);
 
 // ---- shared arithmetic ----
 

@@ -30,7 +30,7 @@ inline bool better(V v, V best) noexcept {
 }
 
 template <typename T, bool kMax>
-void run_arg(Runtime& rt, const ArgReduceArgs& a) {
+void run_arg(detail::DeviceRuntime& rt, const ArgReduceArgs& a) {
   using V = int_or_v<T>;
   DimRun kept[kMaxRank];
   int nk = 0;
@@ -160,8 +160,8 @@ void run_arg(Runtime& rt, const ArgReduceArgs& a) {
 // ---- cumsum ----
 
 template <typename In, typename Out>
-void run_cumsum(Runtime& rt, const Shape& shape, const Strides& is, const Strides& os, int dim, const In* in,
-                Out* out) {
+void run_cumsum(detail::DeviceRuntime& rt, const Shape& shape, const Strides& is, const Strides& os, int dim,
+                const In* in, Out* out) {
   using Acc = std::conditional_t<std::is_floating_point_v<compute_t<In>>, double, std::uint64_t>;
   DimRun lines[kMaxRank];
   int nl = 0;
@@ -204,7 +204,7 @@ void run_cumsum(Runtime& rt, const Shape& shape, const Strides& is, const Stride
 
 }  // namespace
 
-void arg_reduce(Runtime& rt, bool is_max, const ArgReduceArgs& a) {
+void arg_reduce(detail::DeviceRuntime& rt, bool is_max, const ArgReduceArgs& a) {
   dispatch_dtype(a.dtype, [&](auto tag) {
     using T = decltype(tag);
     if (is_max)
@@ -214,8 +214,8 @@ void arg_reduce(Runtime& rt, bool is_max, const ArgReduceArgs& a) {
   });
 }
 
-void cumsum(Runtime& rt, const Shape& shape, const Strides& in_strides, const Strides& out_strides, int dim,
-            const std::byte* in, DType in_dtype, std::byte* out, DType out_dtype) {
+void cumsum(detail::DeviceRuntime& rt, const Shape& shape, const Strides& in_strides, const Strides& out_strides,
+            int dim, const std::byte* in, DType in_dtype, std::byte* out, DType out_dtype) {
   (void)out_dtype;  // i64 for integers and bool, else in_dtype
   dispatch_dtype(in_dtype, [&](auto tag) {
     using T = decltype(tag);

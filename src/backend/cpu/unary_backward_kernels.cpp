@@ -119,8 +119,8 @@ RunFn pick(UnaryBackward op) noexcept {
 
 }  // namespace
 
-void unary_backward_flat(Runtime& rt, UnaryBackward op, DType dtype, std::int64_t n, std::byte* out, const std::byte* g,
-                         const std::byte* saved) {
+void unary_backward_flat(detail::DeviceRuntime& rt, UnaryBackward op, DType dtype, std::int64_t n, std::byte* out,
+                         const std::byte* g, const std::byte* saved) {
   const RunFn fn = dtype == DType::f32 ? pick<float>(op) : pick<double>(op);
   const std::size_t size = dtype_size(dtype);
   if (n <= kGrainElements) {  // small tensors: no task

@@ -7,8 +7,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "backend/device_runtime.h"
 #include "forge/dtype.h"
-#include "forge/runtime.h"
 
 namespace forge::cpu {
 
@@ -18,7 +18,7 @@ enum class UnaryBackward : std::uint8_t { relu, sigmoid, tanh, gelu, gelu_tanh, 
 
 // out[i] = g[i] * f'(...) from saved[i], over n packed elements of `dtype`
 // (f32 or f64); out may not alias the inputs.
-void unary_backward_flat(Runtime& rt, UnaryBackward op, DType dtype, std::int64_t n, std::byte* out, const std::byte* g,
-                         const std::byte* saved);
+void unary_backward_flat(detail::DeviceRuntime& rt, UnaryBackward op, DType dtype, std::int64_t n, std::byte* out,
+                         const std::byte* g, const std::byte* saved);
 
 }  // namespace forge::cpu

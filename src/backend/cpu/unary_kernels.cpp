@@ -213,8 +213,8 @@ bool should_stream(Unary op, std::int64_t n, DType out) noexcept {
 }
 }  // namespace
 
-void unary_op(Runtime& rt, Unary op, DType compute, const UnaryParams& params, const Shape& shape, const Operand& out,
-              const Operand& in) {
+void unary_op(detail::DeviceRuntime& rt, Unary op, DType compute, const UnaryParams& params, const Shape& shape,
+              const Operand& out, const Operand& in) {
   const UnaryRunFn fn = unary_fn(op, compute);
   const Strides* const strides[2] = {&out.strides, &in.strides};
   const StridedLoop<2> loop(shape, strides);
@@ -226,8 +226,8 @@ void unary_op(Runtime& rt, Unary op, DType compute, const UnaryParams& params, c
   });
 }
 
-void unary_flat(Runtime& rt, Unary op, DType compute, const UnaryParams& params, std::int64_t n, const FlatArg& out,
-                const FlatArg& in) {
+void unary_flat(detail::DeviceRuntime& rt, Unary op, DType compute, const UnaryParams& params, std::int64_t n,
+                const FlatArg& out, const FlatArg& in) {
   const UnaryRunFn fn = unary_fn(op, compute);
   if (n <= kGrainElements) {  // small ops: no stream, no task
     fn(out, in, n, compute, params, false);

@@ -1,5 +1,5 @@
 #pragma once
-// Scalar conversions between forge's element types. 16-bit floats compute in
+// Element conversions between forge's element types (host code: kernels and ops). 16-bit floats compute in
 // f32; float-to-integer conversions saturate (NaN gives 0) instead of being
 // undefined; anything to bool is "!= 0".
 
@@ -9,7 +9,7 @@
 
 #include "forge/dtype.h"
 
-namespace forge::cpu {
+namespace forge {
 
 template <typename T>
 inline constexpr bool is_half_v = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
@@ -61,4 +61,4 @@ inline T from_double(double v) noexcept {
   return convert<T, double>(v);
 }
 
-}  // namespace forge::cpu
+}  // namespace forge

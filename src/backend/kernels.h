@@ -1,0 +1,30 @@
+#pragma once
+// The kernel table: one struct of entries per family (backend/kernels/*.h),
+// each entry a function pointer and the dtypes it computes in (Entry in
+// backend/backend.h). A family's header also defines the device-neutral
+// arguments its kernels take (operands, problem descriptions), so that ops
+// name no backend.
+
+#include "backend/kernels/conv.h"
+#include "backend/kernels/copy.h"
+#include "backend/kernels/elementwise.h"
+#include "backend/kernels/indexing.h"
+#include "backend/kernels/linalg.h"
+#include "backend/kernels/nn.h"
+#include "backend/kernels/optim.h"
+#include "backend/kernels/reduce.h"
+
+namespace forge::backend {
+
+struct Kernels {
+  CopyKernels copy;                // copy_cast, fill
+  ElementwiseKernels elementwise;  // binary, unary, where, their backward
+  ReduceKernels reduce;            // reductions, arg reductions, scans
+  NnKernels nn;                    // softmax, layer and RMS norms, losses, and their backward
+  ConvKernels conv;                // conv2d, pooling, and their backward
+  LinalgKernels linalg;            // matmul, attention
+  IndexingKernels indexing;        // gather/scatter, take, shape-op copies, masks
+  OptimKernels optim;              // optimizer steps, gradient norms
+};
+
+}  // namespace forge::backend
