@@ -53,6 +53,7 @@ class TensorImpl : public RefCounted<TensorImpl> {
   bool requires_grad() const noexcept { return requires_grad_; }
   // Made by a view op (shares another tensor's buffer).
   bool is_view() const noexcept { return is_view_; }
+  void mark_view(const detail::Internal&) noexcept { is_view_ = true; }
 
  private:
   friend struct detail::AutogradAccess;

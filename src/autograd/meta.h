@@ -35,7 +35,6 @@ struct AutogradAccess {
     autograd::Node* old = std::exchange(t.grad_fn_, node.release());
     if (old) old->release_ref();
   }
-  static void mark_view(TensorImpl& t) noexcept { t.is_view_ = true; }
   static void destroy(TensorImpl& t) noexcept {
     set_grad_fn(t, nullptr);
     delete t.autograd_;

@@ -6,16 +6,11 @@
 #include <limits>
 #include <string_view>
 
-#include "autograd/meta.h"
-#include "autograd/record.h"
-#include "autograd/rules/views.h"
+#include "core/autograd_hooks.h"
 #include "core/convert.h"
 #include "core/internal.h"
 #include "core/tensor_internal.h"
-#include "forge/autograd.h"
-#include "forge/ops.h"
 #include "forge/runtime.h"
-#include "ops/elementwise_internal.h"
 
 namespace forge {
 
@@ -28,7 +23,9 @@ TensorImpl::TensorImpl(const detail::Internal&, Ref<Runtime> runtime, Ref<Buffer
       offset_(offset),
       dtype_(dtype) {}
 
-TensorImpl::~TensorImpl() { detail::AutogradAccess::destroy(*this); }
+TensorImpl::~TensorImpl() {
+  if (grad_fn_ != nullptr || autograd_ != nullptr) detail::release_autograd(*this);
+}
 
 void Tensor::throw_undefined() {
   FORGE_FAIL(invalid_argument, "tensor", "the handle is undefined (default-constructed or moved from)");
@@ -65,66 +62,6 @@ void Tensor::check_dtype(DType expected, const char* op) const {
   FORGE_CHECK(dtype() == expected, dtype, op, "the tensor holds ", dtype_name(dtype()), ", not ", dtype_name(expected));
 }
 
-Tensor Tensor::clone() const try {
-  detail::check_input("clone", *this, "tensor");
-  Tensor out = detail::allocate(runtime(), shape(), dtype(), "clone");
-  detail::copy_cast("clone", out, shape(), detail::operand(out), detail::operand(*this));
-  detail::adopt_output(out);
-  FORGE_RECORD(clone, out, *this);
-  return out;
-}
-FORGE_CATCH_OOM("clone")
-
-Tensor Tensor::contiguous() const try {
-  detail::check_input("contiguous", *this, "tensor");
-  return is_contiguous() ? *this : clone();
-}
-FORGE_CATCH_OOM("contiguous")
-
-Tensor Tensor::to(DType target) const try {
-  detail::check_input("to", *this, "tensor");
-  if (target == dtype()) return *this;
-  Tensor out = detail::cast_temporary(*this, target, "to");
-  detail::adopt_output(out);
-  FORGE_RECORD(to, out, *this);
-  return out;
-}
-FORGE_CATCH_OOM("to")
-
-Tensor& Tensor::fill_(Scalar value) { return fill_as(value, "fill_"); }
-
-Tensor& Tensor::fill_as(Scalar value, const char* op) try {
-  detail::check_writable(op, *this, "tensor");
-  detail::ScalarSlot element = detail::checked_slot(op, dtype(), value, "value");
-  autograd::before_fill(*this, op);
-  detail::fill(op, *this, shape(), detail::operand(*this), element.data());
-  buffer()->bump_version();
-  return *this;
-}
-FORGE_CATCH_OOM(op)
-
-Tensor& Tensor::zero_() { return fill_as(0.0, "zero_"); }
-
-Tensor& Tensor::copy_(const Tensor& src) try {
-  detail::check_writable("copy_", *this, "self");
-  detail::check_input("copy_", src, "src");
-  detail::check_same_runtime("copy_", *this, src);
-  FORGE_CHECK(broadcast_shapes(src.shape(), shape(), "copy_") == shape(), shape, "copy_", "source of shape ",
-              src.shape(), " does not broadcast to ", shape());
-  autograd::before_copy(*this, src);
-  if (src.buffer() == buffer()) {
-    // Overlapping memory: go through a temporary so no element is read after it was written.
-    const Tensor tmp = detail::cast_temporary(src, src.dtype(), "copy_");  // internal: no scope adopts it
-    detail::copy_cast("copy_", *this, shape(), detail::operand(*this), detail::operand_broadcast(tmp, shape()));
-  } else {
-    detail::copy_cast("copy_", *this, shape(), detail::operand(*this), detail::operand_broadcast(src, shape()));
-  }
-  buffer()->bump_version();
-  autograd::after_copy(*this, src);
-  return *this;
-}
-FORGE_CATCH_OOM("copy_")
-
 namespace detail {
 
 std::int64_t checked_numel(const char* op, const Shape& shape, DType dtype) {
@@ -152,7 +89,7 @@ Tensor make_view(const Tensor& base, const Shape& shape, const Strides& strides,
   const bool empty = shape.numel() == 0;
   auto* impl = new TensorImpl(internal, base.impl()->runtime_ref(), base.buffer(), shape,
                               empty ? contiguous_strides(shape) : strides, empty ? 0 : offset, base.dtype());
-  AutogradAccess::mark_view(*impl);
+  impl->mark_view(internal);
   return Tensor(Ref<TensorImpl>::adopt(impl));
 }
 
@@ -161,7 +98,7 @@ void check_input(const char* op, const Tensor& t, const char* name) {
   FORGE_CHECK(!t.buffer()->stale(), stale_output, op, name,
               " views an arena output that a later call has rewound (stale)");
   // The _into forms are not recorded (Note [In-place writes under autograd]).
-  if (t.impl()->requires_grad() && autograd::GradMode::is_enabled() && std::string_view(op).ends_with("_into"))
+  if (t.impl()->requires_grad() && grad_mode_enabled() && std::string_view(op).ends_with("_into"))
     FORGE_FAIL(backward, op, name, " requires grad, and _into writes are not recorded by autograd; call ",
                std::string_view(op).substr(0, std::string_view(op).size() - 5), " instead, or write under NoGradGuard");
 }
