@@ -29,6 +29,7 @@
 
 #include "forge/data/dataloader.h"
 #include "forge/forge.h"
+#include "runtime/runtime_internal.h"
 #include "support.h"
 
 using namespace forge;
@@ -724,7 +725,7 @@ TEST_CASE("concurrency: the RNG is leased to one thread: another thread's draw m
   const std::vector<float> expected = ctx.randn({64}).to_vector<float>();
   ctx.manual_seed(5);
   {
-    const Runtime::GeneratorLease lease = ctx.runtime().lease_generator("test");
+    const forge::detail::Generator::Lease lease = ctx.runtime().generator().lease("test");
     std::string message;
     CHECK(code_on_other_thread([&] { (void)ctx.randn({64}); }, &message) == ErrorCode::contended);
     CHECK(message.rfind("[randn] ExecContext ", 0) == 0);

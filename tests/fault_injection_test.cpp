@@ -397,7 +397,7 @@ Tally backward(int threads, Fault fault) {
 
 // ---- ops inside an exec scope ----
 // An open scope adopts every op's outputs; the room for them is made before
-// the op computes (Runtime::scope_reserve), since adopting cannot fail. The
+// the op computes (detail::ScopeStack::reserve), since adopting cannot fail. The
 // scope starts nearly full (its first 64 slots less one), so that an op with
 // two outputs (max along a dim) or a backward that adopts two gradients
 // (conv2d) needs the room to grow.

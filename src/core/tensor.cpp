@@ -77,7 +77,7 @@ std::int64_t checked_numel(const char* op, const Shape& shape, DType dtype) {
 
 Tensor allocate(Runtime& rt, const Shape& shape, DType dtype, const char* op) {
   const std::int64_t n = checked_numel(op, shape, dtype);
-  rt.scope_reserve(op);
+  rt.scopes().reserve(op);
   Ref<Buffer> buffer = rt.pool().acquire(static_cast<std::size_t>(n) * dtype_size(dtype), op);
   return Tensor(Ref<TensorImpl>::adopt(new TensorImpl(internal, Ref<Runtime>::share(&rt), std::move(buffer), shape,
                                                       contiguous_strides(shape), 0, dtype)));

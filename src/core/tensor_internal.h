@@ -11,6 +11,7 @@
 #include "backend/kernels.h"
 #include "forge/runtime.h"
 #include "forge/tensor.h"
+#include "runtime/runtime_internal.h"
 
 namespace forge::detail {
 
@@ -27,7 +28,7 @@ std::int64_t checked_numel(const char* op, const Shape& shape, DType dtype);
 // adopt_output cannot fail later.
 Tensor allocate(Runtime& rt, const Shape& shape, DType dtype, const char* op);
 // Hands a finished op's output to the innermost open exec scope, if any.
-inline void adopt_output(const Tensor& out) noexcept { out.runtime().scope_adopt(out.buffer()); }
+inline void adopt_output(const Tensor& out) noexcept { out.runtime().scopes().adopt(out.buffer()); }
 
 // A view of base's buffer (geometry already validated).
 Tensor make_view(const Tensor& base, const Shape& shape, const Strides& strides, std::int64_t offset);

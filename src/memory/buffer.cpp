@@ -63,7 +63,7 @@ Ref<Buffer> borrow_unarmed(void* data, std::size_t nbytes, Device device, std::f
   return make_borrowed(data, nbytes, device, std::move(on_release), false);
 }
 
-void arm_borrowed(Buffer& buffer) noexcept { static_cast<BorrowOwner*>(buffer.owner_)->arm(); }
+void arm_borrowed(Buffer& buffer) noexcept { static_cast<BorrowOwner*>(buffer.owner())->arm(); }
 
 }  // namespace detail
 

@@ -162,7 +162,7 @@ Ref<Buffer> PoolCore::acquire(std::size_t nbytes, const char* op) {
     init.capacity_bytes = rounded;
     init.device = device_;
     init.owner = this;
-    init.pooled = true;
+    init.kind = Buffer::Kind::pooled;
     b = new (std::nothrow) Buffer(internal, init);
     if (b == nullptr) source_->free(block, rounded);
   }

@@ -7,6 +7,7 @@
 
 #include "forge/autograd.h"
 #include "forge/runtime.h"
+#include "runtime/runtime_internal.h"
 
 namespace forge::nn::init {
 namespace {
@@ -72,7 +73,7 @@ Tensor uniform_named(const Tensor& t, double a, double b, const char* op) {
   FORGE_CHECK(std::isfinite(a) && std::isfinite(b) && a <= b, invalid_argument, op, "bounds [", a, ", ", b,
               "] must be finite and ordered");
   FORGE_CHECK(t.defined(), invalid_argument, op, "undefined tensor");
-  const Runtime::GeneratorLease lease = t.runtime().lease_generator(op);
+  const detail::Generator::Lease lease = t.runtime().generator().lease(op);
   return fill(t, op, [&] { return a + (b - a) * uniform01(*lease); });
 }
 
@@ -80,7 +81,7 @@ Tensor normal_named(const Tensor& t, double mean, double std, const char* op) {
   FORGE_CHECK(std::isfinite(mean) && std::isfinite(std) && std >= 0, invalid_argument, op, "mean ", mean, " and std ",
               std, " must be finite, std non-negative");
   FORGE_CHECK(t.defined(), invalid_argument, op, "undefined tensor");
-  const Runtime::GeneratorLease lease = t.runtime().lease_generator(op);
+  const detail::Generator::Lease lease = t.runtime().generator().lease(op);
   Normal normal{*lease};
   return fill(t, op, [&] { return mean + std * normal(); });
 }

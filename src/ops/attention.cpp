@@ -91,7 +91,7 @@ std::uint64_t dropout_draw(Tensor& out, const Tensor& x, double p) {
     detail::fill("dropout", out, out.shape(), detail::operand(out), 0.0);
     return 0;
   }
-  const std::uint64_t seed = (*out.runtime().lease_generator("dropout"))();
+  const std::uint64_t seed = (*out.runtime().generator().lease("dropout"))();
   dropout_kernel(out, x, p, seed);
   return seed;
 }

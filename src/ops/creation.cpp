@@ -105,7 +105,7 @@ Tensor ExecContext::rand(const Shape& shape, DType dtype) try {
   // f32, 53 for f64), so rounding into the dtype can never reach 1.
   const int bits = dtype == DType::f16 ? 11 : dtype == DType::bf16 ? 8 : dtype == DType::f32 ? 24 : 53;
   const double unit = std::ldexp(1.0, -bits);
-  const Runtime::GeneratorLease lease = runtime().lease_generator("rand");
+  const detail::Generator::Lease lease = runtime().generator().lease("rand");
   std::mt19937_64& gen = *lease;
   generate(t, [&](std::int64_t) { return static_cast<double>(gen() >> (64 - bits)) * unit; });
   detail::adopt_output(t);
@@ -116,7 +116,7 @@ FORGE_CATCH_OOM("rand")
 Tensor ExecContext::randn(const Shape& shape, DType dtype) try {
   FORGE_CHECK(is_floating(dtype), dtype, "randn", "needs a floating dtype, got ", dtype_name(dtype));
   Tensor t = fresh(*this, "randn", shape, dtype);
-  const Runtime::GeneratorLease lease = runtime().lease_generator("randn");
+  const detail::Generator::Lease lease = runtime().generator().lease("randn");
   std::mt19937_64& gen = *lease;
   double spare = 0;
   bool has_spare = false;

@@ -46,10 +46,23 @@ class ArenaChunk : public RefCounted<ArenaChunk> {
 };
 
 // An output's header: a Buffer that keeps its chunk and the core alive.
+// An arena output's header: the chunk it lies in, and the arena generation it
+// was written in (Note [Stale outputs]).
 struct ArenaBuffer : Buffer {
-  ArenaBuffer(const Buffer::Init& init, Ref<ArenaChunk> c) noexcept : Buffer(internal, init), chunk(std::move(c)) {}
+  ArenaBuffer(const Buffer::Init& init, Ref<ArenaChunk> c, const std::atomic<std::uint64_t>* source) noexcept
+      : Buffer(internal, init),
+        chunk(std::move(c)),
+        generation_source(source),
+        generation(source->load(std::memory_order_relaxed)) {}
   Ref<ArenaChunk> chunk;
+  const std::atomic<std::uint64_t>* generation_source;
+  std::uint64_t generation;
 };
+
+bool arena_output_stale(const Buffer& buffer) noexcept {
+  const auto& b = static_cast<const ArenaBuffer&>(buffer);
+  return b.generation_source->load(std::memory_order_acquire) != b.generation;
+}
 
 class ArenaCore final : public RefCounted<ArenaCore>, public BufferOwner {
  public:
@@ -103,10 +116,8 @@ class ArenaCore final : public RefCounted<ArenaCore>, public BufferOwner {
     init.capacity_bytes = padded;
     init.device = device();
     init.owner = this;
-    init.generation_source = &generation_;
-    init.generation = generation_.load(std::memory_order_relaxed);
-    init.arena = this;
-    auto* header = new ArenaBuffer(init, current_);
+    init.kind = Buffer::Kind::arena;
+    auto* header = new ArenaBuffer(init, current_, &generation_);
     retain_ref();  // the header's reference to this core, dropped in release()
     Ref<Buffer> buffer = Ref<Buffer>::adopt(header);
     used_ += padded;

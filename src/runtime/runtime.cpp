@@ -2,7 +2,9 @@
 
 #include "backend/cpu/host_executor.h"
 #include "backend/device_runtime.h"
+#include "core/internal.h"
 #include "forge/error.h"
+#include "runtime/runtime_internal.h"
 
 // Note [One driving thread]
 // One thread drives an ExecContext at a time (DESIGN §5). Most of what a
@@ -11,14 +13,14 @@
 // pieces are not, and a second thread using them at once would corrupt
 // memory, so they check who is calling instead:
 // - The exec-scope stack belongs to the thread that opened its outermost
-//   scope (scope_owner_), until that scope closes. Opening a scope, or
-//   running an op that allocates a pooled output (scope_reserve), on
+//   scope (ScopeStack::owner_), until that scope closes. Opening a scope, or
+//   running an op that allocates a pooled output (ScopeStack::reserve), on
 //   another thread meanwhile is refused.
 //   With no scope open the check is one atomic load; with one open, also a
 //   compare with the calling thread's id. An exec scope closes on the thread
 //   that opened it, or after that thread has stopped using the context
 //   (closing cannot throw, so it does not check).
-// - The RNG is leased per call (lease_generator): a compare-and-swap of its
+// - The RNG is leased per call (Generator::lease): a compare-and-swap of its
 //   holder's thread id, so two threads never step mt19937_64 at once.
 // Both refusals are ErrorCode::contended naming the context and the two
 // threads, as an arena serving another call is.
@@ -30,7 +32,8 @@ Runtime::Runtime(const RuntimeOptions& options)
       threads_(options.threads),
       host_(cpu::host_runtime(options.threads, options.max_cached_bytes)),
       host_pool_(&host_->pool()),
-      rng_(options.seed) {}
+      scopes_(std::make_unique<detail::ScopeStack>(this)),
+      generator_(std::make_unique<detail::Generator>(this, options.seed)) {}
 
 // Scopes still open hold buffers of this pool; they hold a reference to this
 // runtime too, so by now there are none.
@@ -43,50 +46,58 @@ void Runtime::parallel_for_impl(std::int64_t n, std::int64_t grain,
 
 BufferPool& Runtime::pool(Device device, const char* op) { return device_runtime(device, op).pool(); }
 
+void Runtime::manual_seed(std::uint64_t seed) { *generator_->lease("manual_seed") = std::mt19937_64(seed); }
+
 void Runtime::refuse_device(Device device, const char* op) const {
   FORGE_FAIL(device, op, "ExecContext ", static_cast<const void*>(this), " serves ", device_.str(),
              " and the host; it has no runtime for ", device.str());
 }
 
-void Runtime::scope_adopt(const Ref<Buffer>& buffer) noexcept {
-  // scope_reserve() made room, so push_back cannot allocate here. A scope
-  // another thread opened after this op's scope_reserve is not this op's.
-  const std::thread::id owner = scope_owner_.load(std::memory_order_acquire);
-  if (owner == std::thread::id() || owner != std::this_thread::get_id()) return;
-  ++buffer->scope_refs_;
-  scope_held_.push_back(buffer);
-  if (scope_pending_ > 0) --scope_pending_;
-}
+namespace detail {
+namespace {
 
-void Runtime::scope_claim(const char* op) {
-  const std::thread::id self = std::this_thread::get_id();
-  std::thread::id owner{};
-  if (!scope_owner_.compare_exchange_strong(owner, self, std::memory_order_acquire) && owner != self)
-    refuse_other_thread(op, "its exec scopes are open on", owner);
-}
-
-void Runtime::scope_release_if_none_open() noexcept {
-  if (!scope_frames_.empty()) return;
-  scope_pending_ = 0;
-  scope_owner_.store(std::thread::id(), std::memory_order_release);
-}
-
-Runtime::GeneratorLease Runtime::lease_generator(const char* op) {
-  const std::thread::id self = std::this_thread::get_id();
-  std::thread::id holder{};
-  if (rng_holder_.compare_exchange_strong(holder, self, std::memory_order_acquire)) return {this, true};
-  if (holder != self) refuse_other_thread(op, "its random generator is in use by", holder);
-  return {this, false};
-}
-
-Runtime::GeneratorLease::~GeneratorLease() {
-  if (outermost_) runtime_->rng_holder_.store(std::thread::id(), std::memory_order_release);
-}
-
-void Runtime::refuse_other_thread(const char* op, const char* what, std::thread::id holder) const {
-  FORGE_FAIL(contended, op, "ExecContext ", static_cast<const void*>(this), " is driven by another thread: ", what,
-             " thread ", holder, ", and thread ", std::this_thread::get_id(),
+[[noreturn]] void refuse(const void* context, const char* op, const char* what, std::thread::id holder) {
+  FORGE_FAIL(contended, op, "ExecContext ", context, " is driven by another thread: ", what, " thread ", holder,
+             ", and thread ", std::this_thread::get_id(),
              " called; one thread drives a context at a time (use one ExecContext per thread)");
 }
 
+}  // namespace
+
+void ScopeStack::adopt(const Ref<Buffer>& buffer) noexcept {
+  // reserve() made room, so push_back cannot allocate here. A scope another
+  // thread opened after this op's reserve() is not this op's.
+  const std::thread::id owner = owner_.load(std::memory_order_acquire);
+  if (owner == std::thread::id() || owner != std::this_thread::get_id()) return;
+  buffer->add_scope_hold(internal);
+  held_.push_back(buffer);
+  if (pending_ > 0) --pending_;
+}
+
+void ScopeStack::claim(const char* op) {
+  const std::thread::id self = std::this_thread::get_id();
+  std::thread::id owner{};
+  if (!owner_.compare_exchange_strong(owner, self, std::memory_order_acquire) && owner != self)
+    refuse_other_thread(op, "its exec scopes are open on", owner);
+}
+
+void ScopeStack::release_if_none_open() noexcept {
+  if (!frames_.empty()) return;
+  pending_ = 0;
+  owner_.store(std::thread::id(), std::memory_order_release);
+}
+
+void ScopeStack::refuse_other_thread(const char* op, const char* what, std::thread::id holder) const {
+  refuse(context_, op, what, holder);
+}
+
+Generator::Lease Generator::lease(const char* op) {
+  const std::thread::id self = std::this_thread::get_id();
+  std::thread::id holder{};
+  if (holder_.compare_exchange_strong(holder, self, std::memory_order_acquire)) return {this, true};
+  if (holder != self) refuse(context_, op, "its random generator is in use by", holder);
+  return {this, false};
+}
+
+}  // namespace detail
 }  // namespace forge
