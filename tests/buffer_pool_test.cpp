@@ -7,13 +7,16 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "core/internal.h"
 #include "forge/forge.h"
+#include "memory/block_source.h"
 #include "support.h"
 
 using forge::Buffer;
@@ -867,4 +870,60 @@ TEST_CASE("buffer_pool: a steady loop makes no system allocation after its first
     CHECK(s.outstanding == 2);  // x and y
     check_values(y);
   }
+}
+
+// The pool policy is one implementation over a BlockSource (a device's
+// allocator): a source that is not the host's gets the same rounding, reuse,
+// cap and trim, and its device is the pool's and its buffers'.
+namespace {
+
+class CountingSource final : public forge::detail::BlockSource {
+ public:
+  forge::Device device() const noexcept override { return forge::Device::cuda(3); }
+  void* allocate(std::size_t bytes) noexcept override {
+    ++allocations;
+    live += bytes;
+    return std::aligned_alloc(64, bytes);
+  }
+  void free(void* block, std::size_t bytes) noexcept override {
+    ++frees;
+    live -= bytes;
+    std::free(block);
+  }
+  int allocations = 0, frees = 0;
+  std::size_t live = 0;
+};
+
+}  // namespace
+
+TEST_CASE("buffer_pool: the pool policy runs over any block source") {
+  auto owned = std::make_unique<CountingSource>();
+  const CountingSource* source = owned.get();  // the pool's core owns it from here on
+  BufferPool pool(forge::detail::internal, std::move(owned), {.max_cached_bytes = 8192});
+  CHECK(pool.device() == forge::Device::cuda(3));
+  {
+    const Ref<Buffer> a = pool.acquire(100);
+    CHECK(a->device() == forge::Device::cuda(3));
+    CHECK(a->capacity_bytes() == 128);  // the rounding of every pool
+    CHECK(source->allocations == 1);
+    CHECK(source->live == 128);
+  }
+  Ref<Buffer> b = pool.acquire(120);  // the cached block: no new allocation
+  CHECK(source->allocations == 1);
+  Ref<Buffer> big = pool.acquire(16384);  // larger than the cap: freed on release
+  CHECK(big->capacity_bytes() == 16384);
+  CHECK(source->allocations == 2);
+  big.reset();
+  CHECK(source->frees == 1);
+  CHECK(source->live == 128);
+  b.reset();
+  pool.trim();
+  CHECK(source->frees == 2);
+  CHECK(source->live == 0);
+  CHECK(pool.stats().system_allocations == 2);
+  CHECK(pool.stats().system_frees == 2);
+}
+
+TEST_CASE("buffer_pool: a host pool cannot be asked for another device's memory") {
+  FORGE_REQUIRE_ERROR(device, "BufferPool", BufferPool({.device = forge::Device::cuda(0)}));
 }

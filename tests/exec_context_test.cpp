@@ -364,3 +364,14 @@ TEST_CASE("exec_context: a context destroyed on another thread is no longer curr
   CHECK(ExecContext::current() == &outer);
   CHECK(forge::zeros({2}).runtime().threads() == outer.threads());
 }
+
+TEST_CASE("exec_context: stats(device) reports the pool of a device the context serves") {
+  TestContext ctx(context_options(1));
+  const Tensor t = ctx.ones({1000});
+  const forge::PoolStats host = ctx.stats(forge::Device::cpu());
+  CHECK(host.outstanding == ctx.stats().outstanding);
+  CHECK(host.live_bytes == ctx.stats().live_bytes);
+  CHECK(host.outstanding >= 1);
+  const std::string msg = FORGE_REQUIRE_ERROR(device, "stats", (void)ctx.stats(forge::Device::cuda(0)));
+  CHECK(msg.find("cuda:0") != std::string::npos);
+}

@@ -51,7 +51,11 @@ class ExecContext {
 
   Runtime& runtime() noexcept { return *runtime_; }
   BufferPool& pool() noexcept { return runtime_->pool(); }
+  // The host pool's statistics; stats(device) gives one device's (each device
+  // the context serves has its own pool). ErrorCode::device for a device the
+  // context does not serve.
   PoolStats stats() const { return runtime_->pool().stats(); }
+  PoolStats stats(Device device) const { return runtime_->pool(device, "stats").stats(); }
   Device device() const noexcept { return runtime_->device(); }
   int threads() const noexcept { return runtime_->threads(); }
   void manual_seed(std::uint64_t seed) { runtime_->manual_seed(seed); }
