@@ -14,7 +14,6 @@
 #include "autograd/rules/conv.h"
 
 #include "autograd/record.h"
-#include "backend/cpu/conv_kernels.h"
 #include "core/checked_int.h"
 #include "forge/ops.h"
 #include "ops/linalg_internal.h"
@@ -89,7 +88,7 @@ WindowAxis window_axis(const char* op, const char* axis, std::int64_t size, std:
 // ---- conv2d ----
 
 struct ConvPlan {
-  cpu::Conv2dProblem p;
+  backend::Conv2dProblem p;
   Shape out_shape;
 };
 
@@ -134,7 +133,7 @@ ConvPlan plan_conv(const char* op, const Tensor& x, const Tensor& weight, const 
               ", dilation [", o.dilation[0], ", ", o.dilation[1], "]) is larger than the padded input (", ah.padded,
               " x ", aw.padded, ")");
   ConvPlan pl;
-  cpu::Conv2dProblem& p = pl.p;
+  backend::Conv2dProblem& p = pl.p;
   p.dtype = x.dtype();
   p.win = {g.dims[0], c,           g.dims[2],   g.dims[3],    ah.out,       aw.out,        kh,
            kw,        o.stride[0], o.stride[1], o.padding[0], o.padding[1], o.dilation[0], o.dilation[1]};
@@ -145,8 +144,9 @@ ConvPlan plan_conv(const char* op, const Tensor& x, const Tensor& weight, const 
 }
 
 // Binds the operands and runs into `out` (of x's dtype, spatially flat).
-void run_conv(ConvPlan& pl, const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out) {
-  cpu::Conv2dProblem& p = pl.p;
+void run_conv(const char* op, ConvPlan& pl, const Tensor& x, const Tensor& weight, const Tensor& bias,
+              const Tensor& out) {
+  backend::Conv2dProblem& p = pl.p;
   p.x = detail::first_element(x);
   p.x_strides = as_nchw(x).strides;
   p.weight = detail::first_element(weight);
@@ -155,7 +155,8 @@ void run_conv(ConvPlan& pl, const Tensor& x, const Tensor& weight, const Tensor&
   p.bias_stride = bias.defined() ? bias.strides()[0] : 0;
   p.out = detail::first_element(out);
   p.out_strides = as_nchw(out).strides;
-  cpu::conv2d(x.runtime(), p);
+  detail::DeviceRuntime& dev = detail::device_runtime(out);
+  dev.kernels().conv.conv2d.get(op, p.dtype, dev)(dev, p);
 }
 
 // Computes the convolution into `out`, through f32 copies for 16-bit dtypes
@@ -165,8 +166,8 @@ void compute_conv(const char* op, ConvPlan& pl, const Tensor& x, const Tensor& w
   Runtime& rt = x.runtime();
   const bool half = x.dtype() == DType::f16 || x.dtype() == DType::bf16;
   const Nchw og = as_nchw(out);
-  if (!half && cpu::spatial_is_flat(og.dims[2], og.dims[3], og.strides)) {
-    run_conv(pl, x, weight, bias, out);
+  if (!half && backend::spatial_is_flat(og.dims[2], og.dims[3], og.strides)) {
+    run_conv(op, pl, x, weight, bias, out);
     return;
   }
   const DType compute = half ? DType::f32 : x.dtype();
@@ -175,14 +176,14 @@ void compute_conv(const char* op, ConvPlan& pl, const Tensor& x, const Tensor& w
   const Tensor cb = half && bias.defined() ? detail::cast_temporary(bias, compute, op) : bias;
   const Tensor tmp = detail::allocate(rt, pl.out_shape, compute, op);
   pl.p.dtype = compute;
-  run_conv(pl, cx, cw, cb, tmp);
-  cpu::copy_cast(rt, pl.out_shape, detail::operand(out), detail::operand(tmp));
+  run_conv(op, pl, cx, cw, cb, tmp);
+  detail::copy_cast(op, out, pl.out_shape, detail::operand(out), detail::operand(tmp));
 }
 
 // ---- pools ----
 
 struct PoolPlan {
-  cpu::Pool2dProblem p;
+  backend::Pool2dProblem p;
   Shape out_shape;
 };
 
@@ -217,7 +218,7 @@ PoolPlan plan_pool(const char* op, const Tensor& x, const Pool2dOptions& o, bool
   FORGE_CHECK(oh >= 1 && ow >= 1, shape, op, "input of shape ", x.shape(), " is too small for the window: output ", oh,
               " x ", ow);
   PoolPlan pl;
-  cpu::Pool2dProblem& p = pl.p;
+  backend::Pool2dProblem& p = pl.p;
   p.dtype = x.dtype();
   p.win = {g.dims[0], g.dims[1],    g.dims[2],    g.dims[3],     oh,           ow, o.kernel[0], o.kernel[1], stride[0],
            stride[1], o.padding[0], o.padding[1], o.dilation[0], o.dilation[1]};
@@ -228,19 +229,18 @@ PoolPlan plan_pool(const char* op, const Tensor& x, const Pool2dOptions& o, bool
   return pl;
 }
 
-void run_pool(PoolPlan& pl, const Tensor& out, bool is_max) {
+void run_pool(const char* op, PoolPlan& pl, const Tensor& out, bool is_max) {
   pl.p.out = detail::first_element(out);
   pl.p.out_strides = as_nchw(out).strides;
-  if (is_max)
-    cpu::max_pool2d(out.runtime(), pl.p);
-  else
-    cpu::avg_pool2d(out.runtime(), pl.p);
+  detail::DeviceRuntime& dev = detail::device_runtime(out);
+  const backend::ConvKernels& k = dev.kernels().conv;
+  (is_max ? k.max_pool2d : k.avg_pool2d).get(op, pl.p.dtype, dev)(dev, pl.p);
 }
 
 Tensor pool(const char* op, const Tensor& x, const Pool2dOptions& options, bool is_max) {
   PoolPlan pl = plan_pool(op, x, options, is_max);
   Tensor out = detail::allocate(x.runtime(), pl.out_shape, x.dtype(), op);
-  run_pool(pl, out, is_max);
+  run_pool(op, pl, out, is_max);
   detail::adopt_output(out);
   return out;
 }
@@ -250,7 +250,7 @@ Tensor& pool_into(const char* op, Tensor& out, const Tensor& x, const Pool2dOpti
   PoolPlan pl = plan_pool(op, x, options, is_max);
   check_out(op, out, x, pl.out_shape);
   detail::check_no_overlap(op, out, x, "x");
-  run_pool(pl, out, is_max);
+  run_pool(op, pl, out, is_max);
   out.buffer()->bump_version();
   return out;
 }

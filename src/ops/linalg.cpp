@@ -1,12 +1,12 @@
 // matmul, mm, bmm, linear, addmm, outer, dot: each op states its operands as
 // (possibly batched, possibly broadcast) strided matrices, checks them, and
-// hands one MatmulProblem to the CPU GEMM driver. Nothing is copied to make
-// an operand contiguous; the driver reads views through their strides.
+// hands one MatmulProblem to the linalg family's matmul entry of its device.
+// Nothing is copied to make an operand contiguous; the kernel reads views
+// through their strides.
 
 #include "autograd/rules/linalg.h"
 
 #include "autograd/record.h"
-#include "backend/cpu/gemm.h"
 #include "forge/ops.h"
 #include "ops/linalg_internal.h"
 
@@ -50,7 +50,7 @@ Strides broadcast_strides(const Side& s, const Shape& batch) {
 }
 
 struct Plan {
-  cpu::MatmulProblem p;
+  backend::MatmulProblem p;
   Shape out_shape;
   bool has_rows = true, has_cols = true;  // whether out keeps the m and n dims
 };
@@ -59,7 +59,7 @@ Plan plan(const char* op, const Tensor& a, const Side& sa, bool a_vector, const 
           bool b_vector) {
   FORGE_CHECK(sa.cols == sb.rows, shape, op, "inner dimensions differ: ", a.shape(), " @ ", b.shape());
   Plan pl;
-  cpu::MatmulProblem& p = pl.p;
+  backend::MatmulProblem& p = pl.p;
   p.dtype = a.dtype();
   p.batch = broadcast_shapes(sa.batch, sb.batch, op);
   p.m = sa.rows;
@@ -82,7 +82,7 @@ void bind_bias(const char* op, Plan& pl, const Tensor& bias, double beta, double
   if (!bias.defined()) return;
   FORGE_CHECK(broadcast_shapes(bias.shape(), pl.out_shape, op) == pl.out_shape, shape, op, "bias of shape ",
               bias.shape(), " does not broadcast to the result's shape ", pl.out_shape);
-  const cpu::Operand o = detail::operand_broadcast(bias, pl.out_shape);
+  const backend::Operand o = detail::operand_broadcast(bias, pl.out_shape);
   const int br = pl.p.batch.rank();
   pl.p.bias.data = o.data;
   for (int d = 0; d < br; ++d) pl.p.bias.batch_strides.push_back(o.strides[d]);
@@ -114,11 +114,16 @@ void check_bias(const char* op, const Tensor& bias, const Tensor& a) {
               dtype_name(a.dtype()));
 }
 
-Tensor run(const char* op, Plan& pl, const Tensor& a) {
-  Runtime& rt = a.runtime();
-  Tensor out = detail::allocate(rt, pl.out_shape, a.dtype(), op);
+// The product into out, on out's device.
+void compute(const char* op, Plan& pl, const Tensor& out) {
   bind_out(pl, out);
-  cpu::matmul(rt, pl.p);
+  detail::DeviceRuntime& dev = detail::device_runtime(out);
+  dev.kernels().linalg.matmul.get(op, pl.p.dtype, dev)(dev, pl.p);
+}
+
+Tensor run(const char* op, Plan& pl, const Tensor& a) {
+  Tensor out = detail::allocate(a.runtime(), pl.out_shape, a.dtype(), op);
+  compute(op, pl, out);
   detail::adopt_output(out);
   return out;
 }
@@ -134,8 +139,7 @@ Tensor& run_into(const char* op, Tensor& out, Plan& pl, const Tensor& a, const T
   detail::check_no_overlap(op, out, a, "a");
   detail::check_no_overlap(op, out, b, "b");
   if (bias.defined()) detail::check_no_overlap(op, out, bias, "bias");
-  bind_out(pl, out);
-  cpu::matmul(out.runtime(), pl.p);
+  compute(op, pl, out);
   out.buffer()->bump_version();
   return out;
 }

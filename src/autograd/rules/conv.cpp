@@ -1,12 +1,12 @@
 // VJPs of conv2d and the pools (see record.h). The heavy lifting is in the
-// unchecked CPU kernels (conv_kernels.h): the convolution's input and weight
-// gradients are GEMMs over the forward's column tiles, the pools' are direct
-// loops. 16-bit tensors run in f32; Vjp::set casts the gradients back.
+// conv family of the gradient's device (backend/kernels/conv.h): on the host
+// the convolution's input and weight gradients are GEMMs over the forward's
+// column tiles, the pools' are direct loops. 16-bit tensors run in f32;
+// Vjp::set casts the gradients back.
 
 #include "autograd/rules/conv.h"
 
 #include "autograd/record.h"
-#include "backend/cpu/conv_kernels.h"
 #include "core/tensor_internal.h"
 #include "forge/ops.h"
 
@@ -32,9 +32,9 @@ DType compute_dtype(DType d) { return d == DType::f64 ? DType::f64 : DType::f32;
 Tensor in_dtype(const Tensor& t, DType d) { return t.dtype() == d ? t : t.to(d); }
 
 // The window of an op from x [N, C, H, W] to an output of grad's size.
-cpu::Window2d window(const Shape& x, const Tensor& grad, std::int64_t kh, std::int64_t kw,
-                     const std::array<std::int64_t, 2>& stride, const std::array<std::int64_t, 2>& padding,
-                     const std::array<std::int64_t, 2>& dilation) {
+backend::Window2d window(const Shape& x, const Tensor& grad, std::int64_t kh, std::int64_t kw,
+                         const std::array<std::int64_t, 2>& stride, const std::array<std::int64_t, 2>& padding,
+                         const std::array<std::int64_t, 2>& dilation) {
   const auto d = nchw_dims(x);
   const auto o = nchw_dims(grad.shape());
   return {d[0], d[1],      d[2],      d[3],       o[2],       o[3],        kh,
@@ -50,8 +50,8 @@ void conv2d_backward(Vjp& v, const Conv2dOptions& o, const Shape& x_shape, const
   const DType ct = compute_dtype(v.grad().dtype());
   Tensor g = in_dtype(v.grad(), ct);
   const auto od = nchw_dims(g.shape());
-  if (!cpu::spatial_is_flat(od[2], od[3], nchw_strides(g))) g = g.contiguous();
-  cpu::Conv2dBackwardProblem p;
+  if (!backend::spatial_is_flat(od[2], od[3], nchw_strides(g))) g = g.contiguous();
+  backend::Conv2dBackwardProblem p;
   p.dtype = ct;
   p.win = window(x_shape, g, w_shape[2], w_shape[3], o.stride, o.padding, o.dilation);
   p.out_channels = w_shape[0];
@@ -73,7 +73,8 @@ void conv2d_backward(Vjp& v, const Conv2dOptions& o, const Shape& x_shape, const
     gw = fresh(g, w_shape, ct);
     p.grad_weight = detail::first_element(gw);
   }
-  cpu::conv2d_backward(g.runtime(), p);
+  detail::DeviceRuntime& dev = detail::device_runtime(g);
+  dev.kernels().conv.conv2d_backward.get("conv2d", ct, dev)(dev, p);
   if (gx.defined()) detail::adopt_output(gx);
   if (gw.defined()) detail::adopt_output(gw);
   v.set(0, gx);
@@ -87,7 +88,7 @@ Tensor pool_backward(const Tensor& grad, const Tensor& saved_x, const Shape& x_s
   const Tensor g = in_dtype(grad, ct);
   const std::array<std::int64_t, 2> stride{o.stride[0] == 0 ? o.kernel[0] : o.stride[0],
                                            o.stride[1] == 0 ? o.kernel[1] : o.stride[1]};
-  cpu::Pool2dBackwardProblem p;
+  backend::Pool2dBackwardProblem p;
   p.dtype = ct;
   p.win = window(x_shape, g, o.kernel[0], o.kernel[1], stride, o.padding, o.dilation);
   p.count_include_pad = o.count_include_pad;
@@ -101,10 +102,9 @@ Tensor pool_backward(const Tensor& grad, const Tensor& saved_x, const Shape& x_s
   }
   Tensor gx = fresh(g, x_shape, ct);
   p.grad_x = detail::first_element(gx);
-  if (is_max)
-    cpu::max_pool2d_backward(g.runtime(), p);
-  else
-    cpu::avg_pool2d_backward(g.runtime(), p);
+  detail::DeviceRuntime& dev = detail::device_runtime(gx);
+  const backend::ConvKernels& k = dev.kernels().conv;
+  (is_max ? k.max_pool2d_backward : k.avg_pool2d_backward).get(is_max ? "max_pool2d" : "avg_pool2d", ct, dev)(dev, p);
   detail::adopt_output(gx);
   return gx;
 }

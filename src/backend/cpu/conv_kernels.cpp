@@ -594,11 +594,6 @@ struct AvgPool {
 
 }  // namespace
 
-bool spatial_is_flat(std::int64_t h, std::int64_t w, const Strides& s) {
-  if (w == 1) return h == 1 || s[2] == 1;
-  return s[3] == 1 && (h == 1 || s[2] == w);
-}
-
 void conv2d(detail::DeviceRuntime& rt, const Conv2dProblem& p) {
   if (p.dtype == DType::f64)
     conv2d_typed<double>(rt, p);

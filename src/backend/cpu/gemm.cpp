@@ -16,18 +16,12 @@
 
 #include <immintrin.h>
 
-// GCC 12 reports Eigen's AVX-512 packing and transposes as reading
-// uninitialised lanes (false positives on _mm512_extract* / _mm512_insert*).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
-#include <Eigen/Core>
 #include <algorithm>
 #include <bit>
 #include <cstring>
 #include <vector>
 
+#include "backend/cpu/eigen.h"
 #include "backend/cpu/kernels.h"
 #include "forge/buffer_pool.h"
 

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "backend/device_runtime.h"
+#include "backend/kernels/linalg.h"
 #include "forge/buffer_pool.h"
 #include "forge/dtype.h"
 #include "forge/shape.h"
@@ -75,26 +76,10 @@ class WorkerScratch {
 // Below this many multiply-adds a product runs on one thread.
 inline constexpr std::int64_t kParallelGemmFlops = std::int64_t{1} << 21;
 
-// One operand of a batched product: its first element, its strides over the
-// batch shape (0 where it broadcasts) and its row and column strides, all in
-// elements.
-struct MatrixOperand {
-  std::byte* data = nullptr;
-  Strides batch_strides;
-  std::int64_t rs = 0, cs = 0;
-};
+using backend::MatmulProblem;
+using backend::MatrixOperand;
 
-// c[i] = beta * bias[i] + alpha * a[i] b[i] for every index i of `batch`;
-// without a bias (bias.data null) c[i] = alpha * a[i] b[i]. Every operand has
-// `dtype` (f32, f64, f16 or bf16; the 16-bit ones accumulate in f32). c must
-// not overlap the others.
-struct MatmulProblem {
-  DType dtype = DType::f32;
-  Shape batch;
-  std::int64_t m = 0, n = 0, k = 0;
-  MatrixOperand a, b, c, bias;
-  double alpha = 1, beta = 1;
-};
+// The linalg family's matmul entry (backend/kernels/linalg.h).
 void matmul(detail::DeviceRuntime& rt, const MatmulProblem& p);
 
 // Contiguous 16-bit <-> f32 conversion (F16C for f16; round to nearest even).
