@@ -11,7 +11,7 @@
 
 #include <benchmark/benchmark.h>
 
-#include "backend/cpu/unary_backward_kernels.h"
+#include "backend/kernels.h"
 #include "core/tensor_internal.h"
 #include "forge/forge.h"
 
@@ -83,16 +83,19 @@ void BM_GeluTanh(benchmark::State& state) {
   unary_bench(state, [](const forge::Tensor& a) { return forge::gelu(a, forge::GeluApproximation::tanh); });
 }
 
-// The fused gradient kernels the activations' VJPs run: g and x in, dx out.
-template <forge::cpu::UnaryBackward Op>
+// The fused gradient kernels the activations' VJPs run (from the table of
+// dx's device, as the rules call them): g and x in, dx out.
+template <forge::backend::UnaryBackward Op>
 void BM_Backward(benchmark::State& state) {
   forge::ExecContext ctx({.threads = kThreads});
   const std::int64_t n = state.range(0);
   const forge::Tensor x = activation_input(ctx, state), g = ctx.randn({n});
   forge::Tensor dx = ctx.empty({n});
+  forge::detail::DeviceRuntime& dev = forge::detail::device_runtime(dx);
+  const auto kernel = dev.kernels().elementwise.unary_backward_flat.get("backward", forge::DType::f32, dev);
   for (auto _ : state) {
-    forge::cpu::unary_backward_flat(ctx.runtime(), Op, forge::DType::f32, n, forge::detail::first_element(dx),
-                                    forge::detail::first_element(g), forge::detail::first_element(x));
+    kernel(dev, Op, forge::DType::f32, n, forge::detail::first_element(dx), forge::detail::first_element(g),
+           forge::detail::first_element(x));
     benchmark::DoNotOptimize(dx.buffer()->data());
   }
   set_bytes(state, 3 * n);
@@ -106,9 +109,9 @@ BENCHMARK(BM_Sigmoid)->Apply(activation_args);
 BENCHMARK(BM_Silu)->Apply(activation_args);
 BENCHMARK(BM_Gelu)->Apply(activation_args);
 BENCHMARK(BM_GeluTanh)->Apply(activation_args);
-BENCHMARK(BM_Backward<forge::cpu::UnaryBackward::gelu>)->Name("BM_GeluBackward")->Apply(activation_args);
-BENCHMARK(BM_Backward<forge::cpu::UnaryBackward::gelu_tanh>)->Name("BM_GeluTanhBackward")->Apply(activation_args);
-BENCHMARK(BM_Backward<forge::cpu::UnaryBackward::silu>)->Name("BM_SiluBackward")->Apply(activation_args);
+BENCHMARK(BM_Backward<forge::backend::UnaryBackward::gelu>)->Name("BM_GeluBackward")->Apply(activation_args);
+BENCHMARK(BM_Backward<forge::backend::UnaryBackward::gelu_tanh>)->Name("BM_GeluTanhBackward")->Apply(activation_args);
+BENCHMARK(BM_Backward<forge::backend::UnaryBackward::silu>)->Name("BM_SiluBackward")->Apply(activation_args);
 
 // [4096, 1024] + [1024]: every row adds the same bias.
 void BM_BiasAdd(benchmark::State& state) {

@@ -1,9 +1,10 @@
 // Binary elementwise ops, comparisons, logic, where and masked_fill: validate,
-// allocate from the inputs' context (or take the caller's `out`), then call an
-// unchecked kernel. Two tensor operands of different dtypes are converted to
-// the promoted dtype first; scalars, 16-bit floats, true division of integers
-// and outputs of another dtype convert inside the kernels (Note [Compute
-// dtype] in backend/cpu/elementwise_kernels.h).
+// allocate from the inputs' context (or take the caller's `out`), then call a
+// kernel of the output's device (the elementwise family of its table). Two
+// tensor operands of different dtypes are converted to the promoted dtype
+// first; scalars, 16-bit floats, true division of integers and outputs of
+// another dtype convert inside the kernels (Note [Compute dtype] in
+// backend/kernels/elementwise.h).
 
 #include "autograd/rules/elementwise.h"
 
@@ -79,7 +80,7 @@ void check_out(const char* op, const Tensor& out, const Tensor& in, const Shape&
 
 namespace {
 
-using cpu::Binary;
+using backend::Binary;
 using detail::ScalarSlot;
 
 // The dtype `kind` computes in, given its operands' promoted dtype; any_bool:
@@ -93,7 +94,7 @@ DType compute_dtype(const char* op, Binary kind, DType promoted, bool any_bool) 
   return promoted;
 }
 
-DType result_dtype(Binary kind, DType compute) noexcept { return cpu::gives_bool(kind) ? DType::boolean : compute; }
+DType result_dtype(Binary kind, DType compute) noexcept { return backend::gives_bool(kind) ? DType::boolean : compute; }
 
 // An operand: a tensor, or a scalar stored in the compute dtype.
 struct Arg {
@@ -101,8 +102,8 @@ struct Arg {
   ScalarSlot* slot = nullptr;
 
   bool flat(const Shape& shape) const { return !tensor || (tensor->shape() == shape && tensor->is_contiguous()); }
-  cpu::FlatArg flat_arg() const { return tensor ? detail::flat_arg(*tensor) : slot->flat(); }
-  cpu::Operand operand(const Shape& shape) const {
+  backend::FlatArg flat_arg() const { return tensor ? detail::flat_arg(*tensor) : slot->flat(); }
+  backend::Operand operand(const Shape& shape) const {
     return tensor ? detail::operand_broadcast(*tensor, shape) : slot->operand(shape);
   }
 };
@@ -121,20 +122,33 @@ bool is_row(const Arg& t, const Shape& shape) {
   return true;
 }
 
-void launch(Binary kind, DType compute, const Tensor& out, const Arg& a, const Arg& b) {
-  Runtime& rt = out.runtime();
+// out = a (kind) b over packed out, a and b of out's shape (or repeated
+// scalars): the common case, no strided setup.
+void launch_flat(const char* op, Binary kind, DType compute, const Tensor& out, const backend::FlatArg& a,
+                 const backend::FlatArg& b) {
+  detail::DeviceRuntime& dev = detail::device_runtime(out);
+  backend::BinaryFlatFn* const kernel = dev.kernels().elementwise.binary_flat.get(op, compute, dev);
+  kernel(dev, kind, compute, out.numel(), detail::flat_arg(out), a, b);
+}
+
+void launch(const char* op, Binary kind, DType compute, const Tensor& out, const Arg& a, const Arg& b) {
   const Shape& shape = out.shape();
   const bool packed = out.is_contiguous();
   const bool flat_a = a.flat(shape), flat_b = b.flat(shape);
   if (packed && flat_a && flat_b) {
-    cpu::binary_flat(rt, kind, compute, out.numel(), detail::flat_arg(out), a.flat_arg(), b.flat_arg());
-  } else if (packed && a.tensor && b.tensor && ((flat_a && is_row(b, shape)) || (flat_b && is_row(a, shape)))) {
+    launch_flat(op, kind, compute, out, a.flat_arg(), b.flat_arg());
+    return;
+  }
+  detail::DeviceRuntime& dev = detail::device_runtime(out);
+  const backend::ElementwiseKernels& kernels = dev.kernels().elementwise;
+  if (packed && a.tensor && b.tensor && ((flat_a && is_row(b, shape)) || (flat_b && is_row(a, shape)))) {
     const Arg& row = flat_a ? b : a;
     const std::int64_t cols = row.tensor->numel();
-    cpu::binary_rows(rt, kind, compute, out.numel() / cols, cols, detail::flat_arg(out),
-                     flat_a ? a.flat_arg() : b.flat_arg(), row.flat_arg(), !flat_a);
+    kernels.binary_rows.get(op, compute, dev)(dev, kind, compute, out.numel() / cols, cols, detail::flat_arg(out),
+                                              flat_a ? a.flat_arg() : b.flat_arg(), row.flat_arg(), !flat_a);
   } else {
-    cpu::binary_op(rt, kind, compute, shape, detail::operand(out), a.operand(shape), b.operand(shape));
+    kernels.binary_op.get(op, compute, dev)(dev, kind, compute, shape, detail::operand(out), a.operand(shape),
+                                            b.operand(shape));
   }
 }
 
@@ -161,10 +175,9 @@ Tensor binary(const char* op, Binary kind, const Tensor& a, const Tensor& b) try
   if (a.dtype() == b.dtype() && a.shape() == b.shape()) {  // the common case, no setup
     Tensor out = detail::allocate(a.runtime(), a.shape(), result_dtype(kind, compute), op);
     if (a.is_contiguous() && b.is_contiguous()) {
-      cpu::binary_flat(a.runtime(), kind, compute, out.numel(), detail::flat_arg(out), detail::flat_arg(a),
-                       detail::flat_arg(b));
+      launch_flat(op, kind, compute, out, detail::flat_arg(a), detail::flat_arg(b));
     } else {
-      launch(kind, compute, out, Arg{&a}, Arg{&b});
+      launch(op, kind, compute, out, Arg{&a}, Arg{&b});
     }
     detail::adopt_output(out);
     return out;
@@ -174,7 +187,7 @@ Tensor binary(const char* op, Binary kind, const Tensor& a, const Tensor& b) try
   const Tensor& ca = promoted(op, a, dtype, cast_a);
   const Tensor& cb = promoted(op, b, dtype, cast_b);
   Tensor out = detail::allocate(a.runtime(), shape, result_dtype(kind, compute), op);
-  launch(kind, compute, out, Arg{&ca}, Arg{&cb});
+  launch(op, kind, compute, out, Arg{&ca}, Arg{&cb});
   detail::adopt_output(out);
   return out;
 }
@@ -187,7 +200,7 @@ Tensor binary_scalar(const char* op, Binary kind, const Tensor& t, Scalar s, boo
   ScalarSlot slot = detail::operand_slot(op, compute, s);
   Tensor out = detail::allocate(t.runtime(), t.shape(), result_dtype(kind, compute), op);
   const Arg ta{&t}, sa{nullptr, &slot};
-  launch(kind, compute, out, scalar_first ? sa : ta, scalar_first ? ta : sa);
+  launch(op, kind, compute, out, scalar_first ? sa : ta, scalar_first ? ta : sa);
   detail::adopt_output(out);
   return out;
 }
@@ -206,15 +219,14 @@ Tensor& binary_into(const char* op, Binary kind, Tensor& out, const Tensor& a, c
   detail::check_no_partial_overlap(op, out, b, "b");
   if (a.dtype() == out.dtype() && b.dtype() == out.dtype() && a.shape() == shape && b.shape() == shape &&
       out.is_contiguous() && a.is_contiguous() && b.is_contiguous()) {  // the common case, no setup
-    cpu::binary_flat(out.runtime(), kind, compute, out.numel(), detail::flat_arg(out), detail::flat_arg(a),
-                     detail::flat_arg(b));
+    launch_flat(op, kind, compute, out, detail::flat_arg(a), detail::flat_arg(b));
     out.buffer()->bump_version();
     return out;
   }
   Tensor cast_a, cast_b;
   const Tensor& ca = promoted(op, a, promote_types(a.dtype(), b.dtype()), cast_a);
   const Tensor& cb = promoted(op, b, promote_types(a.dtype(), b.dtype()), cast_b);
-  launch(kind, compute, out, Arg{&ca}, Arg{&cb});
+  launch(op, kind, compute, out, Arg{&ca}, Arg{&cb});
   out.buffer()->bump_version();
   return out;
 }
@@ -227,7 +239,7 @@ Tensor& binary_scalar_into(const char* op, Binary kind, Tensor& out, const Tenso
   detail::check_out(op, out, a, a.shape(), result_dtype(kind, compute));
   detail::check_no_partial_overlap(op, out, a, "a");
   ScalarSlot slot = detail::operand_slot(op, compute, s);
-  launch(kind, compute, out, Arg{&a}, Arg{nullptr, &slot});
+  launch(op, kind, compute, out, Arg{&a}, Arg{nullptr, &slot});
   out.buffer()->bump_version();
   return out;
 }
@@ -249,10 +261,12 @@ Shape broadcast3(const char* op, const Shape& a, const Shape& b, const Shape& c)
 }
 
 // out = cond ? a : b, every operand already validated.
-void launch_where(DType compute, const Tensor& out, const Tensor& cond, const Arg& a, const Arg& b) {
+void launch_where(const char* op, DType compute, const Tensor& out, const Tensor& cond, const Arg& a, const Arg& b) {
   const Shape& shape = out.shape();
-  cpu::where_op(out.runtime(), compute, shape, detail::operand(out), detail::operand_broadcast(cond, shape),
-                a.operand(shape), b.operand(shape));
+  detail::DeviceRuntime& dev = detail::device_runtime(out);
+  backend::WhereOpFn* const kernel = dev.kernels().elementwise.where_op.get(op, compute, dev);
+  kernel(dev, compute, shape, detail::operand(out), detail::operand_broadcast(cond, shape), a.operand(shape),
+         b.operand(shape));
 }
 
 }  // namespace
@@ -430,7 +444,7 @@ Tensor& logical_not_into(Tensor& out, const Tensor& x) try {
   detail::check_out("logical_not_into", out, x, x.shape(), DType::boolean);
   detail::check_no_partial_overlap("logical_not_into", out, x, "x");
   ScalarSlot zero(x.dtype(), 0);
-  launch(Binary::eq, x.dtype(), out, Arg{&x}, Arg{nullptr, &zero});
+  launch("logical_not_into", Binary::eq, x.dtype(), out, Arg{&x}, Arg{nullptr, &zero});
   out.buffer()->bump_version();
   return out;
 }
@@ -448,7 +462,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) try {
   const Shape shape = broadcast3("where", cond.shape(), a.shape(), b.shape());
   const DType dtype = promote_types(a.dtype(), b.dtype());
   Tensor out = detail::allocate(cond.runtime(), shape, dtype, "where");
-  launch_where(dtype, out, cond, Arg{&a}, Arg{&b});
+  launch_where("where", dtype, out, cond, Arg{&a}, Arg{&b});
   detail::adopt_output(out);
   FORGE_RECORD(where, out, cond, a, b);
   return out;
@@ -464,7 +478,7 @@ Tensor where(const Tensor& cond, const Tensor& a, Scalar b) try {
   const DType dtype = result_type(a.dtype(), b);
   ScalarSlot slot = detail::checked_slot("where", dtype, b, "b");
   Tensor out = detail::allocate(cond.runtime(), shape, dtype, "where");
-  launch_where(dtype, out, cond, Arg{&a}, Arg{nullptr, &slot});
+  launch_where("where", dtype, out, cond, Arg{&a}, Arg{nullptr, &slot});
   detail::adopt_output(out);
   FORGE_RECORD(where, out, cond, a, b);
   return out;
@@ -485,7 +499,7 @@ Tensor& where_into(Tensor& out, const Tensor& cond, const Tensor& a, const Tenso
   detail::check_no_partial_overlap("where_into", out, cond, "cond");
   detail::check_no_partial_overlap("where_into", out, a, "a");
   detail::check_no_partial_overlap("where_into", out, b, "b");
-  launch_where(dtype, out, cond, Arg{&a}, Arg{&b});
+  launch_where("where_into", dtype, out, cond, Arg{&a}, Arg{&b});
   out.buffer()->bump_version();
   return out;
 }
@@ -506,7 +520,7 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value) try {
   check_mask("masked_fill", x, mask);
   ScalarSlot slot = detail::checked_slot("masked_fill", x.dtype(), value, "value");
   Tensor out = detail::allocate(x.runtime(), x.shape(), x.dtype(), "masked_fill");
-  launch_where(x.dtype(), out, mask, Arg{nullptr, &slot}, Arg{&x});
+  launch_where("masked_fill", x.dtype(), out, mask, Arg{nullptr, &slot}, Arg{&x});
   detail::adopt_output(out);
   FORGE_RECORD(masked_fill, out, x, mask, value);
   return out;
@@ -520,7 +534,7 @@ Tensor& masked_fill_into(Tensor& out, const Tensor& x, const Tensor& mask, Scala
   detail::check_no_partial_overlap("masked_fill_into", out, x, "x");
   detail::check_no_partial_overlap("masked_fill_into", out, mask, "mask");
   ScalarSlot slot = detail::checked_slot("masked_fill_into", x.dtype(), value, "value");
-  launch_where(x.dtype(), out, mask, Arg{nullptr, &slot}, Arg{&x});
+  launch_where("masked_fill_into", x.dtype(), out, mask, Arg{nullptr, &slot}, Arg{&x});
   out.buffer()->bump_version();
   return out;
 }

@@ -3,8 +3,11 @@
 // converted to a dtype, and the validation of an `_into` destination.
 
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 
-#include "backend/cpu/elementwise_kernels.h"
+#include "backend/kernels/elementwise.h"
+#include "core/convert.h"
 #include "core/tensor_internal.h"
 #include "forge/scalar.h"
 
@@ -61,8 +64,8 @@ struct ScalarSlot {
       return convert<std::int64_t>(v);
     });
   }
-  cpu::FlatArg flat() noexcept { return {bytes, dtype, 0}; }
-  cpu::Operand operand(const Shape& shape) noexcept { return {bytes, dtype, Strides::filled(shape.rank(), 0)}; }
+  backend::FlatArg flat() noexcept { return {bytes, dtype, 0}; }
+  backend::Operand operand(const Shape& shape) noexcept { return {bytes, dtype, Strides::filled(shape.rank(), 0)}; }
 };
 
 // Whether `s` is representable in dtype t (Note [Scalar conversion]).
@@ -81,6 +84,6 @@ ScalarSlot operand_slot(const char* op, DType compute, Scalar s);
 // and its dtype a `result` value may be cast into.
 void check_out(const char* op, const Tensor& out, const Tensor& in, const Shape& shape, DType result);
 
-inline cpu::FlatArg flat_arg(const Tensor& t) noexcept { return {first_element(t), t.dtype(), 1}; }
+inline backend::FlatArg flat_arg(const Tensor& t) noexcept { return {first_element(t), t.dtype(), 1}; }
 
 }  // namespace forge::detail

@@ -14,7 +14,8 @@
 namespace forge {
 namespace {
 
-using cpu::Unary;
+using backend::Unary;
+using backend::UnaryParams;
 
 // The dtype `kind` computes in (and returns) for an input of `dtype`.
 DType unary_dtype(const char* op, Unary kind, DType dtype) {
@@ -35,47 +36,50 @@ DType unary_dtype(const char* op, Unary kind, DType dtype) {
   }
 }
 
-void launch(Unary kind, DType compute, const cpu::UnaryParams& params, const Tensor& out, const Tensor& x) {
-  Runtime& rt = out.runtime();
+void launch(const char* op, Unary kind, DType compute, const UnaryParams& params, const Tensor& out, const Tensor& x) {
+  detail::DeviceRuntime& dev = detail::device_runtime(out);
+  const backend::ElementwiseKernels& kernels = dev.kernels().elementwise;
   if (out.is_contiguous() && x.is_contiguous()) {
-    cpu::unary_flat(rt, kind, compute, params, out.numel(), detail::flat_arg(out), detail::flat_arg(x));
+    kernels.unary_flat.get(op, compute, dev)(dev, kind, compute, params, out.numel(), detail::flat_arg(out),
+                                             detail::flat_arg(x));
   } else {
-    cpu::unary_op(rt, kind, compute, params, out.shape(), detail::operand(out), detail::operand(x));
+    kernels.unary_op.get(op, compute, dev)(dev, kind, compute, params, out.shape(), detail::operand(out),
+                                           detail::operand(x));
   }
 }
 
-Tensor unary(const char* op, Unary kind, const Tensor& x, const cpu::UnaryParams& params = {}) {
+Tensor unary(const char* op, Unary kind, const Tensor& x, const UnaryParams& params = {}) {
   detail::check_input(op, x, "x");
   const DType dtype = unary_dtype(op, kind, x.dtype());
   Tensor out = detail::allocate(x.runtime(), x.shape(), dtype, op);
-  launch(kind, dtype, params, out, x);
+  launch(op, kind, dtype, params, out, x);
   detail::adopt_output(out);
   return out;
 }
 
 // Every _into form is this call; it reports an allocation failure itself.
-Tensor& unary_into(const char* op, Unary kind, Tensor& out, const Tensor& x, const cpu::UnaryParams& params = {}) try {
+Tensor& unary_into(const char* op, Unary kind, Tensor& out, const Tensor& x, const UnaryParams& params = {}) try {
   detail::check_writable(op, out, "out");
   detail::check_input(op, x, "x");
   const DType dtype = unary_dtype(op, kind, x.dtype());
   detail::check_out(op, out, x, x.shape(), dtype);
   detail::check_no_partial_overlap(op, out, x, "x");
-  launch(kind, dtype, params, out, x);
+  launch(op, kind, dtype, params, out, x);
   out.buffer()->bump_version();
   return out;
 }
 FORGE_CATCH_OOM(op)
 
-cpu::UnaryParams slope(double negative_slope) { return {.p0 = negative_slope}; }
-cpu::UnaryParams softplus_params(double beta, double threshold) { return {.p0 = beta, .p1 = threshold}; }
-cpu::UnaryParams elu_params(double alpha) { return {.p0 = alpha}; }
+UnaryParams slope(double negative_slope) { return {.p0 = negative_slope}; }
+UnaryParams softplus_params(double beta, double threshold) { return {.p0 = beta, .p1 = threshold}; }
+UnaryParams elu_params(double alpha) { return {.p0 = alpha}; }
 Unary gelu_kind(GeluApproximation approximate) {
   return approximate == GeluApproximation::tanh ? Unary::gelu_tanh : Unary::gelu;
 }
 
 // clamp's dtype (libtorch's result_type over x and the bounds) and its bounds in it.
 DType clamp_setup(const char* op, const Tensor& x, const std::optional<Scalar>& min, const std::optional<Scalar>& max,
-                  cpu::UnaryParams& params) {
+                  UnaryParams& params) {
   detail::check_input(op, x, "x");
   FORGE_CHECK(min || max, invalid_argument, op, "needs at least one of min and max");
   DType dtype = x.dtype();
@@ -266,10 +270,10 @@ Tensor& elu_into(Tensor& out, const Tensor& x, double alpha) {
 Tensor& erf_into(Tensor& out, const Tensor& x) { return unary_into("erf_into", Unary::erf, out, x); }
 
 Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max) try {
-  cpu::UnaryParams params;
+  UnaryParams params;
   const DType dtype = clamp_setup("clamp", x, min, max, params);
   Tensor out = detail::allocate(x.runtime(), x.shape(), dtype, "clamp");
-  launch(Unary::clamp, dtype, params, out, x);
+  launch("clamp", Unary::clamp, dtype, params, out, x);
   detail::adopt_output(out);
   FORGE_RECORD(clamp, out, x, min, max);
   return out;
@@ -278,11 +282,11 @@ FORGE_CATCH_OOM("clamp")
 
 Tensor& clamp_into(Tensor& out, const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max) try {
   detail::check_writable("clamp_into", out, "out");
-  cpu::UnaryParams params;
+  UnaryParams params;
   const DType dtype = clamp_setup("clamp_into", x, min, max, params);
   detail::check_out("clamp_into", out, x, x.shape(), dtype);
   detail::check_no_partial_overlap("clamp_into", out, x, "x");
-  launch(Unary::clamp, dtype, params, out, x);
+  launch("clamp_into", Unary::clamp, dtype, params, out, x);
   out.buffer()->bump_version();
   return out;
 }

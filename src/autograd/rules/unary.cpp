@@ -2,19 +2,22 @@
 // libtorch's conventions where the derivative is undefined: abs'(0) = 0,
 // relu'(0) = 0, sign' = 0. Where the formula allows, a rule saves its output
 // rather than its input. relu, sigmoid, tanh, the gelus and silu run one
-// fused kernel over packed f32/f64 (backend/cpu/unary_backward_kernels.h),
-// packing other layouts first; the rest compose public ops. 16-bit floats
-// compute in f32 (Vjp::set casts the result back).
+// fused kernel over packed f32/f64 (unary_backward_flat, of the elementwise
+// family: backend/kernels/elementwise.h), packing other layouts first; the
+// rest compose public ops. 16-bit floats compute in f32 (Vjp::set casts the
+// result back).
 
 #include "autograd/rules/unary.h"
 
 #include "autograd/record.h"
 #include "autograd/rules/common.h"
-#include "backend/cpu/unary_backward_kernels.h"
+#include "backend/kernels/elementwise.h"
 #include "core/tensor_internal.h"
 
 namespace forge::autograd::rules {
 namespace {
+
+using backend::UnaryBackward;
 
 constexpr double kTwoOverSqrtPi = 1.12837916709551257389615890312154517;
 
@@ -23,25 +26,25 @@ constexpr double kTwoOverSqrtPi = 1.12837916709551257389615890312154517;
 // every path computes the same tail-safe formulas (Note [Activation tails]
 // in backend/cpu/vec_math.h); the result comes back in f32 for 16-bit
 // inputs, and Vjp::set casts it to the input's dtype.
-Tensor fused(cpu::UnaryBackward op, const Tensor& g_in, const Tensor& saved_in) {
+Tensor fused(UnaryBackward kind, const Tensor& g_in, const Tensor& saved_in) {
   const DType dtype = g_in.dtype() == DType::f64 && saved_in.dtype() == DType::f64 ? DType::f64 : DType::f32;
   const Tensor g = g_in.to(dtype).contiguous();
   const Tensor saved = saved_in.to(dtype).contiguous();  // of g's shape: x or the output
   Tensor out = detail::allocate(g.runtime(), g.shape(), dtype, "backward");
-  cpu::unary_backward_flat(g.runtime(), op, dtype, g.numel(), detail::first_element(out), detail::first_element(g),
-                           detail::first_element(saved));
+  detail::DeviceRuntime& dev = detail::device_runtime(out);
+  dev.kernels().elementwise.unary_backward_flat.get("backward", dtype, dev)(
+      dev, kind, dtype, g.numel(), detail::first_element(out), detail::first_element(g), detail::first_element(saved));
   detail::adopt_output(out);
   return out;
 }
 
-Tensor relu_vjp(const Tensor& g, const Tensor& out) { return fused(cpu::UnaryBackward::relu, g, out); }
-Tensor sigmoid_vjp(const Tensor& g, const Tensor& out) { return fused(cpu::UnaryBackward::sigmoid, g, out); }
-Tensor tanh_vjp(const Tensor& g, const Tensor& out) { return fused(cpu::UnaryBackward::tanh, g, out); }
+Tensor relu_vjp(const Tensor& g, const Tensor& out) { return fused(UnaryBackward::relu, g, out); }
+Tensor sigmoid_vjp(const Tensor& g, const Tensor& out) { return fused(UnaryBackward::sigmoid, g, out); }
+Tensor tanh_vjp(const Tensor& g, const Tensor& out) { return fused(UnaryBackward::tanh, g, out); }
 Tensor gelu_vjp(const Tensor& g, const Tensor& x_saved, GeluApproximation approximate) {
-  return fused(approximate == GeluApproximation::none ? cpu::UnaryBackward::gelu : cpu::UnaryBackward::gelu_tanh, g,
-               x_saved);
+  return fused(approximate == GeluApproximation::none ? UnaryBackward::gelu : UnaryBackward::gelu_tanh, g, x_saved);
 }
-Tensor silu_vjp(const Tensor& g, const Tensor& x_saved) { return fused(cpu::UnaryBackward::silu, g, x_saved); }
+Tensor silu_vjp(const Tensor& g, const Tensor& x_saved) { return fused(UnaryBackward::silu, g, x_saved); }
 
 }  // namespace
 

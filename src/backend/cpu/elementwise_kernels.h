@@ -1,14 +1,8 @@
 #pragma once
-// Unchecked elementwise kernels: binary ops and comparisons, unary ops and
-// where. The callers (src/ops/elementwise.cpp, unary.cpp) have validated
-// shapes, dtypes and aliasing.
-//
-// Note [Compute dtype]: every kernel takes the dtype the op computes in (the
-// promoted dtype). Operands and the output may have any dtype: a run whose
-// operands already hold the compute type is read and written in place; any
-// other is converted through small blocks on the stack. f16 and bf16 compute
-// in f32 and are rounded once to the compute dtype before being stored, so an
-// f16 result written into an f32 `out` holds the f16 value, as in libtorch.
+// The cpu backend's elementwise kernels (backend/kernels/elementwise.h, which
+// they implement): binary ops and comparisons, unary ops and where. Operands
+// not in the compute type (Note [Compute dtype] there) are converted through
+// small blocks on the stack.
 
 #include <algorithm>
 #include <cstdint>
@@ -16,73 +10,18 @@
 #include <type_traits>
 
 #include "backend/cpu/kernels.h"
+#include "backend/kernels/elementwise.h"
 #include "core/convert.h"
 
 namespace forge::cpu {
 
-enum class Binary : std::uint8_t {
-  add,
-  sub,
-  mul,
-  div,
-  pow,
-  maximum,
-  minimum,  // results in the compute dtype
-  eq,
-  ne,
-  lt,
-  le,
-  gt,
-  ge,
-  logical_and,
-  logical_or,  // bool results
-};
-inline constexpr int kNumBinary = 15;
-constexpr bool gives_bool(Binary op) noexcept { return op >= Binary::eq; }
-
-enum class Unary : std::uint8_t {
-  neg,
-  abs,
-  sign,
-  square,
-  relu,
-  clamp,  // any non-bool compute dtype (abs, sign: bool too)
-  exp,
-  expm1,
-  log,
-  log1p,
-  sqrt,
-  rsqrt,
-  reciprocal,
-  sin,
-  cos,  // f32 or f64 only
-  tanh,
-  sigmoid,
-  leaky_relu,
-  gelu,
-  gelu_tanh,
-  silu,
-  softplus,
-  elu,
-  erf,
-};
-inline constexpr int kNumUnary = 24;
-
-// The numbers some unary ops take, already rounded to the compute dtype.
-struct UnaryParams {
-  double p0 = 0;                        // leaky_relu: slope; softplus: beta; elu: alpha
-  double p1 = 0;                        // softplus: threshold
-  bool has_lo = false, has_hi = false;  // clamp bounds, as double and as integer
-  double lo = 0, hi = 0;
-  std::int64_t lo_int = 0, hi_int = 0;
-};
-
-// One operand of a flat (one-dimensional) run: stride 0 repeats one element.
-struct FlatArg {
-  std::byte* data;
-  DType dtype;
-  std::int64_t stride;
-};
+using backend::Binary;
+using backend::FlatArg;
+using backend::gives_bool;
+using backend::kNumBinary;
+using backend::kNumUnary;
+using backend::Unary;
+using backend::UnaryParams;
 
 // out = a (op) b over `shape`, operands broadcast (strides 0) as given.
 void binary_op(detail::DeviceRuntime& rt, Binary op, DType compute, const Shape& shape, const Operand& out,

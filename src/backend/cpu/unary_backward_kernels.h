@@ -8,13 +8,12 @@
 #include <cstdint>
 
 #include "backend/device_runtime.h"
+#include "backend/kernels/elementwise.h"
 #include "forge/dtype.h"
 
 namespace forge::cpu {
 
-// The saved value each kind reads: the op's output (relu, sigmoid, tanh) or
-// its input (the gelus, silu).
-enum class UnaryBackward : std::uint8_t { relu, sigmoid, tanh, gelu, gelu_tanh, silu };
+using backend::UnaryBackward;
 
 // out[i] = g[i] * f'(...) from saved[i], over n packed elements of `dtype`
 // (f32 or f64); out may not alias the inputs.

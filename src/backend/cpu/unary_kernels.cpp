@@ -1,7 +1,7 @@
 // Unary elementwise kernels. f32 exp, tanh, erf, sigmoid, silu and both gelus
 // run on 16-lane vectors (vec_math.h); the rest are scalar loops the compiler
 // vectorizes where it can. 16-bit floats compute through f32 blocks (Note
-// [Compute dtype] in elementwise_kernels.h).
+// [Compute dtype] in backend/kernels/elementwise.h).
 
 #include <array>
 #include <cmath>
