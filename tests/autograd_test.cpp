@@ -88,6 +88,27 @@ TEST_CASE("autograd: requires_grad on an integer tensor is a dtype error") {
   FORGE_REQUIRE_ERROR(backward, "backward", (x * 2.0).sum().backward());
 }
 
+// As in libtorch: an integer or bool result carries no gradient, so a cast
+// to one ends the graph (it used to pass the gradient straight through).
+TEST_CASE("autograd: a cast to an integer or bool dtype ends the graph") {
+  TestContext ctx;
+  const Tensor x = ctx.from_vector<float>({0.5f, 1.5f, -2.0f}, {3}).requires_grad_();
+  for (DType target : {DType::i32, DType::i64, DType::u8, DType::boolean}) {
+    INFO(forge::dtype_name(target));
+    const Tensor y = x.to(target);
+    CHECK_FALSE(y.requires_grad());
+    CHECK(y.grad_fn_name() == nullptr);
+  }
+  // A path through the cast adds nothing; the floating path still counts.
+  const Tensor loss = forge::sum(x.to(DType::i32).to(DType::f32) * x) + forge::sum(x);
+  CHECK_FALSE(x.to(DType::i64).to(DType::f64).requires_grad());
+  loss.backward();
+  CHECK(x.grad().to_vector<float>() == std::vector<float>{1.0f, 2.0f, -1.0f});  // int(x) + 1
+  // A cast between floating dtypes keeps its gradient.
+  const Tensor z = x.to(DType::f64);
+  CHECK(z.requires_grad());
+}
+
 TEST_CASE("autograd: a saved tensor modified in place makes backward name the op") {
   TestContext ctx;
   Tensor x = ctx.from_vector<double>({1, 2}, {2}).requires_grad_();

@@ -35,7 +35,9 @@ Tensor Tensor::to(DType target) const try {
   if (target == dtype()) return *this;
   Tensor out = detail::cast_temporary(*this, target, "to");
   detail::adopt_output(out);
-  FORGE_RECORD(to, out, *this);
+  // Only a floating result carries a gradient (as requires_grad_ allows only
+  // floating tensors): a cast to an integer or bool dtype ends the graph.
+  if (is_floating(target)) FORGE_RECORD(to, out, *this);
   return out;
 }
 FORGE_CATCH_OOM("to")
