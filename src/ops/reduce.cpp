@@ -1,6 +1,6 @@
 // Reductions and cumsum: resolve the dims, check dtypes and the empty cases,
-// allocate (or check the caller's `out`), then run the unchecked kernels in
-// backend/cpu/reduce_kernels.cpp. A 0-d tensor reduces as one element and
+// allocate (or check the caller's `out`), then run the reduce family's
+// kernels (backend/kernels/reduce.h) of the output's device. A 0-d tensor reduces as one element and
 // takes dim 0 or -1, as in libtorch.
 
 #include "autograd/rules/reduce.h"
@@ -8,14 +8,13 @@
 #include <string>
 
 #include "autograd/record.h"
-#include "backend/cpu/reduce_kernels.h"
 #include "core/tensor_internal.h"
 #include "forge/ops.h"
 
 namespace forge {
 namespace {
 
-using cpu::ReduceOp;
+using backend::ReduceOp;
 
 // The dims a reduction runs over and the shape of its result.
 struct Plan {
@@ -97,8 +96,9 @@ Strides spread_strides(const Tensor& x, const Plan& p, const Strides& out_stride
   return s;
 }
 
-void run_reduce(ReduceOp kind, Tensor& out, const Tensor& x, const Plan& p, bool keepdim, std::int64_t correction) {
-  cpu::ReduceArgs a;
+void run_reduce(const char* op, ReduceOp kind, Tensor& out, const Tensor& x, const Plan& p, bool keepdim,
+                std::int64_t correction) {
+  backend::ReduceArgs a;
   if (x.dim() == 0) {
     a.shape = Shape{1};
     a.in_strides = Strides{1};
@@ -115,7 +115,8 @@ void run_reduce(ReduceOp kind, Tensor& out, const Tensor& x, const Plan& p, bool
   a.out = detail::first_element(out);
   a.out_dtype = out.dtype();
   a.correction = correction;
-  cpu::reduce(x.runtime(), kind, a);
+  detail::DeviceRuntime& dev = detail::device_runtime(out);
+  dev.kernels().reduce.reduce.get(op, x.dtype(), dev)(dev, kind, a);
 }
 
 bool needs_nonempty(ReduceOp kind) { return kind == ReduceOp::amax || kind == ReduceOp::amin; }
@@ -127,7 +128,7 @@ Tensor reduce_op(const char* op, ReduceOp kind, const Tensor& x, const DimList& 
   const Plan p = make_plan(op, x, dims, keepdim);
   if (needs_nonempty(kind)) check_nonempty(op, x, p);
   Tensor out = detail::allocate(x.runtime(), p.out_shape, dtype, op);
-  run_reduce(kind, out, x, p, keepdim, correction);
+  run_reduce(op, kind, out, x, p, keepdim, correction);
   detail::adopt_output(out);
   return out;
 }
@@ -148,7 +149,7 @@ Tensor& reduce_into(const char* op, ReduceOp kind, Tensor& out, const Tensor& x,
   if (needs_nonempty(kind)) check_nonempty(op, x, p);
   check_out(op, out, p.out_shape, dtype);
   detail::check_no_partial_overlap(op, out, x, "x");
-  run_reduce(kind, out, x, p, keepdim, correction);
+  run_reduce(op, kind, out, x, p, keepdim, correction);
   out.buffer()->bump_version();
   return out;
 }
@@ -191,8 +192,8 @@ Strides arg_strides(const Tensor& x, int dim, const Tensor& out, bool keepdim) {
   return s;
 }
 
-void run_arg(bool is_max, const Tensor& x, int dim, bool keepdim, Tensor* values, Tensor& indices) {
-  cpu::ArgReduceArgs a;
+void run_arg(const char* op, bool is_max, const Tensor& x, int dim, bool keepdim, Tensor* values, Tensor& indices) {
+  backend::ArgReduceArgs a;
   if (x.dim() == 0) {
     a.shape = Shape{1};
     a.in_strides = Strides{1};
@@ -209,7 +210,8 @@ void run_arg(bool is_max, const Tensor& x, int dim, bool keepdim, Tensor* values
   a.dtype = x.dtype();
   a.values = values ? detail::first_element(*values) : nullptr;
   a.indices = detail::first_element(indices);
-  cpu::arg_reduce(x.runtime(), is_max, a);
+  detail::DeviceRuntime& dev = detail::device_runtime(indices);
+  dev.kernels().reduce.arg_reduce.get(op, x.dtype(), dev)(dev, is_max, a);
 }
 
 ValuesIndices values_indices(const char* op, bool is_max, const Tensor& x, std::int64_t dim, bool keepdim) {
@@ -218,7 +220,7 @@ ValuesIndices values_indices(const char* op, bool is_max, const Tensor& x, std::
   ValuesIndices r;
   r.values = detail::allocate(x.runtime(), p.out_shape, x.dtype(), op);
   r.indices = detail::allocate(x.runtime(), p.out_shape, DType::i64, op);
-  run_arg(is_max, x, p.dim, keepdim, &r.values, r.indices);
+  run_arg(op, is_max, x, p.dim, keepdim, &r.values, r.indices);
   detail::adopt_output(r.values);
   detail::adopt_output(r.indices);
   return r;
@@ -228,7 +230,7 @@ Tensor arg_dim(const char* op, bool is_max, const Tensor& x, std::int64_t dim, b
   detail::check_input(op, x, "x");
   const ArgPlan p = make_arg_plan(op, x, dim, keepdim);
   Tensor out = detail::allocate(x.runtime(), p.out_shape, DType::i64, op);
-  run_arg(is_max, x, p.dim, keepdim, nullptr, out);
+  run_arg(op, is_max, x, p.dim, keepdim, nullptr, out);
   detail::adopt_output(out);
   return out;
 }
@@ -241,7 +243,7 @@ Tensor arg_flat(const char* op, bool is_max, const Tensor& x) try {
   const Tensor packed = x.is_contiguous() ? x : detail::cast_temporary(x, x.dtype(), op);
   const Tensor flat = detail::make_view(packed, Shape{packed.numel()}, Strides{1}, packed.offset());
   Tensor out = detail::allocate(x.runtime(), Shape{}, DType::i64, op);
-  run_arg(is_max, flat, 0, false, nullptr, out);
+  run_arg(op, is_max, flat, 0, false, nullptr, out);
   detail::adopt_output(out);
   return out;
 }
@@ -254,7 +256,7 @@ Tensor& arg_into(const char* op, bool is_max, Tensor& out, const Tensor& x, std:
   const ArgPlan p = make_arg_plan(op, x, dim, keepdim);
   check_out(op, out, p.out_shape, DType::i64);
   detail::check_no_partial_overlap(op, out, x, "x");
-  run_arg(is_max, x, p.dim, keepdim, nullptr, out);
+  run_arg(op, is_max, x, p.dim, keepdim, nullptr, out);
   out.buffer()->bump_version();
   return out;
 }
@@ -263,14 +265,16 @@ Tensor& arg_into(const char* op, bool is_max, Tensor& out, const Tensor& x, std:
 
 DType cumsum_dtype(DType in) { return is_floating(in) ? in : DType::i64; }
 
-void run_cumsum(Tensor& out, const Tensor& x, int dim) {
+void run_cumsum(const char* op, Tensor& out, const Tensor& x, int dim) {
+  detail::DeviceRuntime& dev = detail::device_runtime(out);
+  backend::CumsumFn* const kernel = dev.kernels().reduce.cumsum.get(op, x.dtype(), dev);
   if (x.dim() == 0) {
-    cpu::cumsum(x.runtime(), Shape{1}, Strides{1}, Strides{1}, 0, detail::first_element(x), x.dtype(),
-                detail::first_element(out), out.dtype());
+    kernel(dev, Shape{1}, Strides{1}, Strides{1}, 0, detail::first_element(x), x.dtype(), detail::first_element(out),
+           out.dtype());
     return;
   }
-  cpu::cumsum(x.runtime(), x.shape(), x.strides(), out.strides(), dim, detail::first_element(x), x.dtype(),
-              detail::first_element(out), out.dtype());
+  kernel(dev, x.shape(), x.strides(), out.strides(), dim, detail::first_element(x), x.dtype(),
+         detail::first_element(out), out.dtype());
 }
 
 }  // namespace
@@ -370,7 +374,7 @@ Tensor cumsum(const Tensor& x, std::int64_t dim) try {
   detail::check_input("cumsum", x, "x");
   const int d = wrap_dim(dim, x.dim(), "cumsum");
   Tensor out = detail::allocate(x.runtime(), x.shape(), cumsum_dtype(x.dtype()), "cumsum");
-  run_cumsum(out, x, d);
+  run_cumsum("cumsum", out, x, d);
   detail::adopt_output(out);
   FORGE_RECORD(cumsum, out, x, d);
   return out;
@@ -437,7 +441,7 @@ Tensor& cumsum_into(Tensor& out, const Tensor& x, std::int64_t dim) try {
   const int d = wrap_dim(dim, x.dim(), op);
   check_out(op, out, x.shape(), cumsum_dtype(x.dtype()));
   detail::check_no_partial_overlap(op, out, x, "x");
-  run_cumsum(out, x, d);
+  run_cumsum(op, out, x, d);
   out.buffer()->bump_version();
   return out;
 }

@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "backend/device_runtime.h"
+#include "backend/kernels/reduce.h"
 #include "core/convert.h"
 #include "forge/dtype.h"
 #include "forge/shape.h"
@@ -21,40 +22,12 @@
 
 namespace forge::cpu {
 
-enum class ReduceOp { sum, mean, prod, amax, amin, all, any, norm1, norm2, var, std, logsumexp };
+using backend::ArgReduceArgs;
+using backend::ReduceArgs;
+using backend::ReduceOp;
 
-// One reduction over x: `shape` and `in_strides` are x's; `out_strides` are
-// the output's strides over x's rank (reduced dims take any value);
-// `reduced` flags the dims to reduce. `out` has the dtype the op promised
-// (sum/prod of integers and bool: i64; all/any: bool; otherwise x's dtype).
-struct ReduceArgs {
-  Shape shape;
-  Strides in_strides;
-  Strides out_strides;
-  bool reduced[kMaxRank] = {};
-  const std::byte* in = nullptr;
-  DType in_dtype = DType::f32;
-  std::byte* out = nullptr;
-  DType out_dtype = DType::f32;
-  std::int64_t correction = 1;  // var and std
-};
+// The reduce family's kernels (backend/kernels/reduce.h).
 void reduce(detail::DeviceRuntime& rt, ReduceOp op, const ReduceArgs& args);
-
-// Index of the largest (smallest) element along `dim` (the first among ties;
-// NaN counts as the largest and the smallest), written as i64 into
-// `indices`; the element itself into `values` when that is not null (same
-// dtype as x). Strides of both outputs are over x's rank; dim's size is > 0.
-struct ArgReduceArgs {
-  Shape shape;
-  Strides in_strides;
-  Strides values_strides;
-  Strides indices_strides;
-  int dim = 0;
-  const std::byte* in = nullptr;
-  DType dtype = DType::f32;
-  std::byte* values = nullptr;
-  std::byte* indices = nullptr;
-};
 void arg_reduce(detail::DeviceRuntime& rt, bool is_max, const ArgReduceArgs& args);
 
 // out = running sum of in along dim (out's dtype: i64 for integers and bool,
