@@ -1,13 +1,12 @@
-// softmax, log_softmax, layer_norm, rms_norm: validate, then run the fused
-// kernels of backend/cpu/norm_kernels.cpp on packed data. A strided input is
-// packed into a temporary first, and a strided `out` is written through one,
-// so the kernels only ever see contiguous rows.
+// softmax, log_softmax, layer_norm, rms_norm: validate, then run the nn
+// family's fused kernels (backend/kernels/nn.h) on packed data. A strided
+// input is packed into a temporary first, and a strided `out` is written
+// through one, so the kernels only ever see contiguous rows.
 
 #include <cfloat>
 
 #include "autograd/record.h"
 #include "autograd/rules/nn.h"
-#include "backend/cpu/reduce_kernels.h"
 #include "core/tensor_internal.h"
 #include "forge/ops.h"
 
@@ -44,7 +43,7 @@ void run_packed(const char* op, Tensor& out, const Tensor& x, Kernel&& kernel) {
   }
   Tensor tmp = detail::allocate(x.runtime(), x.shape(), x.dtype(), op);
   kernel(detail::first_element(in), detail::first_element(tmp));
-  cpu::copy_cast(x.runtime(), x.shape(), detail::operand(out), detail::operand(tmp));
+  detail::copy_cast(op, out, x.shape(), detail::operand(out), detail::operand(tmp));
 }
 
 // ---- softmax ----
@@ -59,9 +58,10 @@ void run_softmax(const char* op, Tensor& out, const Tensor& x, int dim, bool log
     else
       inner *= x.shape()[d];
   }
-  run_packed(op, out, x, [&](const std::byte* in, std::byte* o) {
-    cpu::softmax(x.runtime(), x.dtype(), outer, n, inner, in, o, log);
-  });
+  detail::DeviceRuntime& dev = detail::device_runtime(out);
+  backend::SoftmaxFn* const kernel = dev.kernels().nn.softmax.get(op, x.dtype(), dev);
+  run_packed(op, out, x,
+             [&](const std::byte* in, std::byte* o) { kernel(dev, x.dtype(), outer, n, inner, in, o, log); });
 }
 
 Tensor softmax_op(const char* op, const Tensor& x, std::int64_t dim, bool log) try {
@@ -132,9 +132,9 @@ void run_layer_norm(const char* op, Tensor& out, const Tensor& x, std::int64_t n
   const std::byte* w = param_data(op, weight, hw);
   const std::byte* b = param_data(op, bias, hb);
   const std::int64_t rows = n == 0 ? 0 : x.numel() / n;
-  run_packed(op, out, x, [&](const std::byte* in, std::byte* o) {
-    cpu::layer_norm(x.runtime(), x.dtype(), rows, n, in, w, b, eps, o);
-  });
+  detail::DeviceRuntime& dev = detail::device_runtime(out);
+  backend::LayerNormFn* const kernel = dev.kernels().nn.layer_norm.get(op, x.dtype(), dev);
+  run_packed(op, out, x, [&](const std::byte* in, std::byte* o) { kernel(dev, x.dtype(), rows, n, in, w, b, eps, o); });
 }
 
 double default_rms_eps(DType t) {
@@ -156,8 +156,9 @@ void run_rms_norm(const char* op, Tensor& out, const Tensor& x, std::int64_t n, 
   const std::byte* w = param_data(op, weight, hw);
   const std::int64_t rows = n == 0 ? 0 : x.numel() / n;
   const double e = eps ? *eps : default_rms_eps(x.dtype());
-  run_packed(op, out, x,
-             [&](const std::byte* in, std::byte* o) { cpu::rms_norm(x.runtime(), x.dtype(), rows, n, in, w, e, o); });
+  detail::DeviceRuntime& dev = detail::device_runtime(out);
+  backend::RmsNormFn* const kernel = dev.kernels().nn.rms_norm.get(op, x.dtype(), dev);
+  run_packed(op, out, x, [&](const std::byte* in, std::byte* o) { kernel(dev, x.dtype(), rows, n, in, w, e, o); });
 }
 
 void check_into(const char* op, Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias) {

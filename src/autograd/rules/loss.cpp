@@ -1,6 +1,6 @@
 // VJPs of the losses: one short function per op (see record.h). The class
 // losses run one fused pass over the rows of [C], [N, C] or [N, C, d1, ...]
-// inputs (backend/cpu/nn_backward_kernels.h):
+// inputs (the nn family's class-loss gradients, backend/kernels/nn.h):
 // cross_entropy's gradient (softmax - smoothed one-hot) * scale is written
 // without materializing the softmax or the target distribution.
 
@@ -9,7 +9,6 @@
 
 #include "autograd/record.h"
 #include "autograd/rules/nn.h"
-#include "backend/cpu/nn_backward_kernels.h"
 #include "core/tensor_internal.h"
 #include "forge/ops.h"
 #include "ops/nn_internal.h"
@@ -40,24 +39,27 @@ Tensor like_layout(const Tensor& x, DType dtype) {
 }
 
 // The gradient of a class loss over an input of `shape` ([C], [N, C] or [N,
-// C, d1, ...]) and `dtype`: the kernel fills it in f32 (f64 for f64) and
+// C, d1, ...]) and `dtype`: the nn family's `entry` (cross_entropy_backward
+// or nll_loss_backward; `op` the loss) fills it in f32 (f64 for f64) and
 // Vjp::set casts back. input: the logits (cross_entropy; the gradient takes
 // their layout) or undefined (nll_loss; packed).
-template <typename Kernel>
-Tensor class_loss_grad(const Shape& shape, DType dtype, const Tensor& input, const Tensor& target, const Tensor& grad,
-                       Reduction reduction, std::int64_t ignore_index, double smoothing, Kernel&& kernel) {
+Tensor class_loss_grad(const char* op, backend::Entry<backend::ClassLossBackwardFn> backend::NnKernels::*entry,
+                       const Shape& shape, DType dtype, const Tensor& input, const Tensor& target, const Tensor& grad,
+                       Reduction reduction, std::int64_t ignore_index, double smoothing) {
   const DType cd = dtype == DType::f64 ? DType::f64 : DType::f32;
+  detail::DeviceRuntime& dev = detail::device_runtime(grad);
+  backend::ClassLossBackwardFn* const kernel = (dev.kernels().nn.*entry).get(op, cd, dev);
   const Tensor x = input.defined() ? input.to(cd) : Tensor();
   // Per-row gradients (reduction none) in the targets' row-major order.
   const Tensor g = reduction == Reduction::none ? grad.to(cd).contiguous() : grad.to(cd);
   Tensor dx = x.defined() ? like_layout(x, cd) : detail::allocate(grad.runtime(), shape, cd, "backward");
   detail::adopt_output(dx);
   ScratchLease<std::int64_t> scratch;
-  cpu::ClassLossBackward p;
+  backend::ClassLossBackward p;
   p.dtype = cd;
-  p.dx_rows = cpu::ClassRows(dx.shape(), dx.strides());
+  p.dx_rows = backend::ClassRows(dx.shape(), dx.strides());
   if (x.defined()) {
-    p.x_rows = cpu::ClassRows(x.shape(), x.strides());
+    p.x_rows = backend::ClassRows(x.shape(), x.strides());
     p.x = detail::first_element(x);
   }
   p.targets = detail::index_values(target, scratch);
@@ -67,7 +69,7 @@ Tensor class_loss_grad(const Shape& shape, DType dtype, const Tensor& input, con
   p.g_stride = reduction == Reduction::none && g.dim() > 0 ? 1 : 0;
   p.mean = reduction == Reduction::mean;
   p.dx = detail::first_element(dx);
-  if (dx.numel() > 0) kernel(grad.runtime(), p);
+  if (dx.numel() > 0) kernel(dev, p);
   return dx;
 }
 
@@ -75,8 +77,9 @@ Tensor class_loss_grad(const Shape& shape, DType dtype, const Tensor& input, con
 
 void cross_entropy(const Tensor& out, const Tensor& logits, const Tensor& target, const CrossEntropyOptions& options) {
   record(out, "cross_entropy", inputs(logits), saves(logits, target), [options](Vjp& v) {
-    v.set(0, class_loss_grad(v.input_shape(0), v.input_dtype(0), v.saved(0), v.saved(1), v.grad(), options.reduction,
-                             options.ignore_index, options.label_smoothing, cpu::cross_entropy_backward));
+    v.set(0, class_loss_grad("cross_entropy", &backend::NnKernels::cross_entropy_backward, v.input_shape(0),
+                             v.input_dtype(0), v.saved(0), v.saved(1), v.grad(), options.reduction,
+                             options.ignore_index, options.label_smoothing));
   });
 }
 
@@ -84,8 +87,8 @@ void nll_loss(const Tensor& out, const Tensor& log_probs, const Tensor& target, 
               std::int64_t ignore_index) {
   // Only the input's shape and the targets matter: save the targets alone.
   record(out, "nll_loss", inputs(log_probs), saves(target), [reduction, ignore_index](Vjp& v) {
-    v.set(0, class_loss_grad(v.input_shape(0), v.input_dtype(0), Tensor(), v.saved(0), v.grad(), reduction,
-                             ignore_index, 0.0, cpu::nll_loss_backward));
+    v.set(0, class_loss_grad("nll_loss", &backend::NnKernels::nll_loss_backward, v.input_shape(0), v.input_dtype(0),
+                             Tensor(), v.saved(0), v.grad(), reduction, ignore_index, 0.0));
   });
 }
 

@@ -1,7 +1,7 @@
 // VJPs of the normalizations, indexing ops, masks, padding and dropout: one
 // short function per op (see record.h). softmax and the normalizations run
-// fused row kernels (backend/cpu/nn_backward_kernels.h) on packed f32/f64
-// rows; the indexing gradients are scatter_adds of the output gradient.
+// the nn family's fused row gradients (backend/kernels/nn.h) on packed
+// f32/f64 rows; the indexing gradients are scatter_adds of the output gradient.
 
 #include "autograd/rules/nn.h"
 
@@ -10,9 +10,9 @@
 
 #include "autograd/record.h"
 #include "autograd/rules/common.h"
-#include "backend/cpu/nn_backward_kernels.h"
 #include "core/tensor_internal.h"
 #include "forge/ops.h"
+#include "ops/attention_internal.h"
 
 namespace forge::autograd::rules {
 namespace {
@@ -39,11 +39,13 @@ Tensor softmax_grad(const Tensor& y, const Tensor& g, std::int64_t dim, bool log
     if (log) return sub(g, mul(exp(y), sum(g, {d}, true)));
     return mul(y, sub(g, sum(mul(g, y), {d}, true)));
   }
+  detail::DeviceRuntime& dev = detail::device_runtime(y);
+  backend::SoftmaxBackwardFn* const kernel =
+      dev.kernels().nn.softmax_backward.get(log ? "log_softmax" : "softmax", y.dtype(), dev);
   const Tensor gc = packed(g, y.dtype());
   Tensor dx = empty(y, y.shape(), y.dtype());
   const std::int64_t n = y.shape().back(), rows = n == 0 ? 0 : y.numel() / n;
-  cpu::softmax_backward(y.runtime(), y.dtype(), rows, n, detail::first_element(y), detail::first_element(gc),
-                        detail::first_element(dx), log);
+  kernel(dev, y.dtype(), rows, n, detail::first_element(y), detail::first_element(gc), detail::first_element(dx), log);
   return dx;
 }
 
@@ -51,13 +53,15 @@ Tensor softmax_grad(const Tensor& y, const Tensor& g, std::int64_t dim, bool log
 void norm_grad(Vjp& v, const Shape& normalized_shape, double eps, bool rms) {
   const Tensor &x = v.saved(0), &w = v.saved(1);
   const DType cd = compute_dtype(x.dtype());
+  detail::DeviceRuntime& dev = detail::device_runtime(x);
+  backend::NormBackwardFn* const kernel = dev.kernels().nn.norm_backward.get(rms ? "rms_norm" : "layer_norm", cd, dev);
   const Tensor xc = packed(x, cd), gc = packed(v.grad(), cd);
   const Tensor wc = w.defined() ? packed(w, cd) : Tensor();
   Tensor dx = v.needs(0) ? empty(x, x.shape(), cd) : Tensor();
   Tensor dw = v.needs(1) ? empty(x, normalized_shape, cd) : Tensor();
   Tensor db = !rms && v.needs(2) ? empty(x, normalized_shape, cd) : Tensor();
   auto data = [](const Tensor& t) { return t.defined() ? detail::first_element(t) : nullptr; };
-  cpu::NormBackward p;
+  backend::NormBackward p;
   p.dtype = cd;
   p.n = normalized_shape.numel();
   p.rows = p.n == 0 ? 0 : x.numel() / p.n;
@@ -69,7 +73,7 @@ void norm_grad(Vjp& v, const Shape& normalized_shape, double eps, bool rms) {
   p.dx = data(dx);
   p.dw = data(dw);
   p.db = data(db);
-  cpu::norm_backward(x.runtime(), p);
+  kernel(dev, p);
   v.set(0, dx);
   v.set(1, dw);
   if (!rms) v.set(2, db);

@@ -189,25 +189,6 @@ void nll_loss_typed(const ClassLossBackward& p) {
 
 }  // namespace
 
-ClassRows::ClassRows(const Shape& shape, const Strides& strides) {
-  const int class_dim = shape.rank() == 1 ? 0 : 1;
-  classes = shape[class_dim];
-  class_stride = strides[class_dim];
-  for (int d = 0; d < shape.rank(); ++d) {
-    if (d == class_dim) continue;
-    rows *= shape[d];
-    if (shape[d] == 1) continue;
-    if (rank > 0 && stride[rank - 1] == strides[d] * shape[d]) {  // merges with the dim before
-      size[rank - 1] *= shape[d];
-      stride[rank - 1] = strides[d];
-    } else {
-      size[rank] = shape[d];
-      stride[rank] = strides[d];
-      ++rank;
-    }
-  }
-}
-
 void softmax_backward(detail::DeviceRuntime& rt, DType dtype, std::int64_t rows, std::int64_t n, const std::byte* y,
                       const std::byte* g, std::byte* dx, bool log) {
   dispatch_real(dtype, [&](auto tag) {

@@ -35,12 +35,9 @@ void arg_reduce(detail::DeviceRuntime& rt, bool is_max, const ArgReduceArgs& arg
 void cumsum(detail::DeviceRuntime& rt, const Shape& shape, const Strides& in_strides, const Strides& out_strides,
             int dim, const std::byte* in, DType in_dtype, std::byte* out, DType out_dtype);
 
-// softmax (or log_softmax) over the middle axis of a contiguous
-// [outer, n, inner] block; out is contiguous of the same dtype.
+// The nn family's fused forward rows (backend/kernels/nn.h).
 void softmax(detail::DeviceRuntime& rt, DType dtype, std::int64_t outer, std::int64_t n, std::int64_t inner,
              const std::byte* in, std::byte* out, bool log);
-// Normalizes each of `rows` contiguous rows of n elements; weight and bias
-// are contiguous [n] of the same dtype, or null.
 void layer_norm(detail::DeviceRuntime& rt, DType dtype, std::int64_t rows, std::int64_t n, const std::byte* in,
                 const std::byte* weight, const std::byte* bias, double eps, std::byte* out);
 void rms_norm(detail::DeviceRuntime& rt, DType dtype, std::int64_t rows, std::int64_t n, const std::byte* in,
