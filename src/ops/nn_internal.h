@@ -1,7 +1,6 @@
 #pragma once
 // What the indexing, loss, shape, mask and attention ops share: checks on
-// `_into` targets and index tensors, and loops that hand a kernel its
-// element offsets together with the logical position they start at.
+// `_into` targets and index tensors.
 
 #include <algorithm>
 #include <cstdint>
@@ -81,37 +80,8 @@ std::int64_t max_index(const Tensor& index, bool& any_negative);
 // when it already is, else a copy into `scratch` (returned to the pool on scope exit).
 const std::int64_t* index_values(const Tensor& index, ScratchLease<std::int64_t>& scratch);
 
-// Like cpu::for_each_run over [begin, end) of the loop's positions, run
-// inline; run(offsets, count, pos) also gets the logical position of the run.
-template <int N, typename RunFn>
-void for_each_run_in(const cpu::StridedLoop<N>& loop, std::int64_t begin, std::int64_t end, RunFn&& run) {
-  const std::int64_t inner = loop.inner();
-  std::int64_t row = begin / inner, col = begin % inner;
-  for (std::int64_t pos = begin; pos < end; ++row, col = 0) {
-    std::int64_t off[N];
-    loop.row_offsets(row, off);
-    const std::int64_t count = std::min(inner - col, end - pos);
-    for (int k = 0; k < N; ++k) off[k] += col * loop.strides[k].back();
-    run(off, count, pos);
-    pos += count;
-  }
-}
-
-// Element offsets, for N operands, of every position of `shape` (all dims):
-// the iteration the row kernels use over the dims that are not their row.
-template <int N>
-struct OuterIndex {
-  Shape shape;
-  Strides strides[N];
-  // Offsets of logical position `pos` (row-major over shape).
-  void offsets(std::int64_t pos, std::int64_t (&off)[N]) const noexcept {
-    for (int k = 0; k < N; ++k) off[k] = 0;
-    for (int d = shape.rank() - 1; d >= 0; --d) {
-      const std::int64_t i = pos % shape[d];
-      pos /= shape[d];
-      for (int k = 0; k < N; ++k) off[k] += i * strides[k][d];
-    }
-  }
-};
+// TRANSITION: the index checks of ops/indexing.cpp still walk their index
+// tensor with the cpu strided loop.
+using cpu::for_each_run_in;
 
 }  // namespace forge::detail

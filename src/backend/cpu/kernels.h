@@ -97,4 +97,21 @@ void for_each_run(DeviceRuntime& rt, const StridedLoop<N>& loop, RunFn&& run) {
   });
 }
 
+// Like for_each_run over [begin, end) of the loop's positions, run inline
+// (the caller splits the work); run(offsets, count, pos) also gets the
+// logical position of the run's first element.
+template <int N, typename RunFn>
+void for_each_run_in(const StridedLoop<N>& loop, std::int64_t begin, std::int64_t end, RunFn&& run) {
+  const std::int64_t inner = loop.inner();
+  std::int64_t row = begin / inner, col = begin % inner;
+  for (std::int64_t pos = begin; pos < end; ++row, col = 0) {
+    std::int64_t off[N];
+    loop.row_offsets(row, off);
+    const std::int64_t count = std::min(inner - col, end - pos);
+    for (int k = 0; k < N; ++k) off[k] += col * loop.strides[k].back();
+    run(off, count, pos);
+    pos += count;
+  }
+}
+
 }  // namespace forge::cpu

@@ -1,11 +1,11 @@
 #pragma once
 // The nn family of the kernel table (backend/kernels.h): softmax, the layer
-// and RMS norms, and the gradients of those and of the class losses, with
-// the device-neutral arguments they take. The forward norms take packed rows
-// of a floating dtype; the gradients take packed (or ClassRows-described)
-// rows of f32 or f64 (the rules widen 16-bit floats), sum over a row in f64,
-// and sum weight and bias gradients per block of rows and the blocks in
-// order, so results do not depend on the thread count.
+// and RMS norms, the losses, and their gradients, with the device-neutral
+// arguments they take. The forwards take every floating dtype (16-bit floats
+// computed in f32); the gradients take packed (or ClassRows-described) rows
+// of f32 or f64 (the rules widen 16-bit floats), sum over a row in f64, and
+// sum weight and bias gradients per block of rows and the blocks in order, so
+// results do not depend on the thread count.
 
 #include <cstddef>
 #include <cstdint>
@@ -59,6 +59,36 @@ struct ClassRows {
   }
 };
 
+// The forward of cross_entropy or nll_loss over the rows of x (laid out as
+// `rows`, of out's dtype): each row's loss, 0 where the target is
+// ignore_index, either into `out` (reduce false: out has the targets' shape,
+// out_shape, and takes the losses in its row-major order) or summed in row
+// order (the same bits for any thread count) into 0-d `out`, divided by the
+// number of rows not ignored when `mean` (0 / 0 = NaN when every row is).
+// cross_entropy: logsumexp(x_i) - x_i[t], with label smoothing ls
+// (1 - ls) * that + ls * (logsumexp(x_i) - mean(x_i)); nll_loss: -x_i[t].
+// Targets are in [0, classes) or ignore_index.
+struct ClassLoss {
+  ClassRows rows;
+  const std::byte* x = nullptr;
+  const std::int64_t* targets = nullptr;
+  std::int64_t ignore_index = -100;
+  double label_smoothing = 0;  // cross_entropy
+  bool reduce = false, mean = false;
+  Shape out_shape;
+  Operand out;
+};
+
+// mse_loss: (a - b)^2 over `shape` (a and b broadcast to it, of out's
+// floating dtype) into `out` of that shape (reduce false), or summed in f64
+// over fixed blocks added in order (the same bits for any thread count) into
+// 0-d `out`, divided by the element count when `mean`.
+struct MseLoss {
+  Shape shape;
+  Operand a, b, out;
+  bool reduce = false, mean = false;
+};
+
 // The gradients of layer_norm (rms = false) or rms_norm (rms = true) over
 // packed rows of n, recomputing each row's mean and 1/std from x. w may be
 // null (no weight); dw and db may be null (not wanted). dx may be null.
@@ -106,6 +136,8 @@ using LayerNormFn = void(detail::DeviceRuntime& dev, DType dtype, std::int64_t r
                          std::byte* out);
 using RmsNormFn = void(detail::DeviceRuntime& dev, DType dtype, std::int64_t rows, std::int64_t n, const std::byte* in,
                        const std::byte* weight, double eps, std::byte* out);
+using ClassLossFn = void(detail::DeviceRuntime& dev, const ClassLoss& p);
+using MseLossFn = void(detail::DeviceRuntime& dev, const MseLoss& p);
 // dx = y * (g - sum(g * y)) per packed row of n (softmax), or
 // dx = g - exp(y) * sum(g) (log_softmax, y the log-probabilities).
 using SoftmaxBackwardFn = void(detail::DeviceRuntime& dev, DType dtype, std::int64_t rows, std::int64_t n,
@@ -117,6 +149,9 @@ struct NnKernels {
   Entry<SoftmaxFn> softmax;  // and log_softmax
   Entry<LayerNormFn> layer_norm;
   Entry<RmsNormFn> rms_norm;
+  Entry<ClassLossFn> cross_entropy;
+  Entry<ClassLossFn> nll_loss;
+  Entry<MseLossFn> mse_loss;
   Entry<SoftmaxBackwardFn> softmax_backward;  // and log_softmax's
   Entry<NormBackwardFn> norm_backward;        // layer_norm's and rms_norm's
   Entry<ClassLossBackwardFn> cross_entropy_backward;
