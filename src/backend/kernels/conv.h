@@ -109,6 +109,17 @@ struct ConvKernels {
   Entry<Pool2dFn> avg_pool2d;
   Entry<Pool2dBackwardFn> max_pool2d_backward;
   Entry<Pool2dBackwardFn> avg_pool2d_backward;
+
+  // Calls f(name, entry) for each entry, in order (tests walk the table).
+  template <typename Self, typename F>
+  static void visit(Self& k, F&& f) {
+    f("conv2d", k.conv2d);
+    f("conv2d_backward", k.conv2d_backward);
+    f("max_pool2d", k.max_pool2d);
+    f("avg_pool2d", k.avg_pool2d);
+    f("max_pool2d_backward", k.max_pool2d_backward);
+    f("avg_pool2d_backward", k.avg_pool2d_backward);
+  }
 };
 
 }  // namespace forge::backend

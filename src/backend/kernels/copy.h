@@ -27,6 +27,13 @@ struct CopyKernels {
   Entry<CopyCastFn> copy_cast;
   // dst[i] = one element of dst's dtype (its bytes).
   Entry<FillFn> fill;
+
+  // Calls f(name, entry) for each entry, in order (tests walk the table).
+  template <typename Self, typename F>
+  static void visit(Self& k, F&& f) {
+    f("copy_cast", k.copy_cast);
+    f("fill", k.fill);
+  }
 };
 
 }  // namespace forge::backend

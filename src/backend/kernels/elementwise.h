@@ -119,6 +119,18 @@ struct ElementwiseKernels {
   Entry<UnaryFlatFn> unary_flat;
   Entry<WhereOpFn> where_op;
   Entry<UnaryBackwardFlatFn> unary_backward_flat;
+
+  // Calls f(name, entry) for each entry, in order (tests walk the table).
+  template <typename Self, typename F>
+  static void visit(Self& k, F&& f) {
+    f("binary_op", k.binary_op);
+    f("binary_flat", k.binary_flat);
+    f("binary_rows", k.binary_rows);
+    f("unary_op", k.unary_op);
+    f("unary_flat", k.unary_flat);
+    f("where_op", k.where_op);
+    f("unary_backward_flat", k.unary_backward_flat);
+  }
 };
 
 }  // namespace forge::backend

@@ -69,6 +69,14 @@ struct LinalgKernels {
   Entry<MatmulFn> matmul;
   Entry<AttentionFn> attention;
   Entry<DropoutFn> dropout;
+
+  // Calls f(name, entry) for each entry, in order (tests walk the table).
+  template <typename Self, typename F>
+  static void visit(Self& k, F&& f) {
+    f("matmul", k.matmul);
+    f("attention", k.attention);
+    f("dropout", k.dropout);
+  }
 };
 
 }  // namespace forge::backend

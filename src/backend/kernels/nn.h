@@ -156,6 +156,21 @@ struct NnKernels {
   Entry<NormBackwardFn> norm_backward;        // layer_norm's and rms_norm's
   Entry<ClassLossBackwardFn> cross_entropy_backward;
   Entry<ClassLossBackwardFn> nll_loss_backward;
+
+  // Calls f(name, entry) for each entry, in order (tests walk the table).
+  template <typename Self, typename F>
+  static void visit(Self& k, F&& f) {
+    f("softmax", k.softmax);
+    f("layer_norm", k.layer_norm);
+    f("rms_norm", k.rms_norm);
+    f("cross_entropy", k.cross_entropy);
+    f("nll_loss", k.nll_loss);
+    f("mse_loss", k.mse_loss);
+    f("softmax_backward", k.softmax_backward);
+    f("norm_backward", k.norm_backward);
+    f("cross_entropy_backward", k.cross_entropy_backward);
+    f("nll_loss_backward", k.nll_loss_backward);
+  }
 };
 
 }  // namespace forge::backend

@@ -35,6 +35,14 @@ struct OptimKernels {
   Entry<AdamStepFn> adam_step;
   Entry<SgdStepFn> sgd_step;
   Entry<NormPowerSumFn> norm_power_sum;
+
+  // Calls f(name, entry) for each entry, in order (tests walk the table).
+  template <typename Self, typename F>
+  static void visit(Self& k, F&& f) {
+    f("adam_step", k.adam_step);
+    f("sgd_step", k.sgd_step);
+    f("norm_power_sum", k.norm_power_sum);
+  }
 };
 
 }  // namespace forge::backend

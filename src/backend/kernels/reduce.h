@@ -61,6 +61,14 @@ struct ReduceKernels {
   Entry<ReduceFn> reduce;         // sum, mean, prod, amax, amin, all, any, norm, var, std, logsumexp
   Entry<ArgReduceFn> arg_reduce;  // argmax, argmin, max and min along a dim
   Entry<CumsumFn> cumsum;
+
+  // Calls f(name, entry) for each entry, in order (tests walk the table).
+  template <typename Self, typename F>
+  static void visit(Self& k, F&& f) {
+    f("reduce", k.reduce);
+    f("arg_reduce", k.arg_reduce);
+    f("cumsum", k.cumsum);
+  }
 };
 
 }  // namespace forge::backend
