@@ -14,7 +14,7 @@ namespace {
 // A packed pool temporary holding `t` broadcast to `shape`, converted to `dtype`.
 Tensor packed(const char* op, const Tensor& t, const Shape& shape, DType dtype) {
   Tensor out = detail::allocate(t.runtime(), shape, dtype, op);
-  cpu::copy_cast(t.runtime(), shape, detail::operand(out), detail::operand_broadcast(t, shape));
+  detail::copy_cast(op, out, shape, detail::operand(out), detail::operand_broadcast(t, shape));
   return out;
 }
 

@@ -7,7 +7,6 @@
 
 #include "autograd/record.h"
 #include "autograd/rules/nn.h"
-#include "backend/cpu/indexing_kernels.h"
 #include "core/convert.h"
 #include "forge/ops.h"
 #include "ops/nn_internal.h"
@@ -59,17 +58,25 @@ std::int64_t max_index(const Tensor& index, bool& any_negative) {
   return m;
 }
 
-const std::int64_t* index_values(const Tensor& index, ScratchLease<std::int64_t>& scratch) {
+namespace {
+
+const std::int64_t* i64_indices(const char* op, const Tensor& index, ScratchLease<std::int64_t>& scratch) {
   if (index.dtype() == DType::i64 && index.is_contiguous())
     return reinterpret_cast<const std::int64_t*>(first_element(index));
   const auto n = static_cast<std::size_t>(index.numel());
-  scratch = index.runtime().pool().scratch<std::int64_t>(std::max<std::size_t>(n, 1));
+  scratch = device_runtime(index).pool().scratch<std::int64_t>(std::max<std::size_t>(n, 1));
   if (n) {
-    cpu::copy_cast(index.runtime(), index.shape(),
-                   {reinterpret_cast<std::byte*>(scratch.data()), DType::i64, contiguous_strides(index.shape())},
-                   operand(index));
+    copy_cast(op, index, index.shape(),
+              {reinterpret_cast<std::byte*>(scratch.data()), DType::i64, contiguous_strides(index.shape())},
+              operand(index));
   }
   return scratch.data();
+}
+
+}  // namespace
+
+const std::int64_t* index_values(const Tensor& index, ScratchLease<std::int64_t>& scratch) {
+  return i64_indices("index check", index, scratch);
 }
 
 }  // namespace detail
@@ -115,11 +122,13 @@ std::int64_t padding_row(const char* op, const Tensor& weight, std::optional<std
   return p < 0 ? p + rows : p;
 }
 
-void embedding_kernel(Tensor& out, const Tensor& weight, const Tensor& indices) {
+void embedding_kernel(const char* op, Tensor& out, const Tensor& weight, const Tensor& indices) {
+  detail::DeviceRuntime& dev = detail::device_runtime(out);
+  const auto take_rows = dev.kernels().indexing.take_rows.get(op, out.dtype(), dev);
   if (out.numel() == 0) return;
   ScratchLease<std::int64_t> scratch;
-  const std::int64_t* rows = detail::index_values(indices, scratch);
-  cpu::RowTake geo;
+  const std::int64_t* rows = detail::i64_indices(op, indices, scratch);
+  backend::RowTake geo;
   const int r = out.dim();
   for (int d = 0; d < r - 1; ++d) {
     geo.lead_shape.push_back(out.shape()[d]);
@@ -129,8 +138,7 @@ void embedding_kernel(Tensor& out, const Tensor& weight, const Tensor& indices) 
   geo.out_col_stride = out.strides()[r - 1];
   geo.src_row_stride = weight.strides()[0];
   geo.src_col_stride = weight.strides()[1];
-  cpu::take_rows(out.runtime(), geo, rows, detail::first_element(out), detail::first_element(weight),
-                 weight.element_size());
+  take_rows(dev, geo, out.dtype(), rows, detail::first_element(out), detail::first_element(weight));
 }
 
 // ---- index_select ----
@@ -152,17 +160,19 @@ Selection index_select_shape(const char* op, const Tensor& x, std::int64_t dim, 
   return {d, s};
 }
 
-void index_select_kernel(Tensor& out, const Tensor& x, int d, const Tensor& index) {
+void index_select_kernel(const char* op, Tensor& out, const Tensor& x, int d, const Tensor& index) {
+  detail::DeviceRuntime& dev = detail::device_runtime(out);
+  const auto mapped_copy = dev.kernels().indexing.mapped_copy.get(op, out.dtype(), dev);
   if (out.numel() == 0) return;
   if (x.dim() == 0) {
-    cpu::copy_cast(out.runtime(), out.shape(), detail::operand(out), detail::operand(x));
+    detail::copy_cast(op, out, out.shape(), detail::operand(out), detail::operand(x));
     return;
   }
   ScratchLease<std::int64_t> scratch;
-  const std::int64_t* const values = detail::index_values(index, scratch);
+  const std::int64_t* const values = detail::i64_indices(op, index, scratch);
   const std::int64_t* maps[kMaxRank] = {};
   maps[d] = values;
-  cpu::mapped_copy(out.runtime(), out.shape(), detail::operand(out), detail::operand(x), maps, 0, nullptr);
+  mapped_copy(dev, out.shape(), detail::operand(out), detail::operand(x), maps, 0, nullptr);
 }
 
 // ---- gather / scatter_add ----
@@ -181,16 +191,18 @@ int gather_dim(const char* op, const Tensor& x, std::int64_t dim, const Tensor& 
 }
 
 // x's operand over index's shape, with the gathered dim's stride left to the kernel.
-cpu::Operand along(const Tensor& t, int d) {
-  cpu::Operand o = detail::operand(t);
+backend::Operand along(const Tensor& t, int d) {
+  backend::Operand o = detail::operand(t);
   if (t.dim() > 0) o.strides[d] = 0;
   return o;
 }
 
-void gather_kernel(Tensor& out, const Tensor& x, int d, const Tensor& index) {
+void gather_kernel(const char* op, Tensor& out, const Tensor& x, int d, const Tensor& index) {
+  detail::DeviceRuntime& dev = detail::device_runtime(out);
+  const auto gather = dev.kernels().indexing.gather.get(op, out.dtype(), dev);
   if (out.numel() == 0) return;
-  cpu::gather(out.runtime(), index.shape(), detail::operand(out), detail::operand(index), along(x, d),
-              x.dim() == 0 ? 0 : x.strides()[d]);
+  gather(dev, index.shape(), detail::operand(out), detail::operand(index), along(x, d),
+         x.dim() == 0 ? 0 : x.strides()[d]);
 }
 
 int scatter_dim(const char* op, const Tensor& x, std::int64_t dim, const Tensor& index, const Tensor& src) {
@@ -210,20 +222,21 @@ int scatter_dim(const char* op, const Tensor& x, std::int64_t dim, const Tensor&
   return d;
 }
 
-void scatter_add_kernel(Tensor& out, const Tensor& x, int d, const Tensor& index, const Tensor& src) {
-  Runtime& rt = out.runtime();
+void scatter_add_kernel(const char* op, Tensor& out, const Tensor& x, int d, const Tensor& index, const Tensor& src) {
+  detail::DeviceRuntime& dev = detail::device_runtime(out);
+  const auto scatter_add = dev.kernels().indexing.scatter_add.get(op, out.dtype(), dev);
   if (!(out.buffer() == x.buffer() && out.offset() == x.offset() && out.strides() == x.strides()))
-    cpu::copy_cast(rt, x.shape(), detail::operand(out), detail::operand(x));
+    detail::copy_cast(op, out, x.shape(), detail::operand(out), detail::operand(x));
   if (index.numel() == 0) return;
   if (index.dim() == 0) {  // one element: a rank-1 loop of length 1
     const Shape one{1};
-    const cpu::Operand o{detail::first_element(out), out.dtype(), Strides{0}};
-    const cpu::Operand i{detail::first_element(index), index.dtype(), Strides{0}};
-    const cpu::Operand s{detail::first_element(src), src.dtype(), Strides{0}};
-    cpu::scatter_add(rt, one, 0, o, i, s, 0);
+    const backend::Operand o{detail::first_element(out), out.dtype(), Strides{0}};
+    const backend::Operand i{detail::first_element(index), index.dtype(), Strides{0}};
+    const backend::Operand s{detail::first_element(src), src.dtype(), Strides{0}};
+    scatter_add(dev, one, 0, o, i, s, 0);
     return;
   }
-  cpu::scatter_add(rt, index.shape(), d, along(out, d), detail::operand(index), detail::operand(src), out.strides()[d]);
+  scatter_add(dev, index.shape(), d, along(out, d), detail::operand(index), detail::operand(src), out.strides()[d]);
 }
 
 // ---- one_hot ----
@@ -247,13 +260,13 @@ std::int64_t one_hot_classes(const char* op, const Tensor& indices, std::int64_t
   return num_classes;
 }
 
-void one_hot_kernel(Tensor& out, const Tensor& indices) {
+void one_hot_kernel(const char* op, Tensor& out, const Tensor& indices) {
   Runtime& rt = out.runtime();
-  detail::fill("one_hot", out, out.shape(), detail::operand(out), 0.0);
+  detail::fill(op, out, out.shape(), detail::operand(out), 0.0);
   const std::int64_t n = indices.numel();
   if (n == 0 || out.numel() == 0) return;
   ScratchLease<std::int64_t> scratch;
-  const std::int64_t* values = detail::index_values(indices, scratch);
+  const std::int64_t* values = detail::i64_indices(op, indices, scratch);
   const int r = out.dim();
   auto* o = reinterpret_cast<std::int64_t*>(detail::first_element(out));
   const std::int64_t cs = out.strides()[r - 1];
@@ -277,7 +290,7 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<std:
   const Shape shape = embedding_shape(op, weight, indices);
   const std::int64_t padding = padding_row(op, weight, padding_idx);
   Tensor out = detail::allocate(weight.runtime(), shape, weight.dtype(), op);
-  embedding_kernel(out, weight, indices);
+  embedding_kernel(op, out, weight, indices);
   detail::adopt_output(out);
   FORGE_RECORD(embedding, out, weight, indices, padding);
   return out;
@@ -291,7 +304,7 @@ Tensor& embedding_into(Tensor& out, const Tensor& weight, const Tensor& indices)
   detail::check_out_geometry(op, out, embedding_shape(op, weight, indices), weight.dtype());
   detail::check_no_overlap(op, out, weight, "weight");
   detail::check_no_overlap(op, out, indices, "indices");
-  embedding_kernel(out, weight, indices);
+  embedding_kernel(op, out, weight, indices);
   out.buffer()->bump_version();
   return out;
 }
@@ -302,7 +315,7 @@ Tensor index_select(const Tensor& x, std::int64_t dim, const Tensor& index) try 
   check_pair(op, x, "x", index, "index");
   const Selection sel = index_select_shape(op, x, dim, index);
   Tensor out = detail::allocate(x.runtime(), sel.shape, x.dtype(), op);
-  index_select_kernel(out, x, sel.dim, index);
+  index_select_kernel(op, out, x, sel.dim, index);
   detail::adopt_output(out);
   FORGE_RECORD(index_select, out, x, dim, index);
   return out;
@@ -317,7 +330,7 @@ Tensor& index_select_into(Tensor& out, const Tensor& x, std::int64_t dim, const 
   detail::check_out_geometry(op, out, sel.shape, x.dtype());
   detail::check_no_overlap(op, out, x, "x");
   detail::check_no_overlap(op, out, index, "index");
-  index_select_kernel(out, x, sel.dim, index);
+  index_select_kernel(op, out, x, sel.dim, index);
   out.buffer()->bump_version();
   return out;
 }
@@ -328,7 +341,7 @@ Tensor gather(const Tensor& x, std::int64_t dim, const Tensor& index) try {
   check_pair(op, x, "x", index, "index");
   const int d = gather_dim(op, x, dim, index);
   Tensor out = detail::allocate(x.runtime(), index.shape(), x.dtype(), op);
-  gather_kernel(out, x, d, index);
+  gather_kernel(op, out, x, d, index);
   detail::adopt_output(out);
   FORGE_RECORD(gather, out, x, d, index);
   return out;
@@ -343,7 +356,7 @@ Tensor& gather_into(Tensor& out, const Tensor& x, std::int64_t dim, const Tensor
   detail::check_out_geometry(op, out, index.shape(), x.dtype());
   detail::check_no_overlap(op, out, x, "x");
   detail::check_no_overlap(op, out, index, "index");
-  gather_kernel(out, x, d, index);
+  gather_kernel(op, out, x, d, index);
   out.buffer()->bump_version();
   return out;
 }
@@ -355,7 +368,7 @@ Tensor scatter_add(const Tensor& x, std::int64_t dim, const Tensor& index, const
   check_pair(op, x, "x", src, "src");
   const int d = scatter_dim(op, x, dim, index, src);
   Tensor out = detail::allocate(x.runtime(), x.shape(), x.dtype(), op);
-  scatter_add_kernel(out, x, d, index, src);
+  scatter_add_kernel(op, out, x, d, index, src);
   detail::adopt_output(out);
   FORGE_RECORD(scatter_add, out, x, d, index, src);
   return out;
@@ -372,7 +385,7 @@ Tensor& scatter_add_into(Tensor& out, const Tensor& x, std::int64_t dim, const T
   detail::check_no_partial_overlap(op, out, x, "x");  // out may be x itself: an in-place scatter_add
   detail::check_no_overlap(op, out, index, "index");
   detail::check_no_overlap(op, out, src, "src");
-  scatter_add_kernel(out, x, d, index, src);
+  scatter_add_kernel(op, out, x, d, index, src);
   out.buffer()->bump_version();
   return out;
 }
@@ -385,7 +398,7 @@ Tensor one_hot(const Tensor& indices, std::int64_t num_classes) try {
   Shape shape = indices.shape();
   shape.push_back(classes);
   Tensor out = detail::allocate(indices.runtime(), shape, DType::i64, op);
-  one_hot_kernel(out, indices);
+  one_hot_kernel(op, out, indices);
   detail::adopt_output(out);
   return out;
 }
@@ -400,7 +413,7 @@ Tensor& one_hot_into(Tensor& out, const Tensor& indices, std::int64_t num_classe
   shape.push_back(classes);
   detail::check_out_geometry(op, out, shape, DType::i64);
   detail::check_no_overlap(op, out, indices, "indices");
-  one_hot_kernel(out, indices);
+  one_hot_kernel(op, out, indices);
   out.buffer()->bump_version();
   return out;
 }

@@ -149,9 +149,9 @@ void mapped_copy(detail::DeviceRuntime& rt, const Shape& out_shape, const Operan
   });
 }
 
-void take_rows(detail::DeviceRuntime& rt, const RowTake& geo, const std::int64_t* rows, std::byte* out,
-               const std::byte* src, std::size_t element_size) {
-  dispatch_width(element_size, [&](auto tag) { take_rows_impl<decltype(tag)>(rt, geo, rows, out, src); });
+void take_rows(detail::DeviceRuntime& rt, const RowTake& geo, DType dtype, const std::int64_t* rows, std::byte* out,
+               const std::byte* src) {
+  dispatch_width(dtype_size(dtype), [&](auto tag) { take_rows_impl<decltype(tag)>(rt, geo, rows, out, src); });
 }
 
 void gather(detail::DeviceRuntime& rt, const Shape& shape, const Operand& out, const Operand& index, const Operand& src,
@@ -214,6 +214,17 @@ void scatter_add(detail::DeviceRuntime& rt, const Shape& shape, int dim, const O
         }
       });
     });
+  });
+}
+
+void copy_slabs(detail::DeviceRuntime& rt, std::int64_t outer, std::size_t chunk_bytes, std::size_t dst_row_bytes,
+                std::byte* dst, const std::byte* src) {
+  const auto chunk = static_cast<std::int64_t>(chunk_bytes);
+  const std::int64_t grain = std::max<std::int64_t>(1, kGrainElements * 4 / std::max<std::int64_t>(chunk, 1));
+  rt.parallel_for(outer, grain, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t o = begin; o < end; ++o)
+      std::memcpy(dst + static_cast<std::size_t>(o) * dst_row_bytes, src + static_cast<std::size_t>(o) * chunk_bytes,
+                  chunk_bytes);
   });
 }
 

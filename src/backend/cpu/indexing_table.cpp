@@ -1,9 +1,20 @@
-// The cpu backend's indexing family (backend/kernels/indexing.h).
+// The cpu backend's indexing family (backend/kernels/indexing.h): the kernels
+// of indexing_kernels.cpp. Element moves take every dtype (they work on
+// element widths); copy_slabs every one but bool, which cat copies with the
+// copy family.
 
+#include "backend/cpu/indexing_kernels.h"
 #include "backend/cpu/tables.h"
 
 namespace forge::cpu {
 
-void fill_indexing_table(backend::IndexingKernels&) {}
+void fill_indexing_table(backend::IndexingKernels& k) {
+  k.mapped_copy = {mapped_copy, backend::kAllDTypes};
+  k.take_rows = {take_rows, backend::kAllDTypes};
+  k.gather = {gather, backend::kAllDTypes};
+  k.scatter_add = {scatter_add, backend::kAllDTypes};
+  k.copy_slabs = {copy_slabs, backend::kNumericDTypes};
+  k.triangle = {triangle, backend::kAllDTypes};
+}
 
 }  // namespace forge::cpu
