@@ -3,11 +3,11 @@
 // index is checked (and a bad one named with its position) before anything
 // is allocated; the kernels then trust them.
 
+#include <algorithm>
 #include <limits>
 
 #include "autograd/record.h"
 #include "autograd/rules/nn.h"
-#include "core/convert.h"
 #include "forge/ops.h"
 #include "ops/nn_internal.h"
 
@@ -15,50 +15,18 @@ namespace forge {
 namespace detail {
 
 namespace {
-template <typename Fn>
-void for_each_index(const Tensor& index, Fn&& fn) {  // fn(value, pos) -> false stops
-  if (index.numel() == 0) return;
-  const Strides* const strides[1] = {&index.strides()};
-  const cpu::StridedLoop<1> loop(index.shape(), strides);
-  const std::int64_t s = loop.strides[0].back();
-  const std::byte* base = first_element(index);
-  bool go = true;
-  auto run = [&](auto tag) {
-    using I = decltype(tag);
-    const I* p = reinterpret_cast<const I*>(base);
-    for_each_run_in(loop, 0, loop.shape.numel(), [&](const std::int64_t(&off)[1], std::int64_t n, std::int64_t pos) {
-      for (std::int64_t k = 0; k < n && go; ++k) go = fn(static_cast<std::int64_t>(p[off[0] + k * s]), pos + k);
-    });
-  };
-  if (index.dtype() == DType::i32)
-    run(std::int32_t{});
-  else
-    run(std::int64_t{});
-}
-}  // namespace
 
-std::optional<BadIndex> find_bad_index(const Tensor& index, std::int64_t bound, std::optional<std::int64_t> allowed) {
-  std::optional<BadIndex> bad;
-  for_each_index(index, [&](std::int64_t v, std::int64_t pos) {
-    if ((v >= 0 && v < bound) || (allowed && v == *allowed)) return true;
-    bad = BadIndex{v, position_of(index.shape(), pos)};
-    return false;
-  });
-  return bad;
+std::optional<BadIndex> bad_index(const char* op, const Tensor& index, std::int64_t bound,
+                                  std::optional<std::int64_t> allowed) {
+  if (index.numel() == 0) return std::nullopt;
+  DeviceRuntime& dev = device_runtime(index);
+  const std::int64_t allowed_value = allowed.value_or(0);
+  std::int64_t value = 0;
+  const std::int64_t pos = dev.kernels().indexing.find_bad_index.get(op, index.dtype(), dev)(
+      dev, index.shape(), operand(index), bound, allowed ? &allowed_value : nullptr, &value);
+  if (pos < 0) return std::nullopt;
+  return BadIndex{value, position_of(index.shape(), pos)};
 }
-
-std::int64_t max_index(const Tensor& index, bool& any_negative) {
-  std::int64_t m = std::numeric_limits<std::int64_t>::min();
-  any_negative = false;
-  for_each_index(index, [&](std::int64_t v, std::int64_t) {
-    m = std::max(m, v);
-    any_negative = any_negative || v < 0;
-    return true;
-  });
-  return m;
-}
-
-namespace {
 
 const std::int64_t* i64_indices(const char* op, const Tensor& index, ScratchLease<std::int64_t>& scratch) {
   if (index.dtype() == DType::i64 && index.is_contiguous())
@@ -73,10 +41,29 @@ const std::int64_t* i64_indices(const char* op, const Tensor& index, ScratchLeas
   return scratch.data();
 }
 
+std::int64_t largest_index(const char* op, const Tensor& index, bool& any_negative) {
+  any_negative = false;
+  if (index.numel() == 0) return std::numeric_limits<std::int64_t>::min();
+  DeviceRuntime& dev = device_runtime(index);
+  return dev.kernels().indexing.max_index.get(op, index.dtype(), dev)(dev, index.shape(), operand(index),
+                                                                      &any_negative);
+}
+
+// The op name the shared helpers below give the table (they take none).
+constexpr const char* kIndexCheck = "index check";
+
 }  // namespace
 
+std::optional<BadIndex> find_bad_index(const Tensor& index, std::int64_t bound, std::optional<std::int64_t> allowed) {
+  return bad_index(kIndexCheck, index, bound, allowed);
+}
+
+std::int64_t max_index(const Tensor& index, bool& any_negative) {
+  return largest_index(kIndexCheck, index, any_negative);
+}
+
 const std::int64_t* index_values(const Tensor& index, ScratchLease<std::int64_t>& scratch) {
-  return i64_indices("index check", index, scratch);
+  return i64_indices(kIndexCheck, index, scratch);
 }
 
 }  // namespace detail
@@ -108,7 +95,8 @@ Shape embedding_shape(const char* op, const Tensor& weight, const Tensor& indice
   FORGE_CHECK(weight.dim() == 2, shape, op, "weight must be 2-D [rows, dim], got shape ", weight.shape());
   FORGE_CHECK(indices.dim() < kMaxRank, invalid_argument, op, "indices of rank ", indices.dim(),
               " would give a result above the maximum rank ", kMaxRank);
-  if (auto bad = detail::find_bad_index(indices, weight.size(0))) fail_index(op, *bad, weight.size(0), " rows");
+  if (auto bad = detail::bad_index(op, indices, weight.size(0), std::nullopt))
+    fail_index(op, *bad, weight.size(0), " rows");
   Shape s = indices.shape();
   s.push_back(weight.size(1));
   return s;
@@ -154,7 +142,8 @@ Selection index_select_shape(const char* op, const Tensor& x, std::int64_t dim, 
   const int d = wrap_dim(dim, x.dim(), op);
   FORGE_CHECK(x.dim() > 0 || index.numel() == 1, shape, op, "a 0-D x takes exactly one index, got ", index.numel());
   const std::int64_t size = x.dim() == 0 ? 1 : x.shape()[d];
-  if (auto bad = detail::find_bad_index(index, size)) fail_index(op, *bad, "dimension ", d, " of size ", size);
+  if (auto bad = detail::bad_index(op, index, size, std::nullopt))
+    fail_index(op, *bad, "dimension ", d, " of size ", size);
   Shape s = x.shape();
   if (x.dim() > 0) s[d] = index.numel();
   return {d, s};
@@ -186,7 +175,8 @@ int gather_dim(const char* op, const Tensor& x, std::int64_t dim, const Tensor& 
                 " is larger than x of shape ", x.shape(), " in dimension ", k);
   }
   const std::int64_t size = x.dim() == 0 ? 1 : x.shape()[d];
-  if (auto bad = detail::find_bad_index(index, size)) fail_index(op, *bad, "dimension ", d, " of size ", size);
+  if (auto bad = detail::bad_index(op, index, size, std::nullopt))
+    fail_index(op, *bad, "dimension ", d, " of size ", size);
   return d;
 }
 
@@ -218,7 +208,8 @@ int scatter_dim(const char* op, const Tensor& x, std::int64_t dim, const Tensor&
                 " in dimension ", k);
   }
   const std::int64_t size = x.dim() == 0 ? 1 : x.shape()[d];
-  if (auto bad = detail::find_bad_index(index, size)) fail_index(op, *bad, "dimension ", d, " of size ", size);
+  if (auto bad = detail::bad_index(op, index, size, std::nullopt))
+    fail_index(op, *bad, "dimension ", d, " of size ", size);
   return d;
 }
 
@@ -250,36 +241,27 @@ std::int64_t one_hot_classes(const char* op, const Tensor& indices, std::int64_t
     FORGE_CHECK(indices.numel() > 0, invalid_argument, op,
                 "cannot infer the number of classes from an empty tensor; pass num_classes");
     bool negative = false;
-    const std::int64_t m = detail::max_index(indices, negative);
-    if (negative) fail_index(op, *detail::find_bad_index(indices, std::numeric_limits<std::int64_t>::max()), "classes");
+    const std::int64_t m = detail::largest_index(op, indices, negative);
+    if (negative) {
+      fail_index(op, *detail::bad_index(op, indices, std::numeric_limits<std::int64_t>::max(), std::nullopt),
+                 "classes");
+    }
     FORGE_CHECK(m < std::numeric_limits<std::int64_t>::max(), out_of_range, op, "index ", m, " is too large");
     num_classes = m + 1;
-  } else if (auto bad = detail::find_bad_index(indices, num_classes)) {
+  } else if (auto bad = detail::bad_index(op, indices, num_classes, std::nullopt)) {
     fail_index(op, *bad, num_classes, " classes");
   }
   return num_classes;
 }
 
 void one_hot_kernel(const char* op, Tensor& out, const Tensor& indices) {
-  Runtime& rt = out.runtime();
+  detail::DeviceRuntime& dev = detail::device_runtime(out);
+  const auto one_hot = dev.kernels().indexing.one_hot.get(op, out.dtype(), dev);
   detail::fill(op, out, out.shape(), detail::operand(out), 0.0);
-  const std::int64_t n = indices.numel();
-  if (n == 0 || out.numel() == 0) return;
+  if (indices.numel() == 0 || out.numel() == 0) return;
   ScratchLease<std::int64_t> scratch;
   const std::int64_t* values = detail::i64_indices(op, indices, scratch);
-  const int r = out.dim();
-  auto* o = reinterpret_cast<std::int64_t*>(detail::first_element(out));
-  const std::int64_t cs = out.strides()[r - 1];
-  rt.parallel_for(n, cpu::kGrainElements, [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t p = begin; p < end; ++p) {
-      std::int64_t rest = p, off = 0;
-      for (int d = r - 2; d >= 0; --d) {
-        off += (rest % out.shape()[d]) * out.strides()[d];
-        rest /= out.shape()[d];
-      }
-      o[off + values[p] * cs] = 1;
-    }
-  });
+  one_hot(dev, out.shape(), detail::operand(out), values);
 }
 
 }  // namespace

@@ -14,6 +14,10 @@ namespace forge::cpu {
 
 using backend::RowTake;
 
+std::int64_t find_bad_index(detail::DeviceRuntime& rt, const Shape& shape, const Operand& index, std::int64_t bound,
+                            const std::int64_t* allowed, std::int64_t* value);
+std::int64_t max_index(detail::DeviceRuntime& rt, const Shape& shape, const Operand& index, bool* any_negative);
+
 void mapped_copy(detail::DeviceRuntime& rt, const Shape& out_shape, const Operand& out, const Operand& src,
                  const std::int64_t* const* maps, std::int64_t inner_period, const void* fill_value);
 void take_rows(detail::DeviceRuntime& rt, const RowTake& geo, DType dtype, const std::int64_t* rows, std::byte* out,
@@ -26,5 +30,6 @@ void copy_slabs(detail::DeviceRuntime& rt, std::int64_t outer, std::size_t chunk
                 std::byte* dst, const std::byte* src);
 void triangle(detail::DeviceRuntime& rt, const Shape& shape, const Operand& out, const Operand& x,
               std::int64_t diagonal, bool upper);
+void one_hot(detail::DeviceRuntime& rt, const Shape& out_shape, const Operand& out, const std::int64_t* classes);
 
 }  // namespace forge::cpu

@@ -1,8 +1,9 @@
 #pragma once
 // The indexing family of the kernel table (backend/kernels.h): kernels that
-// move elements by index (gathers, index maps, row takes, slabs, triangles)
-// and the one that adds (scatter_add). Callers have validated shapes, dtypes
-// and every index; the kernels trust them.
+// move elements by index (gathers, index maps, row takes, slabs, triangles,
+// one_hot), the one that adds (scatter_add) and the index checks the ops
+// make before them. Callers have validated shapes, dtypes and every index;
+// the kernels trust them.
 
 #include <cstddef>
 #include <cstdint>
@@ -22,6 +23,17 @@ struct RowTake {
   std::int64_t src_row_stride;
   std::int64_t src_col_stride;
 };
+
+// ---- index checks (index: i64 or i32, strides over `shape`) ----
+
+// The first logical position (row-major over shape) whose index is outside
+// [0, bound) and, when `allowed` is not null, not *allowed; -1 when none.
+// *value receives the index found there.
+using FindBadIndexFn = std::int64_t(detail::DeviceRuntime& dev, const Shape& shape, const Operand& index,
+                                    std::int64_t bound, const std::int64_t* allowed, std::int64_t* value);
+// The largest index of a non-empty index tensor; *any_negative: whether any is negative.
+using MaxIndexFn = std::int64_t(detail::DeviceRuntime& dev, const Shape& shape, const Operand& index,
+                                bool* any_negative);
 
 // ---- element moves ----
 
@@ -58,7 +70,15 @@ using CopySlabsFn = void(detail::DeviceRuntime& dev, std::int64_t outer, std::si
 // exactly. out and x share a dtype.
 using TriangleFn = void(detail::DeviceRuntime& dev, const Shape& shape, const Operand& out, const Operand& x,
                         std::int64_t diagonal, bool upper);
+// out (i64, already zero, shape [..., C]): out[p, classes[p]] = 1 for each of
+// the n = numel / C leading positions p (row-major); classes[p] in [0, C).
+using OneHotFn = void(detail::DeviceRuntime& dev, const Shape& out_shape, const Operand& out,
+                      const std::int64_t* classes);
+
 struct IndexingKernels {
+  // get() with the index's dtype (i64 or i32).
+  Entry<FindBadIndexFn> find_bad_index;
+  Entry<MaxIndexFn> max_index;
   // get() with out's dtype.
   Entry<MappedCopyFn> mapped_copy;  // index_select, repeat, flip, pad
   Entry<TakeRowsFn> take_rows;      // embedding
@@ -66,6 +86,7 @@ struct IndexingKernels {
   Entry<ScatterAddFn> scatter_add;
   Entry<CopySlabsFn> copy_slabs;  // cat
   Entry<TriangleFn> triangle;     // triu, tril
+  Entry<OneHotFn> one_hot;
 };
 
 }  // namespace forge::backend
