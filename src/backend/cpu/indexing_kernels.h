@@ -3,7 +3,7 @@
 // they move elements without arithmetic (gathers, index maps, triangles) and
 // one adds (scatter_add). They work on element sizes, not dtypes, wherever no
 // arithmetic happens, so one body serves every dtype of a width. Callers have
-// validated every index.
+// validated every index. The mask compactions are in mask_kernels.cpp.
 
 #include <cstdint>
 
@@ -31,5 +31,13 @@ void copy_slabs(detail::DeviceRuntime& rt, std::int64_t outer, std::size_t chunk
 void triangle(detail::DeviceRuntime& rt, const Shape& shape, const Operand& out, const Operand& x,
               std::int64_t diagonal, bool upper);
 void one_hot(detail::DeviceRuntime& rt, const Shape& out_shape, const Operand& out, const std::int64_t* classes);
+
+// mask_kernels.cpp
+std::int64_t count_flags(detail::DeviceRuntime& rt, std::int64_t n, const std::uint8_t* flags);
+void compact_rows(detail::DeviceRuntime& rt, std::int64_t n, std::size_t row_bytes, const std::uint8_t* flags,
+                  const std::byte* src, std::byte* dst);
+void nonzero(detail::DeviceRuntime& rt, const Shape& shape, const std::uint8_t* flags, std::int64_t* out);
+void flag_rows(detail::DeviceRuntime& rt, std::int64_t items, std::int64_t width, const std::uint8_t* flags,
+               std::int64_t* offsets, std::int64_t* columns);
 
 }  // namespace forge::cpu

@@ -1,8 +1,8 @@
 // The cpu backend's indexing family (backend/kernels/indexing.h): the kernels
-// of indexing_kernels.cpp. Element moves take every dtype (they work on
-// element widths), copy_slabs every one but bool (which cat copies with the
-// copy family); the index checks take the index dtypes, one_hot its i64
-// output.
+// of indexing_kernels.cpp and mask_kernels.cpp. Element moves take every
+// dtype (they work on element widths), copy_slabs every one but bool (which
+// cat copies with the copy family); the index checks take the index dtypes,
+// one_hot its i64 output, the mask kernels their bool flags.
 
 #include "backend/cpu/indexing_kernels.h"
 #include "backend/cpu/tables.h"
@@ -11,6 +11,7 @@ namespace forge::cpu {
 namespace {
 
 constexpr backend::DTypeMask kIndexDTypes = backend::mask_of(DType::i64, DType::i32);
+constexpr backend::DTypeMask kBool = backend::mask_of(DType::boolean);
 
 }  // namespace
 
@@ -24,6 +25,10 @@ void fill_indexing_table(backend::IndexingKernels& k) {
   k.copy_slabs = {copy_slabs, backend::kNumericDTypes};
   k.triangle = {triangle, backend::kAllDTypes};
   k.one_hot = {one_hot, backend::mask_of(DType::i64)};
+  k.count_flags = {count_flags, kBool};
+  k.compact_rows = {compact_rows, backend::kAllDTypes};
+  k.nonzero = {nonzero, kBool};
+  k.flag_rows = {flag_rows, kBool};
 }
 
 }  // namespace forge::cpu

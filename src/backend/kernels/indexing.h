@@ -1,9 +1,9 @@
 #pragma once
 // The indexing family of the kernel table (backend/kernels.h): kernels that
 // move elements by index (gathers, index maps, row takes, slabs, triangles,
-// one_hot), the one that adds (scatter_add) and the index checks the ops
-// make before them. Callers have validated shapes, dtypes and every index;
-// the kernels trust them.
+// one_hot), the one that adds (scatter_add), the index checks the ops make
+// before them, and the mask compactions of the arena ops. Callers have
+// validated shapes, dtypes and every index; the kernels trust them.
 
 #include <cstddef>
 #include <cstdint>
@@ -75,6 +75,23 @@ using TriangleFn = void(detail::DeviceRuntime& dev, const Shape& shape, const Op
 using OneHotFn = void(detail::DeviceRuntime& dev, const Shape& out_shape, const Operand& out,
                       const std::int64_t* classes);
 
+// ---- mask compactions (flags: packed bool bytes, each 0 or 1) ----
+
+// How many of the n flags are set.
+using CountFlagsFn = std::int64_t(detail::DeviceRuntime& dev, std::int64_t n, const std::uint8_t* flags);
+// Copies the rows of src ([n, row_bytes] packed) whose flag is set, in order,
+// to dst (packed).
+using CompactRowsFn = void(detail::DeviceRuntime& dev, std::int64_t n, std::size_t row_bytes, const std::uint8_t* flags,
+                           const std::byte* src, std::byte* dst);
+// The multi-index (rank entries) of each set flag of a packed tensor of
+// `shape`, in order, into out (i64, [count, rank] packed).
+using NonzeroFn = void(detail::DeviceRuntime& dev, const Shape& shape, const std::uint8_t* flags, std::int64_t* out);
+// flags [items, width] packed: offsets[b] = the set flags of rows before b
+// (items + 1 entries); columns, unless null, the column of every set flag,
+// row by row.
+using FlagRowsFn = void(detail::DeviceRuntime& dev, std::int64_t items, std::int64_t width, const std::uint8_t* flags,
+                        std::int64_t* offsets, std::int64_t* columns);
+
 struct IndexingKernels {
   // get() with the index's dtype (i64 or i32).
   Entry<FindBadIndexFn> find_bad_index;
@@ -87,6 +104,11 @@ struct IndexingKernels {
   Entry<CopySlabsFn> copy_slabs;  // cat
   Entry<TriangleFn> triangle;     // triu, tril
   Entry<OneHotFn> one_hot;
+  // get() with the flags' dtype (bool), compact_rows with the rows'.
+  Entry<CountFlagsFn> count_flags;
+  Entry<CompactRowsFn> compact_rows;  // masked_select, rows_where, rows_where_per_item
+  Entry<NonzeroFn> nonzero;
+  Entry<FlagRowsFn> flag_rows;  // nonzero_per_row, rows_where_per_item
 };
 
 }  // namespace forge::backend
