@@ -2,8 +2,6 @@
 // (which checks the arena and rewinds it), then validates its inputs, sizes
 // every output and reserves them together, so a steady loop allocates once.
 
-#include <cstring>
-
 #include "autograd/record.h"
 #include "core/tensor_internal.h"
 #include "forge/ops.h"
@@ -14,7 +12,7 @@ namespace {
 // A packed pool temporary holding `t` broadcast to `shape`, converted to `dtype`.
 Tensor packed(const char* op, const Tensor& t, const Shape& shape, DType dtype) {
   Tensor out = detail::allocate(t.runtime(), shape, dtype, op);
-  cpu::copy_cast(t.runtime(), shape, detail::operand(out), detail::operand_broadcast(t, shape));
+  detail::copy_cast(op, out, shape, detail::operand(out), detail::operand_broadcast(t, shape));
   return out;
 }
 
@@ -28,9 +26,27 @@ struct Flags {
 Flags flags_of(const char* op, const Tensor& t, const Shape& shape) {
   Flags f{packed(op, t, shape, DType::boolean), nullptr, 0};
   f.data = reinterpret_cast<const std::uint8_t*>(detail::first_element(f.bytes));
-  const std::int64_t n = shape.numel();
-  for (std::int64_t i = 0; i < n; ++i) f.count += f.data[i];
+  detail::DeviceRuntime& dev = detail::device_runtime(f.bytes);
+  f.count = dev.kernels().indexing.count_flags.get(op, DType::boolean, dev)(dev, shape.numel(), f.data);
   return f;
+}
+
+// The rows of `values` ([n, row_bytes] packed) whose flag is set, in order, into out.
+void compact_rows(const char* op, Tensor& out, const Tensor& values, const std::uint8_t* flags, std::int64_t n,
+                  std::size_t row_bytes) {
+  detail::DeviceRuntime& dev = detail::device_runtime(out);
+  dev.kernels().indexing.compact_rows.get(op, out.dtype(), dev)(dev, n, row_bytes, flags, detail::first_element(values),
+                                                                detail::first_element(out));
+}
+
+// flags [items, width]: offsets (items + 1) of each row's set flags and, when
+// given, their columns.
+void flag_rows(const char* op, const Flags& flags, std::int64_t items, std::int64_t width, Tensor& offsets,
+               Tensor* columns) {
+  detail::DeviceRuntime& dev = detail::device_runtime(offsets);
+  dev.kernels().indexing.flag_rows.get(op, DType::boolean, dev)(
+      dev, items, width, flags.data, reinterpret_cast<std::int64_t*>(detail::first_element(offsets)),
+      columns ? reinterpret_cast<std::int64_t*>(detail::first_element(*columns)) : nullptr);
 }
 
 void check_mask(const char* op, const Tensor& mask) {
@@ -49,17 +65,6 @@ void check_pair(const char* op, const Tensor& x, const Tensor& mask) {
   detail::check_same_runtime(op, x, mask);
 }
 
-// Copies the rows of `src` ([n, row_bytes] packed) whose flag is set, in order.
-std::byte* copy_flagged_rows(std::byte* dst, const std::byte* src, const std::uint8_t* flags, std::int64_t n,
-                             std::size_t row_bytes) {
-  for (std::int64_t i = 0; i < n; ++i)
-    if (flags[i]) {
-      std::memcpy(dst, src + static_cast<std::size_t>(i) * row_bytes, row_bytes);
-      dst += row_bytes;
-    }
-  return dst;
-}
-
 }  // namespace
 
 Tensor masked_select(const Tensor& x, const Tensor& mask, Arena* arena) try {
@@ -70,8 +75,7 @@ Tensor masked_select(const Tensor& x, const Tensor& mask, Arena* arena) try {
   const Flags flags = flags_of(op, mask, shape);
   const Tensor values = packed(op, x, shape, x.dtype());
   Tensor out = call.allocate(Shape{flags.count}, x.dtype());
-  copy_flagged_rows(detail::first_element(out), detail::first_element(values), flags.data, shape.numel(),
-                    x.element_size());
+  compact_rows(op, out, values, flags.data, shape.numel(), x.element_size());
   call.commit();
   return out;
 }
@@ -84,17 +88,9 @@ Tensor nonzero(const Tensor& x, Arena* arena) try {
   const Flags flags = flags_of(op, x, x.shape());
   const int rank = x.dim();
   Tensor out = call.allocate(Shape{flags.count, rank}, DType::i64);
-  auto* idx = reinterpret_cast<std::int64_t*>(detail::first_element(out));
-  const std::int64_t n = x.numel();
-  for (std::int64_t i = 0; i < n; ++i) {
-    if (!flags.data[i]) continue;
-    std::int64_t rest = i;
-    for (int d = rank - 1; d >= 0; --d) {
-      idx[d] = rest % x.shape()[d];
-      rest /= x.shape()[d];
-    }
-    idx += rank;
-  }
+  detail::DeviceRuntime& dev = detail::device_runtime(out);
+  dev.kernels().indexing.nonzero.get(op, DType::boolean, dev)(
+      dev, x.shape(), flags.data, reinterpret_cast<std::int64_t*>(detail::first_element(out)));
   call.commit();
   return out;
 }
@@ -111,8 +107,7 @@ RowsView rows_where(const Tensor& x, const Tensor& mask, Arena* arena) try {
   const Tensor values = packed(op, x, x.shape(), x.dtype());
   const std::int64_t cols = x.size(1);
   Tensor out = call.allocate(Shape{flags.count, cols}, x.dtype());
-  copy_flagged_rows(detail::first_element(out), detail::first_element(values), flags.data, x.size(0),
-                    static_cast<std::size_t>(cols) * x.element_size());
+  compact_rows(op, out, values, flags.data, x.size(0), static_cast<std::size_t>(cols) * x.element_size());
   call.commit();
   return RowsView(std::move(out));
 }
@@ -129,15 +124,7 @@ TapeView nonzero_per_row(const Tensor& mask, Arena* arena) try {
                ArenaCall::bytes_for(Shape{items + 1}, DType::i64));
   Tensor values = call.allocate(Shape{flags.count}, DType::i64);
   Tensor offsets = call.allocate(Shape{items + 1}, DType::i64);
-  auto* val = reinterpret_cast<std::int64_t*>(detail::first_element(values));
-  auto* off = reinterpret_cast<std::int64_t*>(detail::first_element(offsets));
-  std::int64_t k = 0;
-  for (std::int64_t b = 0; b < items; ++b) {
-    off[b] = k;
-    for (std::int64_t t = 0; t < width; ++t)
-      if (flags.data[b * width + t]) val[k++] = t;
-  }
-  off[items] = k;
+  flag_rows(op, flags, items, width, offsets, &values);
   call.commit();
   return TapeView(std::move(values), std::move(offsets));
 }
@@ -157,18 +144,8 @@ RowsTapeView rows_where_per_item(const Tensor& x, const Tensor& mask, Arena* are
                ArenaCall::bytes_for(Shape{items + 1}, DType::i64));
   Tensor rows = call.allocate(Shape{flags.count, cols}, x.dtype());
   Tensor offsets = call.allocate(Shape{items + 1}, DType::i64);
-  const std::size_t row_bytes = static_cast<std::size_t>(cols) * x.element_size();
-  std::byte* dst = detail::first_element(rows);
-  auto* off = reinterpret_cast<std::int64_t*>(detail::first_element(offsets));
-  std::int64_t k = 0;
-  for (std::int64_t b = 0; b < items; ++b) {
-    off[b] = k;
-    const std::uint8_t* item_flags = flags.data + b * width;
-    for (std::int64_t t = 0; t < width; ++t) k += item_flags[t];
-    dst = copy_flagged_rows(dst, detail::first_element(values) + static_cast<std::size_t>(b * width) * row_bytes,
-                            item_flags, width, row_bytes);
-  }
-  off[items] = k;
+  compact_rows(op, rows, values, flags.data, items * width, static_cast<std::size_t>(cols) * x.element_size());
+  flag_rows(op, flags, items, width, offsets, nullptr);
   call.commit();
   return RowsTapeView(std::move(rows), std::move(offsets));
 }

@@ -3,12 +3,11 @@
 // index is checked (and a bad one named with its position) before anything
 // is allocated; the kernels then trust them.
 
+#include <algorithm>
 #include <limits>
 
 #include "autograd/record.h"
 #include "autograd/rules/nn.h"
-#include "backend/cpu/indexing_kernels.h"
-#include "core/convert.h"
 #include "forge/ops.h"
 #include "ops/nn_internal.h"
 
@@ -16,60 +15,55 @@ namespace forge {
 namespace detail {
 
 namespace {
-template <typename Fn>
-void for_each_index(const Tensor& index, Fn&& fn) {  // fn(value, pos) -> false stops
-  if (index.numel() == 0) return;
-  const Strides* const strides[1] = {&index.strides()};
-  const cpu::StridedLoop<1> loop(index.shape(), strides);
-  const std::int64_t s = loop.strides[0].back();
-  const std::byte* base = first_element(index);
-  bool go = true;
-  auto run = [&](auto tag) {
-    using I = decltype(tag);
-    const I* p = reinterpret_cast<const I*>(base);
-    for_each_run_in(loop, 0, loop.shape.numel(), [&](const std::int64_t(&off)[1], std::int64_t n, std::int64_t pos) {
-      for (std::int64_t k = 0; k < n && go; ++k) go = fn(static_cast<std::int64_t>(p[off[0] + k * s]), pos + k);
-    });
-  };
-  if (index.dtype() == DType::i32)
-    run(std::int32_t{});
-  else
-    run(std::int64_t{});
-}
-}  // namespace
 
-std::optional<BadIndex> find_bad_index(const Tensor& index, std::int64_t bound, std::optional<std::int64_t> allowed) {
-  std::optional<BadIndex> bad;
-  for_each_index(index, [&](std::int64_t v, std::int64_t pos) {
-    if ((v >= 0 && v < bound) || (allowed && v == *allowed)) return true;
-    bad = BadIndex{v, position_of(index.shape(), pos)};
-    return false;
-  });
-  return bad;
+std::optional<BadIndex> bad_index(const char* op, const Tensor& index, std::int64_t bound,
+                                  std::optional<std::int64_t> allowed) {
+  if (index.numel() == 0) return std::nullopt;
+  DeviceRuntime& dev = device_runtime(index);
+  const std::int64_t allowed_value = allowed.value_or(0);
+  std::int64_t value = 0;
+  const std::int64_t pos = dev.kernels().indexing.find_bad_index.get(op, index.dtype(), dev)(
+      dev, index.shape(), operand(index), bound, allowed ? &allowed_value : nullptr, &value);
+  if (pos < 0) return std::nullopt;
+  return BadIndex{value, position_of(index.shape(), pos)};
 }
 
-std::int64_t max_index(const Tensor& index, bool& any_negative) {
-  std::int64_t m = std::numeric_limits<std::int64_t>::min();
-  any_negative = false;
-  for_each_index(index, [&](std::int64_t v, std::int64_t) {
-    m = std::max(m, v);
-    any_negative = any_negative || v < 0;
-    return true;
-  });
-  return m;
-}
-
-const std::int64_t* index_values(const Tensor& index, ScratchLease<std::int64_t>& scratch) {
+const std::int64_t* i64_indices(const char* op, const Tensor& index, ScratchLease<std::int64_t>& scratch) {
   if (index.dtype() == DType::i64 && index.is_contiguous())
     return reinterpret_cast<const std::int64_t*>(first_element(index));
   const auto n = static_cast<std::size_t>(index.numel());
-  scratch = index.runtime().pool().scratch<std::int64_t>(std::max<std::size_t>(n, 1));
+  scratch = device_runtime(index).pool().scratch<std::int64_t>(std::max<std::size_t>(n, 1));
   if (n) {
-    cpu::copy_cast(index.runtime(), index.shape(),
-                   {reinterpret_cast<std::byte*>(scratch.data()), DType::i64, contiguous_strides(index.shape())},
-                   operand(index));
+    copy_cast(op, index, index.shape(),
+              {reinterpret_cast<std::byte*>(scratch.data()), DType::i64, contiguous_strides(index.shape())},
+              operand(index));
   }
   return scratch.data();
+}
+
+std::int64_t largest_index(const char* op, const Tensor& index, bool& any_negative) {
+  any_negative = false;
+  if (index.numel() == 0) return std::numeric_limits<std::int64_t>::min();
+  DeviceRuntime& dev = device_runtime(index);
+  return dev.kernels().indexing.max_index.get(op, index.dtype(), dev)(dev, index.shape(), operand(index),
+                                                                      &any_negative);
+}
+
+// The op name the shared helpers below give the table (they take none).
+constexpr const char* kIndexCheck = "index check";
+
+}  // namespace
+
+std::optional<BadIndex> find_bad_index(const Tensor& index, std::int64_t bound, std::optional<std::int64_t> allowed) {
+  return bad_index(kIndexCheck, index, bound, allowed);
+}
+
+std::int64_t max_index(const Tensor& index, bool& any_negative) {
+  return largest_index(kIndexCheck, index, any_negative);
+}
+
+const std::int64_t* index_values(const Tensor& index, ScratchLease<std::int64_t>& scratch) {
+  return i64_indices(kIndexCheck, index, scratch);
 }
 
 }  // namespace detail
@@ -101,7 +95,8 @@ Shape embedding_shape(const char* op, const Tensor& weight, const Tensor& indice
   FORGE_CHECK(weight.dim() == 2, shape, op, "weight must be 2-D [rows, dim], got shape ", weight.shape());
   FORGE_CHECK(indices.dim() < kMaxRank, invalid_argument, op, "indices of rank ", indices.dim(),
               " would give a result above the maximum rank ", kMaxRank);
-  if (auto bad = detail::find_bad_index(indices, weight.size(0))) fail_index(op, *bad, weight.size(0), " rows");
+  if (auto bad = detail::bad_index(op, indices, weight.size(0), std::nullopt))
+    fail_index(op, *bad, weight.size(0), " rows");
   Shape s = indices.shape();
   s.push_back(weight.size(1));
   return s;
@@ -115,11 +110,13 @@ std::int64_t padding_row(const char* op, const Tensor& weight, std::optional<std
   return p < 0 ? p + rows : p;
 }
 
-void embedding_kernel(Tensor& out, const Tensor& weight, const Tensor& indices) {
+void embedding_kernel(const char* op, Tensor& out, const Tensor& weight, const Tensor& indices) {
+  detail::DeviceRuntime& dev = detail::device_runtime(out);
+  const auto take_rows = dev.kernels().indexing.take_rows.get(op, out.dtype(), dev);
   if (out.numel() == 0) return;
   ScratchLease<std::int64_t> scratch;
-  const std::int64_t* rows = detail::index_values(indices, scratch);
-  cpu::RowTake geo;
+  const std::int64_t* rows = detail::i64_indices(op, indices, scratch);
+  backend::RowTake geo;
   const int r = out.dim();
   for (int d = 0; d < r - 1; ++d) {
     geo.lead_shape.push_back(out.shape()[d]);
@@ -129,8 +126,7 @@ void embedding_kernel(Tensor& out, const Tensor& weight, const Tensor& indices) 
   geo.out_col_stride = out.strides()[r - 1];
   geo.src_row_stride = weight.strides()[0];
   geo.src_col_stride = weight.strides()[1];
-  cpu::take_rows(out.runtime(), geo, rows, detail::first_element(out), detail::first_element(weight),
-                 weight.element_size());
+  take_rows(dev, geo, out.dtype(), rows, detail::first_element(out), detail::first_element(weight));
 }
 
 // ---- index_select ----
@@ -146,23 +142,26 @@ Selection index_select_shape(const char* op, const Tensor& x, std::int64_t dim, 
   const int d = wrap_dim(dim, x.dim(), op);
   FORGE_CHECK(x.dim() > 0 || index.numel() == 1, shape, op, "a 0-D x takes exactly one index, got ", index.numel());
   const std::int64_t size = x.dim() == 0 ? 1 : x.shape()[d];
-  if (auto bad = detail::find_bad_index(index, size)) fail_index(op, *bad, "dimension ", d, " of size ", size);
+  if (auto bad = detail::bad_index(op, index, size, std::nullopt))
+    fail_index(op, *bad, "dimension ", d, " of size ", size);
   Shape s = x.shape();
   if (x.dim() > 0) s[d] = index.numel();
   return {d, s};
 }
 
-void index_select_kernel(Tensor& out, const Tensor& x, int d, const Tensor& index) {
+void index_select_kernel(const char* op, Tensor& out, const Tensor& x, int d, const Tensor& index) {
+  detail::DeviceRuntime& dev = detail::device_runtime(out);
+  const auto mapped_copy = dev.kernels().indexing.mapped_copy.get(op, out.dtype(), dev);
   if (out.numel() == 0) return;
   if (x.dim() == 0) {
-    cpu::copy_cast(out.runtime(), out.shape(), detail::operand(out), detail::operand(x));
+    detail::copy_cast(op, out, out.shape(), detail::operand(out), detail::operand(x));
     return;
   }
   ScratchLease<std::int64_t> scratch;
-  const std::int64_t* const values = detail::index_values(index, scratch);
+  const std::int64_t* const values = detail::i64_indices(op, index, scratch);
   const std::int64_t* maps[kMaxRank] = {};
   maps[d] = values;
-  cpu::mapped_copy(out.runtime(), out.shape(), detail::operand(out), detail::operand(x), maps, 0, nullptr);
+  mapped_copy(dev, out.shape(), detail::operand(out), detail::operand(x), maps, 0, nullptr);
 }
 
 // ---- gather / scatter_add ----
@@ -176,21 +175,24 @@ int gather_dim(const char* op, const Tensor& x, std::int64_t dim, const Tensor& 
                 " is larger than x of shape ", x.shape(), " in dimension ", k);
   }
   const std::int64_t size = x.dim() == 0 ? 1 : x.shape()[d];
-  if (auto bad = detail::find_bad_index(index, size)) fail_index(op, *bad, "dimension ", d, " of size ", size);
+  if (auto bad = detail::bad_index(op, index, size, std::nullopt))
+    fail_index(op, *bad, "dimension ", d, " of size ", size);
   return d;
 }
 
 // x's operand over index's shape, with the gathered dim's stride left to the kernel.
-cpu::Operand along(const Tensor& t, int d) {
-  cpu::Operand o = detail::operand(t);
+backend::Operand along(const Tensor& t, int d) {
+  backend::Operand o = detail::operand(t);
   if (t.dim() > 0) o.strides[d] = 0;
   return o;
 }
 
-void gather_kernel(Tensor& out, const Tensor& x, int d, const Tensor& index) {
+void gather_kernel(const char* op, Tensor& out, const Tensor& x, int d, const Tensor& index) {
+  detail::DeviceRuntime& dev = detail::device_runtime(out);
+  const auto gather = dev.kernels().indexing.gather.get(op, out.dtype(), dev);
   if (out.numel() == 0) return;
-  cpu::gather(out.runtime(), index.shape(), detail::operand(out), detail::operand(index), along(x, d),
-              x.dim() == 0 ? 0 : x.strides()[d]);
+  gather(dev, index.shape(), detail::operand(out), detail::operand(index), along(x, d),
+         x.dim() == 0 ? 0 : x.strides()[d]);
 }
 
 int scatter_dim(const char* op, const Tensor& x, std::int64_t dim, const Tensor& index, const Tensor& src) {
@@ -206,24 +208,26 @@ int scatter_dim(const char* op, const Tensor& x, std::int64_t dim, const Tensor&
                 " in dimension ", k);
   }
   const std::int64_t size = x.dim() == 0 ? 1 : x.shape()[d];
-  if (auto bad = detail::find_bad_index(index, size)) fail_index(op, *bad, "dimension ", d, " of size ", size);
+  if (auto bad = detail::bad_index(op, index, size, std::nullopt))
+    fail_index(op, *bad, "dimension ", d, " of size ", size);
   return d;
 }
 
-void scatter_add_kernel(Tensor& out, const Tensor& x, int d, const Tensor& index, const Tensor& src) {
-  Runtime& rt = out.runtime();
+void scatter_add_kernel(const char* op, Tensor& out, const Tensor& x, int d, const Tensor& index, const Tensor& src) {
+  detail::DeviceRuntime& dev = detail::device_runtime(out);
+  const auto scatter_add = dev.kernels().indexing.scatter_add.get(op, out.dtype(), dev);
   if (!(out.buffer() == x.buffer() && out.offset() == x.offset() && out.strides() == x.strides()))
-    cpu::copy_cast(rt, x.shape(), detail::operand(out), detail::operand(x));
+    detail::copy_cast(op, out, x.shape(), detail::operand(out), detail::operand(x));
   if (index.numel() == 0) return;
   if (index.dim() == 0) {  // one element: a rank-1 loop of length 1
     const Shape one{1};
-    const cpu::Operand o{detail::first_element(out), out.dtype(), Strides{0}};
-    const cpu::Operand i{detail::first_element(index), index.dtype(), Strides{0}};
-    const cpu::Operand s{detail::first_element(src), src.dtype(), Strides{0}};
-    cpu::scatter_add(rt, one, 0, o, i, s, 0);
+    const backend::Operand o{detail::first_element(out), out.dtype(), Strides{0}};
+    const backend::Operand i{detail::first_element(index), index.dtype(), Strides{0}};
+    const backend::Operand s{detail::first_element(src), src.dtype(), Strides{0}};
+    scatter_add(dev, one, 0, o, i, s, 0);
     return;
   }
-  cpu::scatter_add(rt, index.shape(), d, along(out, d), detail::operand(index), detail::operand(src), out.strides()[d]);
+  scatter_add(dev, index.shape(), d, along(out, d), detail::operand(index), detail::operand(src), out.strides()[d]);
 }
 
 // ---- one_hot ----
@@ -237,36 +241,27 @@ std::int64_t one_hot_classes(const char* op, const Tensor& indices, std::int64_t
     FORGE_CHECK(indices.numel() > 0, invalid_argument, op,
                 "cannot infer the number of classes from an empty tensor; pass num_classes");
     bool negative = false;
-    const std::int64_t m = detail::max_index(indices, negative);
-    if (negative) fail_index(op, *detail::find_bad_index(indices, std::numeric_limits<std::int64_t>::max()), "classes");
+    const std::int64_t m = detail::largest_index(op, indices, negative);
+    if (negative) {
+      fail_index(op, *detail::bad_index(op, indices, std::numeric_limits<std::int64_t>::max(), std::nullopt),
+                 "classes");
+    }
     FORGE_CHECK(m < std::numeric_limits<std::int64_t>::max(), out_of_range, op, "index ", m, " is too large");
     num_classes = m + 1;
-  } else if (auto bad = detail::find_bad_index(indices, num_classes)) {
+  } else if (auto bad = detail::bad_index(op, indices, num_classes, std::nullopt)) {
     fail_index(op, *bad, num_classes, " classes");
   }
   return num_classes;
 }
 
-void one_hot_kernel(Tensor& out, const Tensor& indices) {
-  Runtime& rt = out.runtime();
-  detail::fill("one_hot", out, out.shape(), detail::operand(out), 0.0);
-  const std::int64_t n = indices.numel();
-  if (n == 0 || out.numel() == 0) return;
+void one_hot_kernel(const char* op, Tensor& out, const Tensor& indices) {
+  detail::DeviceRuntime& dev = detail::device_runtime(out);
+  const auto one_hot = dev.kernels().indexing.one_hot.get(op, out.dtype(), dev);
+  detail::fill(op, out, out.shape(), detail::operand(out), 0.0);
+  if (indices.numel() == 0 || out.numel() == 0) return;
   ScratchLease<std::int64_t> scratch;
-  const std::int64_t* values = detail::index_values(indices, scratch);
-  const int r = out.dim();
-  auto* o = reinterpret_cast<std::int64_t*>(detail::first_element(out));
-  const std::int64_t cs = out.strides()[r - 1];
-  rt.parallel_for(n, cpu::kGrainElements, [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t p = begin; p < end; ++p) {
-      std::int64_t rest = p, off = 0;
-      for (int d = r - 2; d >= 0; --d) {
-        off += (rest % out.shape()[d]) * out.strides()[d];
-        rest /= out.shape()[d];
-      }
-      o[off + values[p] * cs] = 1;
-    }
-  });
+  const std::int64_t* values = detail::i64_indices(op, indices, scratch);
+  one_hot(dev, out.shape(), detail::operand(out), values);
 }
 
 }  // namespace
@@ -277,7 +272,7 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<std:
   const Shape shape = embedding_shape(op, weight, indices);
   const std::int64_t padding = padding_row(op, weight, padding_idx);
   Tensor out = detail::allocate(weight.runtime(), shape, weight.dtype(), op);
-  embedding_kernel(out, weight, indices);
+  embedding_kernel(op, out, weight, indices);
   detail::adopt_output(out);
   FORGE_RECORD(embedding, out, weight, indices, padding);
   return out;
@@ -291,7 +286,7 @@ Tensor& embedding_into(Tensor& out, const Tensor& weight, const Tensor& indices)
   detail::check_out_geometry(op, out, embedding_shape(op, weight, indices), weight.dtype());
   detail::check_no_overlap(op, out, weight, "weight");
   detail::check_no_overlap(op, out, indices, "indices");
-  embedding_kernel(out, weight, indices);
+  embedding_kernel(op, out, weight, indices);
   out.buffer()->bump_version();
   return out;
 }
@@ -302,7 +297,7 @@ Tensor index_select(const Tensor& x, std::int64_t dim, const Tensor& index) try 
   check_pair(op, x, "x", index, "index");
   const Selection sel = index_select_shape(op, x, dim, index);
   Tensor out = detail::allocate(x.runtime(), sel.shape, x.dtype(), op);
-  index_select_kernel(out, x, sel.dim, index);
+  index_select_kernel(op, out, x, sel.dim, index);
   detail::adopt_output(out);
   FORGE_RECORD(index_select, out, x, dim, index);
   return out;
@@ -317,7 +312,7 @@ Tensor& index_select_into(Tensor& out, const Tensor& x, std::int64_t dim, const 
   detail::check_out_geometry(op, out, sel.shape, x.dtype());
   detail::check_no_overlap(op, out, x, "x");
   detail::check_no_overlap(op, out, index, "index");
-  index_select_kernel(out, x, sel.dim, index);
+  index_select_kernel(op, out, x, sel.dim, index);
   out.buffer()->bump_version();
   return out;
 }
@@ -328,7 +323,7 @@ Tensor gather(const Tensor& x, std::int64_t dim, const Tensor& index) try {
   check_pair(op, x, "x", index, "index");
   const int d = gather_dim(op, x, dim, index);
   Tensor out = detail::allocate(x.runtime(), index.shape(), x.dtype(), op);
-  gather_kernel(out, x, d, index);
+  gather_kernel(op, out, x, d, index);
   detail::adopt_output(out);
   FORGE_RECORD(gather, out, x, d, index);
   return out;
@@ -343,7 +338,7 @@ Tensor& gather_into(Tensor& out, const Tensor& x, std::int64_t dim, const Tensor
   detail::check_out_geometry(op, out, index.shape(), x.dtype());
   detail::check_no_overlap(op, out, x, "x");
   detail::check_no_overlap(op, out, index, "index");
-  gather_kernel(out, x, d, index);
+  gather_kernel(op, out, x, d, index);
   out.buffer()->bump_version();
   return out;
 }
@@ -355,7 +350,7 @@ Tensor scatter_add(const Tensor& x, std::int64_t dim, const Tensor& index, const
   check_pair(op, x, "x", src, "src");
   const int d = scatter_dim(op, x, dim, index, src);
   Tensor out = detail::allocate(x.runtime(), x.shape(), x.dtype(), op);
-  scatter_add_kernel(out, x, d, index, src);
+  scatter_add_kernel(op, out, x, d, index, src);
   detail::adopt_output(out);
   FORGE_RECORD(scatter_add, out, x, d, index, src);
   return out;
@@ -372,7 +367,7 @@ Tensor& scatter_add_into(Tensor& out, const Tensor& x, std::int64_t dim, const T
   detail::check_no_partial_overlap(op, out, x, "x");  // out may be x itself: an in-place scatter_add
   detail::check_no_overlap(op, out, index, "index");
   detail::check_no_overlap(op, out, src, "src");
-  scatter_add_kernel(out, x, d, index, src);
+  scatter_add_kernel(op, out, x, d, index, src);
   out.buffer()->bump_version();
   return out;
 }
@@ -385,7 +380,7 @@ Tensor one_hot(const Tensor& indices, std::int64_t num_classes) try {
   Shape shape = indices.shape();
   shape.push_back(classes);
   Tensor out = detail::allocate(indices.runtime(), shape, DType::i64, op);
-  one_hot_kernel(out, indices);
+  one_hot_kernel(op, out, indices);
   detail::adopt_output(out);
   return out;
 }
@@ -400,7 +395,7 @@ Tensor& one_hot_into(Tensor& out, const Tensor& indices, std::int64_t num_classe
   shape.push_back(classes);
   detail::check_out_geometry(op, out, shape, DType::i64);
   detail::check_no_overlap(op, out, indices, "indices");
-  one_hot_kernel(out, indices);
+  one_hot_kernel(op, out, indices);
   out.buffer()->bump_version();
   return out;
 }

@@ -6,7 +6,6 @@
 
 #include "autograd/record.h"
 #include "autograd/rules/nn.h"
-#include "backend/cpu/indexing_kernels.h"
 #include "core/checked_int.h"
 #include "forge/ops.h"
 #include "ops/elementwise_internal.h"
@@ -20,10 +19,16 @@ void check_triangle(const char* op, const Tensor& x) {
   FORGE_CHECK(x.dim() >= 2, shape, op, "x must have at least 2 dims, got shape ", x.shape());
 }
 
+void triangle_kernel(const char* op, Tensor& out, const Tensor& x, std::int64_t diagonal, bool upper) {
+  detail::DeviceRuntime& dev = detail::device_runtime(out);
+  const auto triangle = dev.kernels().indexing.triangle.get(op, out.dtype(), dev);
+  if (out.numel() > 0) triangle(dev, x.shape(), detail::operand(out), detail::operand(x), diagonal, upper);
+}
+
 Tensor triangle(const char* op, const Tensor& x, std::int64_t diagonal, bool upper) {
   check_triangle(op, x);
   Tensor out = detail::allocate(x.runtime(), x.shape(), x.dtype(), op);
-  if (out.numel() > 0) cpu::triangle(x.runtime(), x.shape(), detail::operand(out), detail::operand(x), diagonal, upper);
+  triangle_kernel(op, out, x, diagonal, upper);
   detail::adopt_output(out);
   return out;
 }
@@ -34,7 +39,7 @@ Tensor& triangle_into(const char* op, Tensor& out, const Tensor& x, std::int64_t
   detail::check_same_runtime(op, out, x);
   detail::check_out_geometry(op, out, x.shape(), x.dtype());
   detail::check_no_partial_overlap(op, out, x, "x");
-  if (out.numel() > 0) cpu::triangle(x.runtime(), x.shape(), detail::operand(out), detail::operand(x), diagonal, upper);
+  triangle_kernel(op, out, x, diagonal, upper);
   out.buffer()->bump_version();
   return out;
 }
@@ -88,7 +93,10 @@ detail::ScalarSlot fill_value(const char* op, const Tensor& x, PadMode mode, Sca
   return mode == PadMode::constant ? detail::checked_slot(op, x.dtype(), value, "value") : detail::ScalarSlot();
 }
 
-void pad_kernel(Tensor& out, const Tensor& x, const Dims& pad, PadMode mode, const detail::ScalarSlot& fill) {
+void pad_kernel(const char* op, Tensor& out, const Tensor& x, const Dims& pad, PadMode mode,
+                const detail::ScalarSlot& fill) {
+  detail::DeviceRuntime& dev = detail::device_runtime(out);
+  const auto mapped_copy = dev.kernels().indexing.mapped_copy.get(op, out.dtype(), dev);
   if (out.numel() == 0) return;
   const int r = x.dim();
   std::size_t need = 0;
@@ -118,7 +126,7 @@ void pad_kernel(Tensor& out, const Tensor& x, const Dims& pad, PadMode mode, con
     maps[d] = m;
     at += static_cast<std::size_t>(n);
   }
-  cpu::mapped_copy(out.runtime(), out.shape(), detail::operand(out), detail::operand(x), maps, 0, fill.bytes);
+  mapped_copy(dev, out.shape(), detail::operand(out), detail::operand(x), maps, 0, fill.bytes);
 }
 
 }  // namespace
@@ -150,7 +158,7 @@ Tensor pad(const Tensor& x, const Dims& pad, PadMode mode, Scalar value) try {
   const Shape shape = pad_shape(op, x, pad, mode);
   const detail::ScalarSlot fill = fill_value(op, x, mode, value);
   Tensor out = detail::allocate(x.runtime(), shape, x.dtype(), op);
-  pad_kernel(out, x, pad, mode, fill);
+  pad_kernel(op, out, x, pad, mode, fill);
   detail::adopt_output(out);
   FORGE_RECORD(pad, out, x, pad, mode);
   return out;
@@ -165,7 +173,7 @@ Tensor& pad_into(Tensor& out, const Tensor& x, const Dims& pad, PadMode mode, Sc
   detail::check_out_geometry(op, out, pad_shape(op, x, pad, mode), x.dtype());
   detail::check_no_overlap(op, out, x, "x");
   const detail::ScalarSlot fill = fill_value(op, x, mode, value);
-  pad_kernel(out, x, pad, mode, fill);
+  pad_kernel(op, out, x, pad, mode, fill);
   out.buffer()->bump_version();
   return out;
 }

@@ -1,15 +1,13 @@
 // cat, stack, split, chunk, repeat, flip. cat and stack copy each input into
-// its slab of the output (contiguous runs become memcpy, a dtype that
-// differs from the promoted one is converted on the way); repeat and flip
-// are one index-mapped copy; split and chunk only make views.
+// its slab of the output (packed slabs are block copies, a dtype that differs
+// from the promoted one is converted on the way); repeat and flip are one
+// index-mapped copy; split and chunk only make views.
 
-#include <cstring>
 #include <vector>
 
 #include "autograd/record.h"
 #include "autograd/rules/shape.h"
 #include "autograd/rules/views.h"
-#include "backend/cpu/indexing_kernels.h"
 #include "forge/ops.h"
 #include "ops/nn_internal.h"
 
@@ -72,36 +70,38 @@ CatPlan plan_cat(const char* op, const std::vector<Tensor>& tensors, std::int64_
 }
 
 // A packed input of out's dtype into a packed out: for each index of the dims
-// before `dim`, one memcpy of the input's whole slab.
-void cat_rows(Tensor& out, const Tensor& t, int dim, std::int64_t at) {
+// before `dim`, one block copy of the input's whole slab.
+void cat_slabs(detail::DeviceRuntime& dev, backend::CopySlabsFn* copy_slabs, Tensor& out, const Tensor& t, int dim,
+               std::int64_t at) {
   std::int64_t outer = 1, inner = 1;
   for (int d = 0; d < dim; ++d) outer *= out.shape()[d];
   for (int d = dim + 1; d < out.dim(); ++d) inner *= out.shape()[d];
   const auto es = static_cast<std::int64_t>(out.element_size());
   const std::int64_t chunk = t.shape()[dim] * inner * es, out_row = out.shape()[dim] * inner * es;
-  std::byte* dst = detail::first_element(out) + at * inner * es;
-  const std::byte* src = detail::first_element(t);
-  const std::int64_t grain = std::max<std::int64_t>(1, cpu::kGrainElements * 4 / std::max<std::int64_t>(chunk, 1));
-  out.runtime().parallel_for(outer, grain, [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t o = begin; o < end; ++o)
-      std::memcpy(dst + o * out_row, src + o * chunk, static_cast<std::size_t>(chunk));
-  });
+  copy_slabs(dev, outer, static_cast<std::size_t>(chunk), static_cast<std::size_t>(out_row),
+             detail::first_element(out) + at * inner * es, detail::first_element(t));
 }
 
-void cat_kernel(Tensor& out, const std::vector<Tensor>& tensors, int dim) {
+// Each input into its slab of out: block copies when both are packed and of
+// one dtype and the device has them, else the copy family (which converts on
+// the way).
+void cat_kernel(const char* op, Tensor& out, const std::vector<Tensor>& tensors, int dim) {
   if (out.numel() == 0) return;
-  const bool packed_out = out.is_contiguous();
+  detail::DeviceRuntime& dev = detail::device_runtime(out);
+  const auto& slabs = dev.kernels().indexing.copy_slabs;
+  backend::CopySlabsFn* const copy_slabs =
+      out.is_contiguous() && out.dtype() != DType::boolean && slabs.supports(out.dtype()) ? slabs.fn : nullptr;
   std::int64_t at = 0;
-  const cpu::Operand base = detail::operand(out);
+  const backend::Operand base = detail::operand(out);
   const std::int64_t step = out.strides()[dim] * static_cast<std::int64_t>(out.element_size());
   for (const Tensor& t : tensors) {
     if (skipped_in_cat(t)) continue;
-    if (t.numel() > 0 && packed_out && t.dtype() == out.dtype() && t.is_contiguous() && t.dtype() != DType::boolean) {
-      cat_rows(out, t, dim, at);
+    if (t.numel() > 0 && copy_slabs && t.dtype() == out.dtype() && t.is_contiguous()) {
+      cat_slabs(dev, copy_slabs, out, t, dim, at);
     } else if (t.numel() > 0) {
-      cpu::Operand dst = base;
+      backend::Operand dst = base;
       dst.data += at * step;
-      cpu::copy_cast(out.runtime(), t.shape(), dst, detail::operand(t));
+      detail::copy_cast(op, out, t.shape(), dst, detail::operand(t));
     }
     at += t.shape()[dim];
   }
@@ -130,13 +130,13 @@ StackPlan plan_stack(const char* op, const std::vector<Tensor>& tensors, std::in
   return plan;
 }
 
-void stack_kernel(Tensor& out, const std::vector<Tensor>& tensors, int dim) {
+void stack_kernel(const char* op, Tensor& out, const std::vector<Tensor>& tensors, int dim) {
   if (out.numel() == 0) return;
-  cpu::Operand dst = detail::operand(out);
+  backend::Operand dst = detail::operand(out);
   dst.strides.erase(dim);
   const std::int64_t step = out.strides()[dim] * static_cast<std::int64_t>(out.element_size());
   for (const Tensor& t : tensors) {
-    cpu::copy_cast(out.runtime(), t.shape(), dst, detail::operand(t));
+    detail::copy_cast(op, out, t.shape(), dst, detail::operand(t));
     dst.data += step;
   }
 }
@@ -157,10 +157,12 @@ Shape repeat_shape(const char* op, const Tensor& x, const Dims& repeats) {
   return s;
 }
 
-void repeat_kernel(Tensor& out, const Tensor& x, const Dims& repeats) {
+void repeat_kernel(const char* op, Tensor& out, const Tensor& x, const Dims& repeats) {
+  detail::DeviceRuntime& dev = detail::device_runtime(out);
+  const auto mapped_copy = dev.kernels().indexing.mapped_copy.get(op, out.dtype(), dev);
   if (out.numel() == 0) return;
   const int r = out.dim(), lead = r - x.dim();
-  cpu::Operand src = detail::operand(x);
+  backend::Operand src = detail::operand(x);
   src.strides = Strides::filled(r, 0);
   for (int d = 0; d < x.dim(); ++d) src.strides[lead + d] = x.strides()[d];
   // Leading dims read source index i mod size; the last dim tiles whole rows.
@@ -178,7 +180,7 @@ void repeat_kernel(Tensor& out, const Tensor& x, const Dims& repeats) {
     maps[d] = table.data() + start;
   }
   const std::int64_t period = r > 0 && r - 1 >= lead && repeats[r - 1] > 1 ? x.shape()[x.dim() - 1] : 0;
-  cpu::mapped_copy(out.runtime(), out.shape(), detail::operand(out), src, maps, period, nullptr);
+  mapped_copy(dev, out.shape(), detail::operand(out), src, maps, period, nullptr);
 }
 
 Dims flip_dims(const char* op, const Tensor& x, const Dims& dims) {
@@ -192,9 +194,11 @@ Dims flip_dims(const char* op, const Tensor& x, const Dims& dims) {
   return wrapped;
 }
 
-void flip_kernel(Tensor& out, const Tensor& x, const Dims& dims) {
+void flip_kernel(const char* op, Tensor& out, const Tensor& x, const Dims& dims) {
+  detail::DeviceRuntime& dev = detail::device_runtime(out);
+  const auto mapped_copy = dev.kernels().indexing.mapped_copy.get(op, out.dtype(), dev);
   if (out.numel() == 0) return;
-  cpu::Operand src = detail::operand(x);
+  backend::Operand src = detail::operand(x);
   for (int i = 0; i < dims.size(); ++i) {
     if (x.dim() == 0) break;
     const int d = static_cast<int>(dims[i]);
@@ -202,7 +206,7 @@ void flip_kernel(Tensor& out, const Tensor& x, const Dims& dims) {
     src.strides[d] = -src.strides[d];
   }
   const std::int64_t* maps[kMaxRank] = {};
-  cpu::mapped_copy(out.runtime(), out.shape(), detail::operand(out), src, maps, 0, nullptr);
+  mapped_copy(dev, out.shape(), detail::operand(out), src, maps, 0, nullptr);
 }
 
 void check_into(const char* op, const Tensor& out, const Tensor& in) {
@@ -228,9 +232,10 @@ int split_dim(const char* op, const Tensor& x, std::int64_t dim) {
 }  // namespace
 
 Tensor cat(const std::vector<Tensor>& tensors, std::int64_t dim) try {
-  const CatPlan plan = plan_cat("cat", tensors, dim);
-  Tensor out = detail::allocate(tensors[0].runtime(), plan.shape, plan.dtype, "cat");
-  cat_kernel(out, tensors, plan.dim);
+  const char* op = "cat";
+  const CatPlan plan = plan_cat(op, tensors, dim);
+  Tensor out = detail::allocate(tensors[0].runtime(), plan.shape, plan.dtype, op);
+  cat_kernel(op, out, tensors, plan.dim);
   detail::adopt_output(out);
   FORGE_RECORD(cat, out, tensors, plan.dim);
   return out;
@@ -243,16 +248,17 @@ Tensor& cat_into(Tensor& out, const std::vector<Tensor>& tensors, std::int64_t d
   check_into(op, out, tensors[0]);
   detail::check_out_geometry(op, out, plan.shape, plan.dtype);
   for (const Tensor& t : tensors) detail::check_no_overlap(op, out, t, "an input");
-  cat_kernel(out, tensors, plan.dim);
+  cat_kernel(op, out, tensors, plan.dim);
   out.buffer()->bump_version();
   return out;
 }
 FORGE_CATCH_OOM("cat_into")
 
 Tensor stack(const std::vector<Tensor>& tensors, std::int64_t dim) try {
-  const StackPlan plan = plan_stack("stack", tensors, dim);
-  Tensor out = detail::allocate(tensors[0].runtime(), plan.shape, plan.dtype, "stack");
-  stack_kernel(out, tensors, plan.dim);
+  const char* op = "stack";
+  const StackPlan plan = plan_stack(op, tensors, dim);
+  Tensor out = detail::allocate(tensors[0].runtime(), plan.shape, plan.dtype, op);
+  stack_kernel(op, out, tensors, plan.dim);
   detail::adopt_output(out);
   FORGE_RECORD(stack, out, tensors, plan.dim);
   return out;
@@ -265,7 +271,7 @@ Tensor& stack_into(Tensor& out, const std::vector<Tensor>& tensors, std::int64_t
   check_into(op, out, tensors[0]);
   detail::check_out_geometry(op, out, plan.shape, plan.dtype);
   for (const Tensor& t : tensors) detail::check_no_overlap(op, out, t, "an input");
-  stack_kernel(out, tensors, plan.dim);
+  stack_kernel(op, out, tensors, plan.dim);
   out.buffer()->bump_version();
   return out;
 }
@@ -329,7 +335,7 @@ Tensor repeat(const Tensor& x, const Dims& repeats) try {
   detail::check_input(op, x, "x");
   const Shape shape = repeat_shape(op, x, repeats);
   Tensor out = detail::allocate(x.runtime(), shape, x.dtype(), op);
-  repeat_kernel(out, x, repeats);
+  repeat_kernel(op, out, x, repeats);
   detail::adopt_output(out);
   FORGE_RECORD(repeat, out, x, repeats);
   return out;
@@ -342,7 +348,7 @@ Tensor& repeat_into(Tensor& out, const Tensor& x, const Dims& repeats) try {
   check_into(op, out, x);
   detail::check_out_geometry(op, out, repeat_shape(op, x, repeats), x.dtype());
   detail::check_no_overlap(op, out, x, "x");
-  repeat_kernel(out, x, repeats);
+  repeat_kernel(op, out, x, repeats);
   out.buffer()->bump_version();
   return out;
 }
@@ -353,7 +359,7 @@ Tensor flip(const Tensor& x, const Dims& dims) try {
   detail::check_input(op, x, "x");
   const Dims wrapped = flip_dims(op, x, dims);
   Tensor out = detail::allocate(x.runtime(), x.shape(), x.dtype(), op);
-  flip_kernel(out, x, wrapped);
+  flip_kernel(op, out, x, wrapped);
   detail::adopt_output(out);
   FORGE_RECORD(flip, out, x, wrapped);
   return out;
@@ -367,7 +373,7 @@ Tensor& flip_into(Tensor& out, const Tensor& x, const Dims& dims) try {
   const Dims wrapped = flip_dims(op, x, dims);
   detail::check_out_geometry(op, out, x.shape(), x.dtype());
   detail::check_no_overlap(op, out, x, "x");
-  flip_kernel(out, x, wrapped);
+  flip_kernel(op, out, x, wrapped);
   out.buffer()->bump_version();
   return out;
 }

@@ -1,6 +1,7 @@
 #include "backend/cpu/indexing_kernels.h"
 
 #include <cstring>
+#include <limits>
 
 #include "core/convert.h"
 
@@ -140,7 +141,51 @@ void dispatch_index(DType t, Fn&& fn) {
     fn(std::int64_t{});
 }
 
+// Calls fn(value, pos) for each index in logical (row-major) order, inline,
+// until it returns false.
+template <typename Fn>
+void for_each_index(const Shape& shape, const Operand& index, Fn&& fn) {
+  if (shape.numel() == 0) return;
+  const Strides* const strides[1] = {&index.strides};
+  const StridedLoop<1> loop(shape, strides);
+  const std::int64_t s = loop.strides[0].back(), inner = loop.inner(), rows = loop.shape.numel() / inner;
+  dispatch_index(index.dtype, [&](auto tag) {
+    using I = decltype(tag);
+    const I* const p = reinterpret_cast<const I*>(index.data);
+    for (std::int64_t row = 0; row < rows; ++row) {
+      std::int64_t off[1];
+      loop.row_offsets(row, off);
+      for (std::int64_t k = 0; k < inner; ++k)
+        if (!fn(static_cast<std::int64_t>(p[off[0] + k * s]), row * inner + k)) return;
+    }
+  });
+}
+
 }  // namespace
+
+std::int64_t find_bad_index(detail::DeviceRuntime&, const Shape& shape, const Operand& index, std::int64_t bound,
+                            const std::int64_t* allowed, std::int64_t* value) {
+  std::int64_t found = -1;
+  for_each_index(shape, index, [&](std::int64_t v, std::int64_t pos) {
+    if ((v >= 0 && v < bound) || (allowed && v == *allowed)) return true;
+    found = pos;
+    *value = v;
+    return false;
+  });
+  return found;
+}
+
+std::int64_t max_index(detail::DeviceRuntime&, const Shape& shape, const Operand& index, bool* any_negative) {
+  std::int64_t m = std::numeric_limits<std::int64_t>::min();
+  bool negative = false;
+  for_each_index(shape, index, [&](std::int64_t v, std::int64_t) {
+    m = std::max(m, v);
+    negative = negative || v < 0;
+    return true;
+  });
+  *any_negative = negative;
+  return m;
+}
 
 void mapped_copy(detail::DeviceRuntime& rt, const Shape& out_shape, const Operand& out, const Operand& src,
                  const std::int64_t* const* maps, std::int64_t inner_period, const void* fill_value) {
@@ -149,9 +194,9 @@ void mapped_copy(detail::DeviceRuntime& rt, const Shape& out_shape, const Operan
   });
 }
 
-void take_rows(detail::DeviceRuntime& rt, const RowTake& geo, const std::int64_t* rows, std::byte* out,
-               const std::byte* src, std::size_t element_size) {
-  dispatch_width(element_size, [&](auto tag) { take_rows_impl<decltype(tag)>(rt, geo, rows, out, src); });
+void take_rows(detail::DeviceRuntime& rt, const RowTake& geo, DType dtype, const std::int64_t* rows, std::byte* out,
+               const std::byte* src) {
+  dispatch_width(dtype_size(dtype), [&](auto tag) { take_rows_impl<decltype(tag)>(rt, geo, rows, out, src); });
 }
 
 void gather(detail::DeviceRuntime& rt, const Shape& shape, const Operand& out, const Operand& index, const Operand& src,
@@ -217,6 +262,17 @@ void scatter_add(detail::DeviceRuntime& rt, const Shape& shape, int dim, const O
   });
 }
 
+void copy_slabs(detail::DeviceRuntime& rt, std::int64_t outer, std::size_t chunk_bytes, std::size_t dst_row_bytes,
+                std::byte* dst, const std::byte* src) {
+  const auto chunk = static_cast<std::int64_t>(chunk_bytes);
+  const std::int64_t grain = std::max<std::int64_t>(1, kGrainElements * 4 / std::max<std::int64_t>(chunk, 1));
+  rt.parallel_for(outer, grain, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t o = begin; o < end; ++o)
+      std::memcpy(dst + static_cast<std::size_t>(o) * dst_row_bytes, src + static_cast<std::size_t>(o) * chunk_bytes,
+                  chunk_bytes);
+  });
+}
+
 void triangle(detail::DeviceRuntime& rt, const Shape& shape, const Operand& out, const Operand& x,
               std::int64_t diagonal, bool upper) {
   const int r = shape.rank();
@@ -250,6 +306,23 @@ void triangle(detail::DeviceRuntime& rt, const Shape& shape, const Operand& out,
         for (std::int64_t j = hi; j < cols; ++j) o[j * oc] = S{0};
       }
     });
+  });
+}
+
+void one_hot(detail::DeviceRuntime& rt, const Shape& out_shape, const Operand& out, const std::int64_t* classes) {
+  const int r = out_shape.rank();
+  const std::int64_t n = out_shape[r - 1] == 0 ? 0 : out_shape.numel() / out_shape[r - 1];
+  auto* const o = reinterpret_cast<std::int64_t*>(out.data);
+  const std::int64_t cs = out.strides[r - 1];
+  rt.parallel_for(n, kGrainElements, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t p = begin; p < end; ++p) {
+      std::int64_t rest = p, off = 0;
+      for (int d = r - 2; d >= 0; --d) {
+        off += (rest % out_shape[d]) * out.strides[d];
+        rest /= out_shape[d];
+      }
+      o[off + classes[p] * cs] = 1;
+    }
   });
 }
 
