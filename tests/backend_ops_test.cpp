@@ -6,6 +6,7 @@
 #include "backend_ops.h"
 
 #include <algorithm>
+#include <array>
 #include <map>
 #include <memory>
 #include <set>
@@ -780,6 +781,31 @@ void add_indexing_cases(std::vector<OpCase>& cases) {
                        e.emit("[0, 3]", {upper ? forge::triu(x) : forge::tril(x)});
                      }});
   }
+  // The arena calls: outputs only the call can size, read back before the
+  // arena's next call rewinds it.
+  cases.push_back({"masked_select and nonzero", "indexing.compact_rows", kAll, false, kExact, 1, [](Env& e) {
+                     forge::Arena arena(e.ctx());
+                     for (const Shape& s : {Shape{60, 700}, Shape{7, 3}, Shape{0, 4}}) {
+                       const Tensor x = e.input(s), m = e.mask(s);
+                       e.emit(s.str() + " masked_select", {forge::masked_select(x, m, &arena)});
+                       e.emit(s.str() + " nonzero", {forge::nonzero(x, &arena)});
+                     }
+                   }});
+  cases.push_back({"rows_where and the per-row calls", "indexing.flag_rows", kAll, false, kExact, 1, [](Env& e) {
+                     forge::Arena arena(e.ctx());
+                     for (const Shape& s : {Shape{300, 140}, Shape{5, 3}, Shape{0, 2}}) {
+                       const Tensor x = e.input(s);
+                       const Tensor row_mask = e.mask({s[0]});
+                       const forge::RowsView rows = forge::rows_where(x, row_mask, &arena);
+                       e.emit(s.str() + " rows_where", {rows.tensor()});
+                       const Tensor m = e.mask(s);
+                       const forge::TapeView tape = forge::nonzero_per_row(m, &arena);
+                       e.emit(s.str() + " nonzero_per_row", {tape.values(), tape.offsets()});
+                     }
+                     const Tensor x = e.input({6, 50, 40});
+                     const forge::RowsTapeView per_item = forge::rows_where_per_item(x, e.mask({6, 50}), &arena);
+                     e.emit("[6, 50, 40] rows_where_per_item", {per_item.rows(), per_item.offsets()});
+                   }});
   cases.push_back({"cat", "indexing.cat", kAll, true, kExact, 1, [](Env& e) {
                      {
                        const Tensor a = e.leaf({30, 700}), b = e.leaf({20, 700});
@@ -1130,4 +1156,98 @@ TEST_CASE("backend ops: an entry planted as unsupported fails with a device erro
   CHECK(ctx.zeros({2}).to_vector<float>() == std::vector<float>{0, 0});
   adam.step();
   CHECK(p.to_vector<float>() != std::vector<float>{1, 2, 3});
+}
+
+// ---- every entry of the table is exercised ----
+// Each entry of a copy of the cpu table is wrapped in a probe that counts its
+// calls and then runs the real kernel; every case runs, in every dtype, on
+// a context holding that table, packed and strided; every entry the cpu
+// backend fills must have been called. A new entry without a case fails
+// here, naming it.
+
+namespace {
+
+struct Reached {
+  int calls = 0;
+  std::set<DType> case_dtypes;  // the dtypes of the cases that reached it
+};
+
+DType g_case_dtype = DType::f32;
+
+template <typename Fn>
+struct Probe;
+
+template <typename R, typename... A>
+struct Probe<R(A...)> {
+  static constexpr int kSlots = 8;  // entries of one function type
+  static inline std::array<R (*)(A...), kSlots> real{};
+  static inline std::array<Reached*, kSlots> reached{};
+  static inline int used = 0;
+
+  template <int I>
+  static R call(A... args) {
+    ++reached[I]->calls;
+    reached[I]->case_dtypes.insert(g_case_dtype);
+    return real[I](args...);
+  }
+  template <int... I>
+  static auto pick(int slot, std::integer_sequence<int, I...>) {
+    R (*const fns[])(A...) = {&call<I>...};
+    return fns[slot];
+  }
+  // A function that counts into `into` and calls `fn`.
+  static R (*wrap(R (*fn)(A...), Reached* into))(A...) {
+    const int slot = used++;
+    REQUIRE(slot < kSlots);
+    real[slot] = fn;
+    reached[slot] = into;
+    return pick(slot, std::make_integer_sequence<int, kSlots>{});
+  }
+};
+
+template <typename Fn>
+void probe(forge::backend::Entry<Fn>& entry, Reached* into) {
+  entry.fn = Probe<Fn>::wrap(entry.fn, into);
+}
+
+}  // namespace
+
+TEST_CASE("backend ops: the table lists every entry, and the cpu backend fills each one", "[backend]") {
+  const forge::backend::Kernels& table = *forge::backend::cpu_backend().kernels;
+  int entries = 0;
+  forge::backend::for_each_entry(table, [&](const char* family, const char* name, const auto& entry) {
+    INFO(family << "." << name);
+    CHECK(entry.fn != nullptr);
+    CHECK(entry.dtypes != 0);
+    ++entries;
+  });
+  // visit() lists every member: the table is nothing but entries of one size.
+  CHECK(static_cast<std::size_t>(entries) * sizeof(forge::backend::Entry<void()>) == sizeof(forge::backend::Kernels));
+}
+
+TEST_CASE("backend ops: the cases reach every entry of the kernel table", "[backend]") {
+  forge::backend::Kernels table = *forge::backend::cpu_backend().kernels;
+  std::map<std::string, Reached> reached;
+  forge::backend::for_each_entry(table, [&](const char* family, const char* name, auto& entry) {
+    probe(entry, &reached[std::string(family) + "." + name]);
+  });
+  for (const Target& target : {bo::reference_target(), bo::targets_under_test()[1]}) {
+    TestContext ctx(forge_test::context_options(target.threads, {}, {}, target.device));
+    ctx.runtime().host().replace_kernels_for_testing(&table);
+    for (const OpCase& c : op_cases()) {
+      for (const DType dtype : c.dtypes) {
+        g_case_dtype = dtype;
+        const bo::Results r = bo::run_case(c, dtype, target, ctx);
+        INFO(c.name << " in " << forge::dtype_name(dtype) << " on " << target.name);
+        CHECK(r.error == "");
+      }
+    }
+    ctx.runtime().host().replace_kernels_for_testing(nullptr);
+  }
+  for (const auto& [name, r] : reached) {
+    std::string dtypes;
+    for (const DType d : r.case_dtypes) dtypes += std::string(forge::dtype_name(d)) + " ";
+    INFO(name << ": " << r.calls << " calls, from cases in " << dtypes);
+    CHECK(r.calls > 0);
+  }
 }

@@ -56,23 +56,8 @@ class Runtime : public RefCounted<Runtime> {
     refuse_device(device, op);
   }
   detail::DeviceRuntime& host() noexcept { return *host_; }
-  // TRANSITION (backend seam): lets a call site not yet routed through the
-  // kernel table hand a Runtime to a host kernel. Removed once every op,
-  // rule and optimizer calls the table.
-  operator detail::DeviceRuntime&() noexcept { return *host_; }  // NOLINT(google-explicit-constructor)
   // The pool of `device` (as device_runtime()).
   BufferPool& pool(Device device, const char* op = "pool");
-
-  // Runs fn(begin, end) over [0, n) in the context's task arena; inline (one
-  // call, no task) when n <= grain or the context has one thread.
-  template <typename Fn>
-  void parallel_for(std::int64_t n, std::int64_t grain, Fn&& fn) {
-    if (n <= grain || threads_ == 1) {
-      if (n > 0) fn(std::int64_t{0}, n);
-      return;
-    }
-    parallel_for_impl(n, grain, std::function<void(std::int64_t, std::int64_t)>(std::ref(fn)));
-  }
 
   // Reseeds the context's RNG (contended while another thread draws from it).
   void manual_seed(std::uint64_t seed);
@@ -83,7 +68,6 @@ class Runtime : public RefCounted<Runtime> {
   detail::Generator& generator() noexcept { return *generator_; }
 
  private:
-  void parallel_for_impl(std::int64_t n, std::int64_t grain, std::function<void(std::int64_t, std::int64_t)> fn);
   [[noreturn]] void refuse_device(Device device, const char* op) const;
 
   Device device_;

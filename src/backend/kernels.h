@@ -27,4 +27,21 @@ struct Kernels {
   OptimKernels optim;              // optimizer steps, gradient norms
 };
 
+// Calls f(family, name, entry) for every entry of `table` (a Kernels, const
+// or not), family by family in the order above.
+template <typename Table, typename F>
+void for_each_entry(Table& table, F&& f) {
+  const auto in = [&f](const char* family) {
+    return [&f, family](const char* name, auto& entry) { f(family, name, entry); };
+  };
+  CopyKernels::visit(table.copy, in("copy"));
+  ElementwiseKernels::visit(table.elementwise, in("elementwise"));
+  ReduceKernels::visit(table.reduce, in("reduce"));
+  NnKernels::visit(table.nn, in("nn"));
+  ConvKernels::visit(table.conv, in("conv"));
+  LinalgKernels::visit(table.linalg, in("linalg"));
+  IndexingKernels::visit(table.indexing, in("indexing"));
+  OptimKernels::visit(table.optim, in("optim"));
+}
+
 }  // namespace forge::backend

@@ -6,7 +6,6 @@
 
 #include <cstdint>
 
-#include "backend/cpu/kernels.h"  // TRANSITION: until every op calls the table
 #include "backend/device_runtime.h"
 #include "backend/kernels.h"
 #include "forge/runtime.h"

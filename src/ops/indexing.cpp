@@ -14,10 +14,8 @@
 namespace forge {
 namespace detail {
 
-namespace {
-
-std::optional<BadIndex> bad_index(const char* op, const Tensor& index, std::int64_t bound,
-                                  std::optional<std::int64_t> allowed) {
+std::optional<BadIndex> find_bad_index(const char* op, const Tensor& index, std::int64_t bound,
+                                       std::optional<std::int64_t> allowed) {
   if (index.numel() == 0) return std::nullopt;
   DeviceRuntime& dev = device_runtime(index);
   const std::int64_t allowed_value = allowed.value_or(0);
@@ -28,7 +26,7 @@ std::optional<BadIndex> bad_index(const char* op, const Tensor& index, std::int6
   return BadIndex{value, position_of(index.shape(), pos)};
 }
 
-const std::int64_t* i64_indices(const char* op, const Tensor& index, ScratchLease<std::int64_t>& scratch) {
+const std::int64_t* index_values(const char* op, const Tensor& index, ScratchLease<std::int64_t>& scratch) {
   if (index.dtype() == DType::i64 && index.is_contiguous())
     return reinterpret_cast<const std::int64_t*>(first_element(index));
   const auto n = static_cast<std::size_t>(index.numel());
@@ -41,29 +39,12 @@ const std::int64_t* i64_indices(const char* op, const Tensor& index, ScratchLeas
   return scratch.data();
 }
 
-std::int64_t largest_index(const char* op, const Tensor& index, bool& any_negative) {
+std::int64_t max_index(const char* op, const Tensor& index, bool& any_negative) {
   any_negative = false;
   if (index.numel() == 0) return std::numeric_limits<std::int64_t>::min();
   DeviceRuntime& dev = device_runtime(index);
   return dev.kernels().indexing.max_index.get(op, index.dtype(), dev)(dev, index.shape(), operand(index),
                                                                       &any_negative);
-}
-
-// The op name the shared helpers below give the table (they take none).
-constexpr const char* kIndexCheck = "index check";
-
-}  // namespace
-
-std::optional<BadIndex> find_bad_index(const Tensor& index, std::int64_t bound, std::optional<std::int64_t> allowed) {
-  return bad_index(kIndexCheck, index, bound, allowed);
-}
-
-std::int64_t max_index(const Tensor& index, bool& any_negative) {
-  return largest_index(kIndexCheck, index, any_negative);
-}
-
-const std::int64_t* index_values(const Tensor& index, ScratchLease<std::int64_t>& scratch) {
-  return i64_indices(kIndexCheck, index, scratch);
 }
 
 }  // namespace detail
@@ -95,7 +76,7 @@ Shape embedding_shape(const char* op, const Tensor& weight, const Tensor& indice
   FORGE_CHECK(weight.dim() == 2, shape, op, "weight must be 2-D [rows, dim], got shape ", weight.shape());
   FORGE_CHECK(indices.dim() < kMaxRank, invalid_argument, op, "indices of rank ", indices.dim(),
               " would give a result above the maximum rank ", kMaxRank);
-  if (auto bad = detail::bad_index(op, indices, weight.size(0), std::nullopt))
+  if (auto bad = detail::find_bad_index(op, indices, weight.size(0), std::nullopt))
     fail_index(op, *bad, weight.size(0), " rows");
   Shape s = indices.shape();
   s.push_back(weight.size(1));
@@ -115,7 +96,7 @@ void embedding_kernel(const char* op, Tensor& out, const Tensor& weight, const T
   const auto take_rows = dev.kernels().indexing.take_rows.get(op, out.dtype(), dev);
   if (out.numel() == 0) return;
   ScratchLease<std::int64_t> scratch;
-  const std::int64_t* rows = detail::i64_indices(op, indices, scratch);
+  const std::int64_t* rows = detail::index_values(op, indices, scratch);
   backend::RowTake geo;
   const int r = out.dim();
   for (int d = 0; d < r - 1; ++d) {
@@ -142,7 +123,7 @@ Selection index_select_shape(const char* op, const Tensor& x, std::int64_t dim, 
   const int d = wrap_dim(dim, x.dim(), op);
   FORGE_CHECK(x.dim() > 0 || index.numel() == 1, shape, op, "a 0-D x takes exactly one index, got ", index.numel());
   const std::int64_t size = x.dim() == 0 ? 1 : x.shape()[d];
-  if (auto bad = detail::bad_index(op, index, size, std::nullopt))
+  if (auto bad = detail::find_bad_index(op, index, size, std::nullopt))
     fail_index(op, *bad, "dimension ", d, " of size ", size);
   Shape s = x.shape();
   if (x.dim() > 0) s[d] = index.numel();
@@ -158,7 +139,7 @@ void index_select_kernel(const char* op, Tensor& out, const Tensor& x, int d, co
     return;
   }
   ScratchLease<std::int64_t> scratch;
-  const std::int64_t* const values = detail::i64_indices(op, index, scratch);
+  const std::int64_t* const values = detail::index_values(op, index, scratch);
   const std::int64_t* maps[kMaxRank] = {};
   maps[d] = values;
   mapped_copy(dev, out.shape(), detail::operand(out), detail::operand(x), maps, 0, nullptr);
@@ -175,7 +156,7 @@ int gather_dim(const char* op, const Tensor& x, std::int64_t dim, const Tensor& 
                 " is larger than x of shape ", x.shape(), " in dimension ", k);
   }
   const std::int64_t size = x.dim() == 0 ? 1 : x.shape()[d];
-  if (auto bad = detail::bad_index(op, index, size, std::nullopt))
+  if (auto bad = detail::find_bad_index(op, index, size, std::nullopt))
     fail_index(op, *bad, "dimension ", d, " of size ", size);
   return d;
 }
@@ -208,7 +189,7 @@ int scatter_dim(const char* op, const Tensor& x, std::int64_t dim, const Tensor&
                 " in dimension ", k);
   }
   const std::int64_t size = x.dim() == 0 ? 1 : x.shape()[d];
-  if (auto bad = detail::bad_index(op, index, size, std::nullopt))
+  if (auto bad = detail::find_bad_index(op, index, size, std::nullopt))
     fail_index(op, *bad, "dimension ", d, " of size ", size);
   return d;
 }
@@ -241,14 +222,14 @@ std::int64_t one_hot_classes(const char* op, const Tensor& indices, std::int64_t
     FORGE_CHECK(indices.numel() > 0, invalid_argument, op,
                 "cannot infer the number of classes from an empty tensor; pass num_classes");
     bool negative = false;
-    const std::int64_t m = detail::largest_index(op, indices, negative);
+    const std::int64_t m = detail::max_index(op, indices, negative);
     if (negative) {
-      fail_index(op, *detail::bad_index(op, indices, std::numeric_limits<std::int64_t>::max(), std::nullopt),
+      fail_index(op, *detail::find_bad_index(op, indices, std::numeric_limits<std::int64_t>::max(), std::nullopt),
                  "classes");
     }
     FORGE_CHECK(m < std::numeric_limits<std::int64_t>::max(), out_of_range, op, "index ", m, " is too large");
     num_classes = m + 1;
-  } else if (auto bad = detail::bad_index(op, indices, num_classes, std::nullopt)) {
+  } else if (auto bad = detail::find_bad_index(op, indices, num_classes, std::nullopt)) {
     fail_index(op, *bad, num_classes, " classes");
   }
   return num_classes;
@@ -260,7 +241,7 @@ void one_hot_kernel(const char* op, Tensor& out, const Tensor& indices) {
   detail::fill(op, out, out.shape(), detail::operand(out), 0.0);
   if (indices.numel() == 0 || out.numel() == 0) return;
   ScratchLease<std::int64_t> scratch;
-  const std::int64_t* values = detail::i64_indices(op, indices, scratch);
+  const std::int64_t* values = detail::index_values(op, indices, scratch);
   one_hot(dev, out.shape(), detail::operand(out), values);
 }
 

@@ -42,7 +42,7 @@ RowLoss plan_rows(const char* op, const Tensor& input, const char* input_name, c
   FORGE_CHECK(target.shape() == want, shape, op, "target has shape ", target.shape(), " but ", input_name, " of shape ",
               input.shape(), " needs ", want, " (the classes are dim ", class_dim, ")");
   RowLoss plan{input.shape()[class_dim], Shape{}};
-  if (auto bad = detail::find_bad_index(target, plan.classes, ignore_index)) {
+  if (auto bad = detail::find_bad_index(op, target, plan.classes, ignore_index)) {
     FORGE_FAIL(out_of_range, op, "target ", bad->value, " at position ", bad->position, " is out of range for ",
                plan.classes, " classes (ignore_index is ", ignore_index, ")");
   }
@@ -62,7 +62,7 @@ void run_class_loss(const char* op, ClassLossEntry entry, Tensor& out, const Ten
   backend::ClassLoss p;
   p.rows = backend::ClassRows(input.shape(), input.strides());
   p.x = detail::first_element(input);
-  p.targets = detail::index_values(target, target_scratch);
+  p.targets = detail::index_values(op, target, target_scratch);
   p.ignore_index = ignore_index;
   p.label_smoothing = label_smoothing;
   p.reduce = reduction != Reduction::none;

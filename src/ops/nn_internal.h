@@ -6,7 +6,6 @@
 #include <cstdint>
 #include <optional>
 
-#include "backend/cpu/kernels.h"
 #include "core/tensor_internal.h"
 #include "forge/tensor.h"
 
@@ -68,20 +67,19 @@ struct BadIndex {
   Dims position;
 };
 
+// The index helpers the index ops and the class losses share (ops/indexing.cpp);
+// `op` names the caller in errors, the kernel table's included.
+
 // The first entry of an i64/i32 tensor, in logical order, outside [0, bound)
 // and not equal to `allowed` (an ignore_index).
-std::optional<BadIndex> find_bad_index(const Tensor& index, std::int64_t bound,
-                                       std::optional<std::int64_t> allowed = std::nullopt);
+std::optional<BadIndex> find_bad_index(const char* op, const Tensor& index, std::int64_t bound,
+                                       std::optional<std::int64_t> allowed);
 
 // Largest entry of a non-empty i64/i32 tensor and whether any entry is negative.
-std::int64_t max_index(const Tensor& index, bool& any_negative);
+std::int64_t max_index(const char* op, const Tensor& index, bool& any_negative);
 
 // The entries of an i64/i32 tensor as contiguous i64: the tensor's own memory
 // when it already is, else a copy into `scratch` (returned to the pool on scope exit).
-const std::int64_t* index_values(const Tensor& index, ScratchLease<std::int64_t>& scratch);
-
-// TRANSITION: the index checks of ops/indexing.cpp still walk their index
-// tensor with the cpu strided loop.
-using cpu::for_each_run_in;
+const std::int64_t* index_values(const char* op, const Tensor& index, ScratchLease<std::int64_t>& scratch);
 
 }  // namespace forge::detail

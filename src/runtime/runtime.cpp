@@ -39,11 +39,6 @@ Runtime::Runtime(const RuntimeOptions& options)
 // runtime too, so by now there are none.
 Runtime::~Runtime() = default;
 
-void Runtime::parallel_for_impl(std::int64_t n, std::int64_t grain,
-                                std::function<void(std::int64_t, std::int64_t)> fn) {
-  host_->parallel_for(n, grain, fn);
-}
-
 BufferPool& Runtime::pool(Device device, const char* op) { return device_runtime(device, op).pool(); }
 
 void Runtime::manual_seed(std::uint64_t seed) { *generator_->lease("manual_seed") = std::mt19937_64(seed); }

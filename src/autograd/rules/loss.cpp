@@ -62,7 +62,7 @@ Tensor class_loss_grad(const char* op, backend::Entry<backend::ClassLossBackward
     p.x_rows = backend::ClassRows(x.shape(), x.strides());
     p.x = detail::first_element(x);
   }
-  p.targets = detail::index_values(target, scratch);
+  p.targets = detail::index_values("backward", target, scratch);
   p.ignore_index = ignore_index;
   p.label_smoothing = smoothing;
   p.g = detail::first_element(g);

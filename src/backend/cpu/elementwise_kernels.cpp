@@ -298,22 +298,4 @@ void stream_fence() noexcept {
 }
 
 }  // namespace ew
-
-// ---- the original add/mul/relu entry points of kernels.h ----
-
-void binary(detail::DeviceRuntime& rt, BinaryOp op, const Shape& shape, const Operand& out, const Operand& a,
-            const Operand& b) {
-  binary_op(rt, op == BinaryOp::add ? Binary::add : Binary::mul, out.dtype, shape, out, a, b);
-}
-
-void binary_contiguous(BinaryOp op, DType dtype, std::int64_t n, std::byte* out, const std::byte* a,
-                       const std::byte* b) {
-  binary_fn(op == BinaryOp::add ? Binary::add : Binary::mul, dtype)(
-      {out, dtype, 1}, {const_cast<std::byte*>(a), dtype, 1}, {const_cast<std::byte*>(b), dtype, 1}, n, dtype, false);
-}
-
-void relu(detail::DeviceRuntime& rt, const Shape& shape, const Operand& out, const Operand& in) {
-  unary_op(rt, Unary::relu, out.dtype, UnaryParams{}, shape, out, in);
-}
-
 }  // namespace forge::cpu

@@ -25,15 +25,6 @@ void copy_cast(DeviceRuntime& rt, const Shape& shape, const Operand& dst, const 
 // dst[i] = one element of dst's dtype (its bytes).
 void fill(DeviceRuntime& rt, const Shape& shape, const Operand& dst, const std::byte* element);
 
-enum class BinaryOp { add, mul };
-// out = a (op) b; all three operands share `dtype`.
-void binary(detail::DeviceRuntime& rt, BinaryOp op, const Shape& shape, const Operand& out, const Operand& a,
-            const Operand& b);
-// The contiguous, same-shape case, for small ops that must not pay for the strided setup.
-void binary_contiguous(BinaryOp op, DType dtype, std::int64_t n, std::byte* out, const std::byte* a,
-                       const std::byte* b);
-void relu(detail::DeviceRuntime& rt, const Shape& shape, const Operand& out, const Operand& in);
-
 // ---- the strided loop every elementwise kernel uses ----
 
 // Drops size-1 dimensions and merges neighbours that are contiguous with each

@@ -109,6 +109,24 @@ struct IndexingKernels {
   Entry<CompactRowsFn> compact_rows;  // masked_select, rows_where, rows_where_per_item
   Entry<NonzeroFn> nonzero;
   Entry<FlagRowsFn> flag_rows;  // nonzero_per_row, rows_where_per_item
+
+  // Calls f(name, entry) for each entry, in order (tests walk the table).
+  template <typename Self, typename F>
+  static void visit(Self& k, F&& f) {
+    f("find_bad_index", k.find_bad_index);
+    f("max_index", k.max_index);
+    f("mapped_copy", k.mapped_copy);
+    f("take_rows", k.take_rows);
+    f("gather", k.gather);
+    f("scatter_add", k.scatter_add);
+    f("copy_slabs", k.copy_slabs);
+    f("triangle", k.triangle);
+    f("one_hot", k.one_hot);
+    f("count_flags", k.count_flags);
+    f("compact_rows", k.compact_rows);
+    f("nonzero", k.nonzero);
+    f("flag_rows", k.flag_rows);
+  }
 };
 
 }  // namespace forge::backend
