@@ -56,6 +56,8 @@ class Runtime : public RefCounted<Runtime> {
     refuse_device(device, op);
   }
   detail::DeviceRuntime& host() noexcept { return *host_; }
+  // The same, or nullptr for a device this context does not serve.
+  detail::DeviceRuntime* find_device_runtime(Device device) noexcept { return device.is_cpu() ? host_.get() : nullptr; }
   // The pool of `device` (as device_runtime()).
   BufferPool& pool(Device device, const char* op = "pool");
 

@@ -29,6 +29,7 @@ struct ValuesIndices;  // forge/ops/reduce.h
 namespace detail {
 struct AutogradMeta;  // src/autograd/meta.h
 struct AutogradAccess;
+class DeviceRuntime;  // src/backend/device_runtime.h
 }  // namespace detail
 namespace autograd {
 class Node;  // src/autograd/node.h
@@ -54,11 +55,16 @@ class TensorImpl : public RefCounted<TensorImpl> {
   // Made by a view op (shares another tensor's buffer).
   bool is_view() const noexcept { return is_view_; }
   void mark_view(const detail::Internal&) noexcept { is_view_ = true; }
+  // The runtime of the buffer's device in this tensor's context (its pool,
+  // executor and kernel table), found once when the impl is made; nullptr
+  // for a device the context does not serve.
+  detail::DeviceRuntime* device_runtime() const noexcept { return device_runtime_; }
 
  private:
   friend struct detail::AutogradAccess;
   Ref<Runtime> runtime_;
   Ref<Buffer> buffer_;
+  detail::DeviceRuntime* device_runtime_;
   Shape shape_;
   Strides strides_;
   std::int64_t offset_;

@@ -18,6 +18,7 @@ TensorImpl::TensorImpl(const detail::Internal&, Ref<Runtime> runtime, Ref<Buffer
                        const Strides& strides, std::int64_t offset, DType dtype) noexcept
     : runtime_(std::move(runtime)),
       buffer_(std::move(buffer)),
+      device_runtime_(runtime_->find_device_runtime(buffer_->device())),
       shape_(shape),
       strides_(strides),
       offset_(offset),

@@ -41,8 +41,13 @@ void check_writable(const char* op, const Tensor& out, const char* name);
 // `out` may be `in` exactly, or disjoint from it; a partial overlap is refused.
 void check_no_partial_overlap(const char* op, const Tensor& out, const Tensor& in, const char* name);
 
-// The runtime of t's device: the pool, executor and kernel table its ops use.
-inline DeviceRuntime& device_runtime(const Tensor& t) { return t.runtime().device_runtime(t.device()); }
+// The runtime of t's device: the pool, executor and kernel table its ops use
+// (ErrorCode::device for a device t's context does not serve).
+inline DeviceRuntime& device_runtime(const Tensor& t) {
+  if (DeviceRuntime* dev = t.impl()->device_runtime()) [[likely]]
+    return *dev;
+  return t.runtime().device_runtime(t.device());  // throws
+}
 
 // A kernel's view of a tensor, with its strides broadcast to `shape`.
 backend::Operand operand(const Tensor& t);
