@@ -915,6 +915,25 @@ void add_copy_cases(std::vector<OpCase>& cases) {
        }});
 }
 
+// Sequences and draws: the generator is reseeded per case, so the draws too
+// must be the same on every target.
+void add_generate_cases(std::vector<OpCase>& cases) {
+  cases.push_back({"arange, linspace, eye, rand, randn", "copy.generate", kAll, false, kExact, 1, [](Env& e) {
+                     forge::ExecContext& ctx = e.ctx();
+                     const DType d = e.dtype();
+                     if (d != DType::boolean) {
+                       e.emit("arange(0, 40000)", {ctx.arange(0, 40000, 1, d == DType::u8 ? DType::i64 : d)});
+                       e.emit("arange(3, 100, 7)", {ctx.arange(3, 100, 7, d)});
+                       e.emit("linspace(0, 90, 41)", {ctx.linspace(0, 90, 41, d)});
+                     }
+                     e.emit("eye(300, 200) and eye(0)", {ctx.eye(300, 200, d), ctx.eye(0, -1, d)});
+                     if (forge::is_floating(d)) {
+                       e.emit("rand [300, 200]", {ctx.rand({300, 200}, d)});
+                       e.emit("randn [301, 3] and [0]", {ctx.randn({301, 3}, d), ctx.randn({0}, d)});
+                     }
+                   }});
+}
+
 // ---- optimizers ----
 
 // Three parameters (one above the kernels' grain), three steps, fresh
@@ -985,6 +1004,7 @@ const std::vector<OpCase>& op_cases() {
     add_linalg_cases(c);
     add_indexing_cases(c);
     add_copy_cases(c);
+    add_generate_cases(c);
     add_optim_cases(c);
     return c;
   }();

@@ -14,15 +14,12 @@ Tensor fresh(ExecContext& ctx, const char* op, const Shape& shape, DType dtype) 
   return detail::allocate(ctx.runtime(), shape, dtype, op);
 }
 
-// Fills a contiguous tensor element by element from gen(i) -> double.
-template <typename Gen>
-void generate(Tensor& t, Gen&& gen) {
-  dispatch_dtype(t.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    T* p = reinterpret_cast<T*>(detail::first_element(t));
-    const std::int64_t n = t.numel();
-    for (std::int64_t i = 0; i < n; ++i) p[i] = from_double<T>(gen(i));
-  });
+// Fills a fresh packed tensor by the copy family's generate entry.
+void generate(const char* op, Tensor& t, const backend::SequenceSpec& spec, std::mt19937_64* generator = nullptr) {
+  if (t.numel() == 0) return;
+  detail::DeviceRuntime& dev = detail::device_runtime(t);
+  dev.kernels().copy.generate.get(op, t.dtype(), dev)(dev, t.dtype(), t.numel(), detail::first_element(t), spec,
+                                                      generator);
 }
 
 // The first and last values of a range fit the dtype (Note [Scalar
@@ -67,7 +64,7 @@ Tensor ExecContext::arange(double start, double end, double step, DType dtype) t
   const auto n = static_cast<std::int64_t>(std::max(0.0, count));
   if (n > 0) check_ends("arange", start, start + static_cast<double>(n - 1) * step, dtype);
   Tensor t = fresh(*this, "arange", Shape{n}, dtype);
-  generate(t, [&](std::int64_t i) { return start + static_cast<double>(i) * step; });
+  generate("arange", t, {.kind = backend::Sequence::arange, .start = start, .step = step});
   detail::adopt_output(t);
   return t;
 }
@@ -80,9 +77,8 @@ Tensor ExecContext::linspace(double start, double end, std::int64_t steps, DType
   const double step = steps > 1 ? (end - start) / static_cast<double>(steps - 1) : 0.0;
   // Fill symmetric from both ends, as libtorch does, so the last value is `end` exactly.
   const std::int64_t half = steps == 1 ? 1 : steps / 2;
-  generate(t, [&](std::int64_t i) {
-    return i < half ? start + step * static_cast<double>(i) : end - step * static_cast<double>(steps - 1 - i);
-  });
+  generate("linspace", t,
+           {.kind = backend::Sequence::linspace, .start = start, .step = step, .end = end, .half = half});
   detail::adopt_output(t);
   return t;
 }
@@ -92,7 +88,7 @@ Tensor ExecContext::eye(std::int64_t n, std::int64_t m, DType dtype) try {
   if (m < 0) m = n;
   FORGE_CHECK(n >= 0, invalid_argument, "eye", "n must be non-negative, got ", n);
   Tensor t = fresh(*this, "eye", Shape{n, m}, dtype);
-  generate(t, [&](std::int64_t i) { return (i / (m == 0 ? 1 : m)) == (i % (m == 0 ? 1 : m)) ? 1.0 : 0.0; });
+  generate("eye", t, {.kind = backend::Sequence::eye, .columns = m});
   detail::adopt_output(t);
   return t;
 }
@@ -104,10 +100,8 @@ Tensor ExecContext::rand(const Shape& shape, DType dtype) try {
   // Draw with the target's own precision (11 bits for f16, 8 for bf16, 24 for
   // f32, 53 for f64), so rounding into the dtype can never reach 1.
   const int bits = dtype == DType::f16 ? 11 : dtype == DType::bf16 ? 8 : dtype == DType::f32 ? 24 : 53;
-  const double unit = std::ldexp(1.0, -bits);
   const detail::Generator::Lease lease = runtime().generator().lease("rand");
-  std::mt19937_64& gen = *lease;
-  generate(t, [&](std::int64_t) { return static_cast<double>(gen() >> (64 - bits)) * unit; });
+  generate("rand", t, {.kind = backend::Sequence::uniform, .bits = bits}, &*lease);
   detail::adopt_output(t);
   return t;
 }
@@ -117,21 +111,7 @@ Tensor ExecContext::randn(const Shape& shape, DType dtype) try {
   FORGE_CHECK(is_floating(dtype), dtype, "randn", "needs a floating dtype, got ", dtype_name(dtype));
   Tensor t = fresh(*this, "randn", shape, dtype);
   const detail::Generator::Lease lease = runtime().generator().lease("randn");
-  std::mt19937_64& gen = *lease;
-  double spare = 0;
-  bool has_spare = false;
-  generate(t, [&](std::int64_t) {  // Box-Muller, two normals per pair of uniforms
-    if (has_spare) {
-      has_spare = false;
-      return spare;
-    }
-    const double u1 = (static_cast<double>(gen() >> 11) + 1.0) * 0x1.0p-53;  // (0, 1]
-    const double u2 = static_cast<double>(gen() >> 11) * 0x1.0p-53;
-    const double r = std::sqrt(-2.0 * std::log(u1));
-    spare = r * std::sin(2.0 * M_PI * u2);
-    has_spare = true;
-    return r * std::cos(2.0 * M_PI * u2);
-  });
+  generate("randn", t, {.kind = backend::Sequence::normal}, &*lease);
   detail::adopt_output(t);
   return t;
 }

@@ -1,3 +1,4 @@
+#include <cmath>
 #include <cstring>
 
 #include "backend/cpu/kernels.h"
@@ -43,6 +44,63 @@ void fill(DeviceRuntime& rt, const Shape& shape, const Operand& dst, const std::
       for (std::int64_t i = 0; i < n; ++i) d[i * sd] = v;
     });
   });
+}
+
+namespace {
+
+// Writes gen(i) -> double, converted, to each of n elements, in order.
+template <typename Gen>
+void write_each(DType dtype, std::int64_t n, std::byte* dst, Gen&& gen) {
+  dispatch_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    T* p = reinterpret_cast<T*>(dst);
+    for (std::int64_t i = 0; i < n; ++i) p[i] = from_double<T>(gen(i));
+  });
+}
+
+}  // namespace
+
+void generate(DeviceRuntime&, DType dtype, std::int64_t n, std::byte* dst, const backend::SequenceSpec& s,
+              std::mt19937_64* generator) {
+  using backend::Sequence;
+  switch (s.kind) {
+    case Sequence::arange:
+      write_each(dtype, n, dst, [&](std::int64_t i) { return s.start + static_cast<double>(i) * s.step; });
+      return;
+    case Sequence::linspace:
+      write_each(dtype, n, dst, [&](std::int64_t i) {
+        return i < s.half ? s.start + s.step * static_cast<double>(i) : s.end - s.step * static_cast<double>(n - 1 - i);
+      });
+      return;
+    case Sequence::eye: {
+      const std::int64_t m = s.columns == 0 ? 1 : s.columns;
+      write_each(dtype, n, dst, [&](std::int64_t i) { return i / m == i % m ? 1.0 : 0.0; });
+      return;
+    }
+    case Sequence::uniform: {
+      const double unit = std::ldexp(1.0, -s.bits);
+      write_each(dtype, n, dst,
+                 [&](std::int64_t) { return static_cast<double>((*generator)() >> (64 - s.bits)) * unit; });
+      return;
+    }
+    case Sequence::normal: {
+      double spare = 0;
+      bool has_spare = false;
+      write_each(dtype, n, dst, [&](std::int64_t) {  // Box-Muller, two normals per pair of uniforms
+        if (has_spare) {
+          has_spare = false;
+          return spare;
+        }
+        const double u1 = (static_cast<double>((*generator)() >> 11) + 1.0) * 0x1.0p-53;  // (0, 1]
+        const double u2 = static_cast<double>((*generator)() >> 11) * 0x1.0p-53;
+        const double r = std::sqrt(-2.0 * std::log(u1));
+        spare = r * std::sin(2.0 * M_PI * u2);
+        has_spare = true;
+        return r * std::cos(2.0 * M_PI * u2);
+      });
+      return;
+    }
+  }
 }
 
 }  // namespace forge::cpu

@@ -8,6 +8,7 @@ namespace forge::cpu {
 void fill_copy_table(backend::CopyKernels& k) {
   k.copy_cast = {copy_cast, backend::kAllDTypes};
   k.fill = {fill, backend::kAllDTypes};
+  k.generate = {generate, backend::kAllDTypes};
 }
 
 }  // namespace forge::cpu

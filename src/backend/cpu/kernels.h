@@ -24,6 +24,9 @@ using detail::DeviceRuntime;
 void copy_cast(DeviceRuntime& rt, const Shape& shape, const Operand& dst, const Operand& src);
 // dst[i] = one element of dst's dtype (its bytes).
 void fill(DeviceRuntime& rt, const Shape& shape, const Operand& dst, const std::byte* element);
+// A packed tensor from a sequence or the generator (backend/kernels/copy.h), in element order.
+void generate(DeviceRuntime& rt, DType dtype, std::int64_t n, std::byte* dst, const backend::SequenceSpec& spec,
+              std::mt19937_64* generator);
 
 // ---- the strided loop every elementwise kernel uses ----
 
