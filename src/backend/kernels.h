@@ -17,7 +17,7 @@
 namespace forge::backend {
 
 struct Kernels {
-  CopyKernels copy;                // copy_cast, fill
+  CopyKernels copy;                // copy_cast, fill, generate (sequences and draws)
   ElementwiseKernels elementwise;  // binary, unary, where, their backward
   ReduceKernels reduce;            // reductions, arg reductions, scans
   NnKernels nn;                    // softmax, layer and RMS norms, losses, and their backward
