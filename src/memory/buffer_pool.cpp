@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <atomic>
 #include <bit>
+#include <memory>
 #include <mutex>
 #include <new>
 #include <vector>
@@ -104,7 +105,7 @@ class PoolCore final : public BufferOwner {
     delete buffer;
   }
 
-  const std::unique_ptr<BlockSource> source_;
+  const std::shared_ptr<BlockSource> source_;  // shared: see release()
   const Device device_;
   mutable tbb::spin_mutex mu_;
   std::vector<Bucket> buckets_;  // ascending by bytes; empty buckets are kept until trim
@@ -184,6 +185,11 @@ void PoolCore::release(Buffer* buffer) noexcept {
   const std::size_t bytes = buffer->capacity_bytes();
   bool free_it = true;
   bool destroy_core = false;
+  // The block is freed after the lock is dropped, when the owner may already
+  // have orphaned and deleted this core (a release on another thread that
+  // brought outstanding to zero lets orphan() delete it): the source is
+  // kept alive for that free by a reference taken under the lock.
+  std::shared_ptr<BlockSource> source;
   {
     std::lock_guard lock(mu_);
     live_bytes_ -= bytes;
@@ -203,10 +209,16 @@ void PoolCore::release(Buffer* buffer) noexcept {
         // No room for a new bucket: give the block back instead of caching it.
       }
     }
-    if (free_it) ++system_frees_;
+    if (free_it) {
+      ++system_frees_;
+      source = source_;
+    }
     destroy_core = orphaned_ && outstanding_.load(std::memory_order_relaxed) == 0;
   }
-  if (free_it) free_block(buffer);
+  if (free_it) {
+    source->free(buffer->data(), bytes);
+    delete buffer;
+  }
   if (destroy_core) delete this;
 }
 
