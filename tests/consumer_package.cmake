@@ -4,7 +4,9 @@
 # Inputs (-D): FORGE_BUILD_DIR FORGE_CONSUMER_SOURCE_DIR FORGE_WORK_DIR
 #   FORGE_CONFIG FORGE_MULTI_CONFIG FORGE_GENERATOR FORGE_MAKE_PROGRAM
 #   FORGE_CXX_COMPILER FORGE_CXX_COMPILER_LAUNCHER FORGE_EXTRA_PREFIX_PATH ('|'-separated)
-#   FORGE_Eigen3_DIR FORGE_TBB_DIR FORGE_CUDAToolkit_ROOT
+#   FORGE_TBB_DIR FORGE_CUDAToolkit_ROOT
+# Eigen is a private dependency: the installed package must not name it, and
+# the consumer is configured with Eigen hidden (CMAKE_DISABLE_FIND_PACKAGE_Eigen3).
 cmake_minimum_required(VERSION 3.25)
 
 foreach(var FORGE_BUILD_DIR FORGE_CONSUMER_SOURCE_DIR FORGE_WORK_DIR FORGE_GENERATOR)
@@ -29,6 +31,14 @@ execute_process(
   COMMAND_ECHO STDOUT
   COMMAND_ERROR_IS_FATAL ANY)
 
+file(GLOB_RECURSE package_files "${prefix}/*.cmake")
+foreach(file IN LISTS package_files)
+  file(STRINGS "${file}" eigen_lines REGEX "Eigen3")
+  if(eigen_lines)
+    message(FATAL_ERROR "consumer_package: ${file} names Eigen3, a private dependency: ${eigen_lines}")
+  endif()
+endforeach()
+
 set(prefix_path "${prefix}")
 if(FORGE_EXTRA_PREFIX_PATH)
   string(REPLACE "|" ";" extra_prefix_path "${FORGE_EXTRA_PREFIX_PATH}")
@@ -52,10 +62,8 @@ endif()
 if(FORGE_CONFIG AND NOT FORGE_MULTI_CONFIG)
   list(APPEND configure_args "-DCMAKE_BUILD_TYPE=${FORGE_CONFIG}")
 endif()
+list(APPEND configure_args "-DCMAKE_DISABLE_FIND_PACKAGE_Eigen3=ON")
 # Dependencies the main build found at non-default locations.
-if(FORGE_Eigen3_DIR)
-  list(APPEND configure_args "-DEigen3_DIR=${FORGE_Eigen3_DIR}")
-endif()
 if(FORGE_TBB_DIR)
   list(APPEND configure_args "-DTBB_DIR=${FORGE_TBB_DIR}")
 endif()

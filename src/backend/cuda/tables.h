@@ -1,0 +1,20 @@
+#pragma once
+// The cuda backend's table, filled one family at a time: each family's
+// <family>_table.cu lists the kernels it has and their dtypes. An entry left
+// empty is "not supported" (ErrorCode::device naming the op); docs/OPS.md
+// lists what runs on the GPU.
+
+#include "backend/kernels.h"
+
+namespace forge::cuda {
+
+void fill_copy_table(backend::CopyKernels& k);
+void fill_elementwise_table(backend::ElementwiseKernels& k);
+void fill_reduce_table(backend::ReduceKernels& k);
+void fill_nn_table(backend::NnKernels& k);
+void fill_conv_table(backend::ConvKernels& k);
+void fill_linalg_table(backend::LinalgKernels& k);
+void fill_indexing_table(backend::IndexingKernels& k);
+void fill_optim_table(backend::OptimKernels& k);
+
+}  // namespace forge::cuda
