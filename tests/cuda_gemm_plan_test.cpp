@@ -4,7 +4,9 @@
 // (column-major, op(first) op(second), strided batch in a host loop, with
 // the plan's packing and staging done by plain loops) gives the row-major
 // product a naive f64 triple loop gives, for transposed, broadcast, sliced
-// and strided operands. Needs no GPU.
+// and strided operands; and the conv plan (src/backend/cuda/conv_plan.h):
+// output extents, dense-layout detection and cuDNN's int32 limits. Needs no
+// GPU.
 
 #include <cmath>
 #include <cstdint>
@@ -367,8 +369,8 @@ TEST_CASE("cuda gemm plan: the alignment cuBLASLt may assume divides address, ld
   CHECK(gemm::alignment_bytes(0x1000, 4, 1024, 0) == 256);
   CHECK(gemm::alignment_bytes(0x1004, 4, 1024, 0) == 4);
   CHECK(gemm::alignment_bytes(0x1000, 2, 1001, 0) == 2);  // odd ld of 16-bit elements
-  CHECK(gemm::alignment_bytes(0x1000, 4, 64, 3) == 4);     // batch stride 12 bytes
-  CHECK(gemm::alignment_bytes(0x1000, 4, 64, 0) == 256);   // a broadcast batch
+  CHECK(gemm::alignment_bytes(0x1000, 4, 64, 3) == 4);    // batch stride 12 bytes
+  CHECK(gemm::alignment_bytes(0x1000, 4, 64, 0) == 256);  // a broadcast batch
 }
 
 TEST_CASE("cuda gemm plan: extents past int32 leave cuBLASLt for the 64-bit cuBLAS entry points", "[cuda-plan]") {
@@ -405,9 +407,9 @@ TEST_CASE("cuda conv plan: the output extent counts the window positions inside 
 TEST_CASE("cuda conv plan: dense NCHW and NHWC views are described in place, others are packed", "[cuda-plan]") {
   const conv::Dims4 dims{2, 3, 4, 5};
   CHECK(conv::layout_of(dims, {60, 20, 5, 1}) == conv::Layout::nchw);
-  CHECK(conv::layout_of(dims, {60, 1, 15, 3}) == conv::Layout::nhwc);     // a channels-last permute
-  CHECK(conv::layout_of(dims, {120, 40, 10, 2}) == conv::Layout::pack);   // every other column
-  CHECK(conv::layout_of(dims, {0, 20, 5, 1}) == conv::Layout::pack);      // an expanded batch
+  CHECK(conv::layout_of(dims, {60, 1, 15, 3}) == conv::Layout::nhwc);    // a channels-last permute
+  CHECK(conv::layout_of(dims, {120, 40, 10, 2}) == conv::Layout::pack);  // every other column
+  CHECK(conv::layout_of(dims, {0, 20, 5, 1}) == conv::Layout::pack);     // an expanded batch
   CHECK(conv::layout_of(dims, {60, 20, 5, 1}) != conv::Layout::pack);
   CHECK(conv::layout_of({1, 3, 1, 5}, {7, 5, 99, 1}) == conv::Layout::nchw);  // extent-1 strides do not decide
   const conv::Dims4 nhwc = conv::descriptor_strides(dims, {60, 1, 15, 3});

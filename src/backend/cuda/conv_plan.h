@@ -78,7 +78,9 @@ struct ConvShapes {
 };
 
 inline ConvShapes shapes_of(const backend::Window2d& w, std::int64_t out_channels, std::int64_t groups) noexcept {
-  return {{w.n, w.c, w.h, w.w}, {out_channels, w.c / groups, w.kernel_h, w.kernel_w}, {w.n, out_channels, w.out_h, w.out_w}};
+  return {{w.n, w.c, w.h, w.w},
+          {out_channels, w.c / groups, w.kernel_h, w.kernel_w},
+          {w.n, out_channels, w.out_h, w.out_w}};
 }
 
 // cuDNN's convolution descriptor fields (cudnnSetConvolution2dDescriptor's
@@ -92,8 +94,8 @@ inline bool fits_int(std::int64_t v) noexcept { return v >= 0 && v <= 2147483647
 inline std::optional<ConvArgs> conv_args(const backend::Window2d& w, std::int64_t groups) noexcept {
   for (const std::int64_t v : {w.pad_h, w.pad_w, w.stride_h, w.stride_w, w.dilation_h, w.dilation_w, groups})
     if (!fits_int(v)) return std::nullopt;
-  return ConvArgs{int(w.pad_h), int(w.pad_w), int(w.stride_h), int(w.stride_w), int(w.dilation_h), int(w.dilation_w),
-                  int(groups)};
+  return ConvArgs{int(w.pad_h),      int(w.pad_w),      int(w.stride_h), int(w.stride_w),
+                  int(w.dilation_h), int(w.dilation_w), int(groups)};
 }
 
 // Whether cuDNN can describe a tensor of these extents (int fields, fewer

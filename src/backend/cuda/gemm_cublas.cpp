@@ -11,6 +11,8 @@
 // Nothing is cached across calls: a heuristic query costs microseconds, and
 // a cache keyed by pointers would go stale as the pool reuses addresses.
 
+#include "backend/cuda/gemm_cublas.h"
+
 #include <cublasLt.h>
 #include <cublas_v2.h>
 
@@ -19,7 +21,6 @@
 
 #include "backend/cuda/cuda_runtime.h"
 #include "backend/cuda/gemm_copy.h"
-#include "backend/cuda/gemm_cublas.h"
 #include "backend/cuda/gemm_options.h"
 #include "backend/cuda/gemm_plan.h"
 
@@ -89,6 +90,14 @@ struct Pointers {
   const std::byte* second;
   std::byte* out;
 };
+
+// The operands of entry o of the plan's host loop.
+Pointers entry(const Pointers& base, const gemm::BatchPlan& bp, const Types& t, std::int64_t o) {
+  const auto in = static_cast<std::int64_t>(t.in_bytes), out = static_cast<std::int64_t>(t.out_bytes);
+  return {base.first + gemm::batch_offset(bp.outer, bp.outer_first, o) * in,
+          base.second + gemm::batch_offset(bp.outer, bp.outer_second, o) * in,
+          base.out + gemm::batch_offset(bp.outer, bp.outer_out, o) * out};
+}
 
 // The alignment every outer-loop offset keeps.
 std::uint32_t outer_alignment(const Strides& strides, int rank, std::size_t element_bytes) {
@@ -160,12 +169,9 @@ bool run_lt(CudaRuntime& rt, cudaStream_t stream, const gemm::GemmPlan& g, const
 
   const std::int64_t outer = bp.outer.numel();
   for (std::int64_t o = 0; o < outer; ++o) {
-    const std::byte* first = ptr.first + gemm::batch_offset(bp.outer, bp.outer_first, o) * std::int64_t(t.in_bytes);
-    const std::byte* second =
-        ptr.second + gemm::batch_offset(bp.outer, bp.outer_second, o) * std::int64_t(t.in_bytes);
-    std::byte* out = ptr.out + gemm::batch_offset(bp.outer, bp.outer_out, o) * std::int64_t(t.out_bytes);
-    check_cublas(cublasLtMatmul(lt, desc.h, s.alpha(), first, la.h, second, lb.h, s.beta(), out, lc.h, out, lc.h,
-                                &result.algo, workspace, workspace_bytes, stream),
+    const Pointers at = entry(ptr, bp, t, o);
+    check_cublas(cublasLtMatmul(lt, desc.h, s.alpha(), at.first, la.h, at.second, lb.h, s.beta(), at.out, lc.h, at.out,
+                                lc.h, &result.algo, workspace, workspace_bytes, stream),
                  op, "cublasLtMatmul");
   }
   return true;
@@ -177,14 +183,11 @@ void run_cublas(CudaRuntime& rt, const gemm::GemmPlan& g, const Types& t, const 
   const cublasHandle_t h = rt.cublas();
   const std::int64_t outer = bp.outer.numel();
   for (std::int64_t o = 0; o < outer; ++o) {
-    const std::byte* first = ptr.first + gemm::batch_offset(bp.outer, bp.outer_first, o) * std::int64_t(t.in_bytes);
-    const std::byte* second =
-        ptr.second + gemm::batch_offset(bp.outer, bp.outer_second, o) * std::int64_t(t.in_bytes);
-    std::byte* out = ptr.out + gemm::batch_offset(bp.outer, bp.outer_out, o) * std::int64_t(t.out_bytes);
+    const Pointers at = entry(ptr, bp, t, o);
     check_cublas(cublasGemmStridedBatchedEx_64(h, op_of(g.first.op), op_of(g.second.op), g.m, g.n, g.k, s.alpha(),
-                                               first, t.in, g.first.ld, bp.first_stride, second, t.in, g.second.ld,
-                                               bp.second_stride, s.beta(), out, t.out, g.out.ld, bp.out_stride,
-                                               bp.count, t.compute, CUBLAS_GEMM_DEFAULT),
+                                               at.first, t.in, g.first.ld, bp.first_stride, at.second, t.in,
+                                               g.second.ld, bp.second_stride, s.beta(), at.out, t.out, g.out.ld,
+                                               bp.out_stride, bp.count, t.compute, CUBLAS_GEMM_DEFAULT),
                  op, "cublasGemmStridedBatchedEx");
   }
 }
@@ -226,8 +229,7 @@ void run(detail::DeviceRuntime& dev, const backend::MatmulProblem& problem, DTyp
     copy_block(dev, p.dtype, p.batch, p.k, p.n, packed, block_of(p.b), op);
     b = packed.data;
   }
-  const StridedBlock c =
-      g.stage_c ? pooled_block(dev, c_stage, p.batch, p.m, p.n, t.out_bytes, op) : block_of(p.c);
+  const StridedBlock c = g.stage_c ? pooled_block(dev, c_stage, p.batch, p.m, p.n, t.out_bytes, op) : block_of(p.c);
   double beta = 0;
   if (p.bias.data) {  // the GEMM scales what the bias left in c
     copy_block(dev, out_dtype, p.batch, p.m, p.n, c, block_of(p.bias), op);

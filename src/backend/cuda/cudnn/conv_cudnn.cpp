@@ -12,13 +12,14 @@
 //   - one cuDNN handle per thread and device, set to the current stream at
 //     each call (a handle must not be used by two threads at once).
 
+#include "backend/cuda/conv_cudnn.h"
+
 #include <cudnn.h>
 
 #include <algorithm>
 #include <array>
 #include <unordered_map>
 
-#include "backend/cuda/conv_cudnn.h"
 #include "backend/cuda/conv_plan.h"
 #include "backend/cuda/cuda_runtime.h"
 #include "backend/cuda/gemm_copy.h"
@@ -104,8 +105,8 @@ void set_filter(FilterDesc& d, DType dtype, const conv::Dims4& dims, const char*
 bool plain_f32(DType dtype) { return dtype == DType::f32 && !allow_tf32(); }
 
 void set_conv(ConvDesc& d, DType dtype, const conv::ConvArgs& a, const char* op) {
-  check_cudnn(cudnnSetConvolution2dDescriptor(d.h, a.pad_h, a.pad_w, a.stride_h, a.stride_w, a.dilation_h,
-                                              a.dilation_w, CUDNN_CROSS_CORRELATION,
+  check_cudnn(cudnnSetConvolution2dDescriptor(d.h, a.pad_h, a.pad_w, a.stride_h, a.stride_w, a.dilation_h, a.dilation_w,
+                                              CUDNN_CROSS_CORRELATION,
                                               dtype == DType::f64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT),
               op, "the convolution descriptor");
   check_cudnn(cudnnSetConvolutionGroupCount(d.h, a.groups), op, "the group count");
