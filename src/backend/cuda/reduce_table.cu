@@ -1,0 +1,10 @@
+// The cuda backend's reduce family: what it runs and in which dtypes. An
+// entry left empty is "not supported" (ErrorCode::device naming the op).
+
+#include "backend/cuda/tables.h"
+
+namespace forge::cuda {
+
+void fill_reduce_table(backend::ReduceKernels& k) { (void)k; }
+
+}  // namespace forge::cuda
