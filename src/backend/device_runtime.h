@@ -39,7 +39,7 @@ class DeviceRuntime {
  public:
   DeviceRuntime(const backend::Backend& backend, int threads, std::unique_ptr<BlockSource> blocks,
                 std::unique_ptr<Executor> executor, std::size_t max_cached_bytes);
-  ~DeviceRuntime();
+  virtual ~DeviceRuntime();
   DeviceRuntime(const DeviceRuntime&) = delete;
   DeviceRuntime& operator=(const DeviceRuntime&) = delete;
 
