@@ -700,12 +700,21 @@ FORGE_HD inline double cross_entropy_loss(double lse, double x_target, double x_
   const double nll = lse - x_target;
   return ls == 0 ? nll : (1 - ls) * nll + ls * (lse - x_mean);
 }
-// cross_entropy's gradient at class c of a row: (softmax - q) * scale, q the
-// smoothed one-hot of the target over `classes`.
-FORGE_HD inline double cross_entropy_grad(double x, double lse, bool is_target, double ls, std::int64_t classes,
-                                          double scale) noexcept {
-  const double q = (is_target ? 1 - ls : 0) + ls / static_cast<double>(classes);
-  return (m::exp(x - lse) - q) * scale;
+// cross_entropy's gradient at one class (nn_backward_kernels.cpp): e =
+// exp(x - max), a = scale / sum(e), b = scale * ls / classes; the target
+// class takes scale * (1 - ls) off.
+template <typename T>
+FORGE_HD inline T cross_entropy_grad(T e, T a, T b, bool is_target, double scale, double ls) noexcept {
+  T d = e * a - b;
+  if (is_target) d -= static_cast<T>(scale * (1.0 - ls));
+  return d;
 }
+
+// Whether x is finite (not inf, not NaN).
+FORGE_HD inline bool finite(double x) noexcept { return x - x == 0; }
+
+// The power of two that brings big (> 0, finite) into [1, 2) (Note
+// [Statistics of huge rows] in backend/cpu/row_moments.h); 1 for 0.
+FORGE_HD inline double magnitude_scale(double big) noexcept { return big > 0 ? ::ldexp(1.0, -::ilogb(big)) : 1.0; }
 
 }  // namespace forge::cuda
