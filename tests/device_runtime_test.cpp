@@ -5,7 +5,9 @@
 // same paths run on a GPU in tests/cuda/.
 
 #include <catch2/catch.hpp>
+#include <atomic>
 #include <cstdint>
+#include <future>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,12 +27,18 @@ using forge_test::TestContext;
 
 namespace {
 
+std::size_t g_capacity = SIZE_MAX;  // of the emulated devices made from now on
+
 std::unique_ptr<forge::detail::DeviceRuntime> emulated_runtime(Device device, std::size_t max_cached_bytes) {
   FORGE_CHECK(device.index == 0, device, "ExecContext", "device ", device.str(),
               " requested, but 1 emulated device is visible");
   return std::make_unique<forge::detail::DeviceRuntime>(
-      forge::backend::cpu_backend(), 1, std::make_unique<forge::detail::EmulatedDevice>(SIZE_MAX, 0),
+      forge::backend::cpu_backend(), 1, std::make_unique<forge::detail::EmulatedDevice>(g_capacity, 0),
       forge::cpu::host_executor(1), max_cached_bytes);
+}
+
+forge::detail::EmulatedDevice& emulated_device(forge::ExecContext& ctx) {
+  return static_cast<forge::detail::EmulatedDevice&>(*ctx.runtime().compute().streams());
 }
 
 // Contexts made on cuda:0 while it lives run on the emulated device.
@@ -204,4 +212,63 @@ TEST_CASE("device runtime: streams, guards and record_stream", "[device]") {
   CHECK(host.stream().native() == nullptr);
   host.synchronize();
   CHECK_THROWS_AS(host.new_stream(), forge::Error);
+}
+
+TEST_CASE("device runtime: a device arena call is deferred, and the arena held until the stream reaches it",
+          "[device]") {
+  EmulatedCuda emulated;
+  TestContext ctx(on_device());
+  forge::detail::EmulatedDevice& dev = emulated_device(ctx);
+  forge::Arena arena(ctx);
+  CHECK(arena.describe().str() == "cuda:0");
+  const Tensor x = ctx.arange(10);
+  const Tensor mask = x > 4.5;
+
+  // Work queued ahead on the stream holds the call's event back.
+  std::promise<void> gate;
+  std::shared_future<void> opened = gate.get_future().share();
+  dev.enqueue(ctx.stream().native(), [opened] { opened.wait(); });
+  Tensor out = forge::masked_select(x, mask, &arena);
+  CHECK(out.device() == Device::cuda(0));
+  CHECK_FALSE(arena.ready());
+  try {
+    (void)forge::masked_select(x, mask, &arena);
+    FAIL("a second call was accepted while the first was in flight");
+  } catch (const forge::Error& e) {
+    CHECK(e.code() == ErrorCode::contended);
+    CHECK_THAT(e.what(), Catch::Contains("Arena::wait()"));
+  }
+  gate.set_value();
+  arena.wait();
+  CHECK(arena.ready());
+  CHECK(out.to_vector<float>() == std::vector<float>{5, 6, 7, 8, 9});
+
+  // Rewinds in stream order: a steady loop allocates one chunk.
+  for (int i = 0; i < 5; ++i) {
+    out = forge::masked_select(x, mask, &arena);
+    arena.wait();
+  }
+  CHECK(out.to_vector<float>() == std::vector<float>{5, 6, 7, 8, 9});
+  CHECK(arena.stats().system_allocations == 1);
+  CHECK(arena.stats().calls == 6);
+}
+
+TEST_CASE("device runtime: a device arena the device cannot grow is out_of_memory naming it, with no host fallback",
+          "[device]") {
+  EmulatedCuda emulated;
+  g_capacity = std::size_t{8} << 20;
+  TestContext ctx(on_device());
+  g_capacity = SIZE_MAX;
+  const Tensor x = ctx.ones({1 << 20});  // 4 MiB of the 8
+  forge::Arena arena(ctx);
+  try {
+    (void)forge::nonzero(x, &arena);  // 8 MiB of i64 indices
+    FAIL("the arena grew past the device");
+  } catch (const forge::Error& e) {
+    CHECK(e.code() == ErrorCode::out_of_memory);
+    CHECK_THAT(e.what(), Catch::Contains("cuda:0 refused them"));
+  }
+  CHECK(arena.ready());
+  CHECK(arena.stats().system_allocations == 0);
+  CHECK(ctx.stats().acquires == 0);  // nothing fell back to the host
 }

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 #include <iomanip>
 #include <ostream>
 #include <sstream>
@@ -20,26 +21,31 @@ namespace {
 
 constexpr std::int64_t kLineWidth = 80;
 
-const char* type_name(DType t) {
+const char* scalar_type_name(DType t) {
   switch (t) {
     case DType::f32:
-      return "CPUFloatType";
+      return "FloatType";
     case DType::f64:
-      return "CPUDoubleType";
+      return "DoubleType";
     case DType::f16:
-      return "CPUHalfType";
+      return "HalfType";
     case DType::bf16:
-      return "CPUBFloat16Type";
+      return "BFloat16Type";
     case DType::i32:
-      return "CPUIntType";
+      return "IntType";
     case DType::i64:
-      return "CPULongType";
+      return "LongType";
     case DType::u8:
-      return "CPUByteType";
+      return "ByteType";
     case DType::boolean:
-      return "CPUBoolType";
+      return "BoolType";
   }
-  return "CPUType";
+  return "Type";
+}
+
+// libtorch's type label: the device ("CPU", "CUDA") and the scalar type.
+std::string type_name(Device device, DType t) {
+  return std::string(device.is_cpu() ? "CPU" : "CUDA") + scalar_type_name(t);
 }
 
 struct Format {
@@ -186,7 +192,7 @@ std::ostream& operator<<(std::ostream& out, const Tensor& t) try {
       print_matrix(out, v.data() + offset, rows, cols, 1);
     }
   }
-  out << "[ " << type_name(t.dtype()) << "{";
+  out << "[ " << type_name(t.device(), t.dtype()) << "{";
   for (int d = 0; d < t.dim(); ++d) out << (d ? "," : "") << s[d];
   out << "} ]";
   out.flags(flags);

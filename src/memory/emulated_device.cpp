@@ -28,6 +28,10 @@ class EmulatedDevice::Stream {
     }
     cv_.notify_all();
   }
+  bool idle() noexcept {
+    std::lock_guard lock(mu_);
+    return done_ >= queued_;
+  }
   // Waits until the work queued before this call has run.
   void drain() noexcept {
     std::unique_lock lock(mu_);
@@ -59,8 +63,14 @@ class EmulatedDevice::Stream {
   std::thread worker_;  // last: starts once the rest is built
 };
 
+// Owned twice, by the task that completes it and by its holder: the last
+// to let go deletes it, so an event may be destroyed before it completes.
 struct EmulatedDevice::Event {
   std::atomic<bool> done{false};
+  std::atomic<int> owners{2};
+  static void release(Event* e) noexcept {
+    if (e->owners.fetch_sub(1, std::memory_order_acq_rel) == 1) delete e;
+  }
 };
 
 EmulatedDevice::EmulatedDevice(std::size_t capacity_bytes, int ordinal)
@@ -96,6 +106,7 @@ void EmulatedDevice::destroy_stream(StreamId id) noexcept {
 void EmulatedDevice::enqueue(StreamId id, std::function<void()> work) { stream(id).push(std::move(work)); }
 
 void EmulatedDevice::synchronize(StreamId id) noexcept { stream(id).drain(); }
+bool EmulatedDevice::stream_done(StreamId id) noexcept { return stream(id).idle(); }
 
 void EmulatedDevice::synchronize_all() noexcept {
   std::lock_guard lock(streams_mu_);
@@ -140,7 +151,10 @@ EventId EmulatedDevice::record_event(StreamId id) noexcept {
   Event* event = new (std::nothrow) Event;
   if (event == nullptr) return nullptr;
   try {
-    stream(id).push([event] { event->done.store(true, std::memory_order_release); });
+    stream(id).push([event] {
+      event->done.store(true, std::memory_order_release);
+      Event::release(event);
+    });
   } catch (...) {
     delete event;
     return nullptr;
@@ -157,10 +171,8 @@ void EmulatedDevice::wait_event(EventId event) noexcept {
   while (!event_done(event)) std::this_thread::yield();
 }
 
-// The event's task may still be queued: wait for it before deleting.
 void EmulatedDevice::destroy_event(EventId event) noexcept {
-  wait_event(event);
-  delete static_cast<Event*>(event);
+  Event::release(static_cast<Event*>(event));
   counters_->events_live.fetch_sub(1, std::memory_order_relaxed);
 }
 

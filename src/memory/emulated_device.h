@@ -38,6 +38,7 @@ class EmulatedDevice final : public StreamDriver {
   bool event_done(EventId event) noexcept override;
   void wait_event(EventId event) noexcept override;
   void destroy_event(EventId event) noexcept override;
+  bool stream_done(StreamId stream) noexcept override;
   void synchronize(StreamId stream) noexcept override;
   bool stream_wait(StreamId stream, EventId event) noexcept override;
   void* allocate_async(std::size_t bytes, StreamId stream) noexcept override;

@@ -40,6 +40,8 @@ class StreamDriver : public BlockSource {
   virtual void wait_event(EventId event) noexcept = 0;
   // Gives an event back (completed or not).
   virtual void destroy_event(EventId event) noexcept = 0;
+  // Whether the work queued on `stream` has all completed.
+  virtual bool stream_done(StreamId stream) noexcept = 0;
   // Blocks until the work queued on `stream` has completed.
   virtual void synchronize(StreamId stream) noexcept = 0;
   // Makes `stream` wait for `event` (recorded on another stream) before the

@@ -79,7 +79,7 @@ std::optional<Strides> view_strides(const Shape& old_shape_in, const Strides& ol
 }  // namespace
 
 Tensor Tensor::clone_view() const try {
-  detail::check_input("clone_view", *this, "tensor");
+  detail::check_readable("clone_view", *this, "tensor");
   Tensor out = detail::make_view(*this, shape(), strides(), offset());
   FORGE_RECORD(clone_view, out, *this);
   return out;
@@ -88,7 +88,7 @@ FORGE_CATCH_OOM("clone_view")
 
 Tensor Tensor::view_with_strides(const Shape& shape, const Strides& strides, std::int64_t offset) const try {
   const char* op = "view_with_strides";
-  detail::check_input(op, *this, "tensor");
+  detail::check_readable(op, *this, "tensor");
   FORGE_CHECK(shape.rank() == strides.rank(), invalid_argument, op, "shape ", shape, " and strides ", strides,
               " differ in rank");
   FORGE_CHECK(offset >= 0, out_of_range, op, "negative offset ", offset);
@@ -112,7 +112,7 @@ Tensor Tensor::view_with_strides(const Shape& shape, const Strides& strides, std
 FORGE_CATCH_OOM("view_with_strides")
 
 Tensor Tensor::view(const Shape& requested) const try {
-  detail::check_input("view", *this, "tensor");
+  detail::check_readable("view", *this, "tensor");
   const Shape shape = infer_shape("view", requested, numel());
   auto strides = view_strides(this->shape(), this->strides(), shape);
   FORGE_CHECK(strides.has_value(), invalid_argument, "view", "a tensor of shape ", this->shape(), " and strides ",
@@ -124,7 +124,7 @@ Tensor Tensor::view(const Shape& requested) const try {
 FORGE_CATCH_OOM("view")
 
 Tensor Tensor::reshape(const Shape& requested) const try {
-  detail::check_input("reshape", *this, "tensor");
+  detail::check_readable("reshape", *this, "tensor");
   const Shape shape = infer_shape("reshape", requested, numel());
   if (auto strides = view_strides(this->shape(), this->strides(), shape)) {
     Tensor out = detail::make_view(*this, shape, *strides, offset());
@@ -138,7 +138,7 @@ FORGE_CATCH_OOM("reshape")
 Tensor Tensor::broadcast_to(const Shape& target) const { return broadcast_as(target, "broadcast_to"); }
 
 Tensor Tensor::broadcast_as(const Shape& target, const char* op) const try {
-  detail::check_input(op, *this, "tensor");
+  detail::check_readable(op, *this, "tensor");
   FORGE_CHECK(target.rank() >= dim(), shape, op, "cannot broadcast shape ", shape(), " to fewer dimensions ", target);
   Strides strides = Strides::filled(target.rank(), 0);
   const int lead = target.rank() - dim();
@@ -158,7 +158,7 @@ Tensor Tensor::broadcast_as(const Shape& target, const char* op) const try {
 FORGE_CATCH_OOM(op)
 
 Tensor Tensor::expand(const Shape& sizes) const try {
-  detail::check_input("expand", *this, "tensor");
+  detail::check_readable("expand", *this, "tensor");
   FORGE_CHECK(sizes.rank() >= dim(), shape, "expand", "cannot expand shape ", shape(), " to fewer dimensions ", sizes);
   Shape target = sizes;
   const int lead = sizes.rank() - dim();
@@ -173,7 +173,7 @@ Tensor Tensor::expand(const Shape& sizes) const try {
 FORGE_CATCH_OOM("expand")
 
 Tensor Tensor::narrow(std::int64_t dim_arg, std::int64_t start, std::int64_t length) const try {
-  detail::check_input("narrow", *this, "tensor");
+  detail::check_readable("narrow", *this, "tensor");
   FORGE_CHECK(dim() > 0, invalid_argument, "narrow", "cannot narrow a 0-dimensional tensor");
   const int d = wrap_dim(dim_arg, dim(), "narrow");
   const std::int64_t size = shape()[d];
@@ -192,7 +192,7 @@ Tensor Tensor::narrow(std::int64_t dim_arg, std::int64_t start, std::int64_t len
 FORGE_CATCH_OOM("narrow")
 
 Tensor Tensor::slice(std::int64_t dim_arg, std::int64_t start, std::int64_t end, std::int64_t step) const try {
-  detail::check_input("slice", *this, "tensor");
+  detail::check_readable("slice", *this, "tensor");
   FORGE_CHECK(dim() > 0, invalid_argument, "slice", "cannot slice a 0-dimensional tensor");
   const int d = wrap_dim(dim_arg, dim(), "slice");
   FORGE_CHECK(step > 0, invalid_argument, "slice", "step must be positive, got ", step);
@@ -217,7 +217,7 @@ Tensor Tensor::slice(std::int64_t dim_arg, std::int64_t start, std::int64_t end,
 FORGE_CATCH_OOM("slice")
 
 Tensor Tensor::select(std::int64_t dim_arg, std::int64_t index) const try {
-  detail::check_input("select", *this, "tensor");
+  detail::check_readable("select", *this, "tensor");
   FORGE_CHECK(dim() > 0, invalid_argument, "select", "cannot select from a 0-dimensional tensor");
   const int d = wrap_dim(dim_arg, dim(), "select");
   const std::int64_t size = shape()[d];
@@ -235,7 +235,7 @@ Tensor Tensor::select(std::int64_t dim_arg, std::int64_t index) const try {
 FORGE_CATCH_OOM("select")
 
 Tensor Tensor::permute(const Dims& dims) const try {
-  detail::check_input("permute", *this, "tensor");
+  detail::check_readable("permute", *this, "tensor");
   FORGE_CHECK(dims.rank() == dim(), invalid_argument, "permute", "got ", dims.rank(), " dims ", dims,
               " for a tensor of rank ", dim());
   Shape s = shape();
@@ -257,7 +257,7 @@ Tensor Tensor::permute(const Dims& dims) const try {
 FORGE_CATCH_OOM("permute")
 
 Tensor Tensor::transpose(std::int64_t dim0, std::int64_t dim1) const try {
-  detail::check_input("transpose", *this, "tensor");
+  detail::check_readable("transpose", *this, "tensor");
   if (dim() == 0) {
     wrap_dim(dim0, 0, "transpose");
     wrap_dim(dim1, 0, "transpose");
@@ -275,14 +275,14 @@ Tensor Tensor::transpose(std::int64_t dim0, std::int64_t dim1) const try {
 FORGE_CATCH_OOM("transpose")
 
 Tensor Tensor::t() const try {
-  detail::check_input("t", *this, "tensor");
+  detail::check_readable("t", *this, "tensor");
   FORGE_CHECK(dim() <= 2, invalid_argument, "t", "expects a tensor of rank <= 2, got shape ", shape());
   return dim() < 2 ? clone_view() : transpose(0, 1);
 }
 FORGE_CATCH_OOM("t")
 
 Tensor Tensor::squeeze() const try {
-  detail::check_input("squeeze", *this, "tensor");
+  detail::check_readable("squeeze", *this, "tensor");
   Shape s;
   Strides st;
   for (int d = 0; d < dim(); ++d) {
@@ -297,7 +297,7 @@ Tensor Tensor::squeeze() const try {
 FORGE_CATCH_OOM("squeeze")
 
 Tensor Tensor::squeeze(std::int64_t dim_arg) const try {
-  detail::check_input("squeeze", *this, "tensor");
+  detail::check_readable("squeeze", *this, "tensor");
   const int d = wrap_dim(dim_arg, dim(), "squeeze");
   if (dim() == 0 || shape()[d] != 1) return clone_view();
   Shape s = shape();
@@ -311,7 +311,7 @@ Tensor Tensor::squeeze(std::int64_t dim_arg) const try {
 FORGE_CATCH_OOM("squeeze")
 
 Tensor Tensor::unsqueeze(std::int64_t dim_arg) const try {
-  detail::check_input("unsqueeze", *this, "tensor");
+  detail::check_readable("unsqueeze", *this, "tensor");
   FORGE_CHECK(dim() < kMaxRank, invalid_argument, "unsqueeze", "rank ", dim() + 1, " exceeds the maximum rank ",
               kMaxRank);
   const int d = wrap_dim(dim_arg, dim() + 1, "unsqueeze");
@@ -327,7 +327,7 @@ Tensor Tensor::unsqueeze(std::int64_t dim_arg) const try {
 FORGE_CATCH_OOM("unsqueeze")
 
 Tensor Tensor::flatten(std::int64_t start_dim, std::int64_t end_dim) const try {
-  detail::check_input("flatten", *this, "tensor");
+  detail::check_readable("flatten", *this, "tensor");
   if (dim() == 0) return reshape(Shape{1});
   const int a = wrap_dim(start_dim, dim(), "flatten"), b = wrap_dim(end_dim, dim(), "flatten");
   FORGE_CHECK(a <= b, invalid_argument, "flatten", "start_dim ", a, " comes after end_dim ", b);

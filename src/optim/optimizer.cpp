@@ -94,14 +94,14 @@ void check_disjoint(const char* op, const std::vector<Tensor>& params) {
 }
 
 // What every optimizer takes: leaves of one context that require grad,
-// contiguous f32 or f64 on the host, no two sharing a byte.
+// contiguous f32 or f64 on the context's device (check_input), no two
+// sharing a byte.
 void check_params(const char* op, const std::vector<Tensor>& params) {
   FORGE_CHECK(!params.empty(), invalid_argument, op, "got an empty parameter list");
   for (std::size_t i = 0; i < params.size(); ++i) {
     const Tensor& p = params[i];
     detail::check_input(op, p, "parameter");
     detail::check_same_runtime(op, params[0], p);
-    FORGE_CHECK(p.device().is_cpu(), device, op, "parameter ", i, " is not on the CPU");
     FORGE_CHECK(p.dtype() == DType::f32 || p.dtype() == DType::f64, dtype, op, "parameter ", i, " holds ",
                 dtype_name(p.dtype()), "; ", op, " updates f32 and f64 parameters");
     FORGE_CHECK(p.is_contiguous(), invalid_argument, op, "parameter ", i, " of shape ", p.shape(),

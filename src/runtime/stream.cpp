@@ -27,15 +27,7 @@ void Stream::synchronize() const {
 
 bool Stream::query() const {
   detail::StreamDriver* d = driver_of(runtime_, device_);
-  if (d == nullptr) return true;
-  detail::EventId e = d->record_event(handle_);
-  if (e == nullptr) {
-    d->synchronize(handle_);
-    return true;
-  }
-  const bool done = d->event_done(e);
-  d->destroy_event(e);
-  return done;
+  return d == nullptr || d->stream_done(handle_);
 }
 
 Event Stream::record() const {

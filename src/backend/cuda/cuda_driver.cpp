@@ -95,6 +95,13 @@ void CudaDriver::destroy_event(detail::EventId event) noexcept {
   }
 }
 
+bool CudaDriver::stream_done(detail::StreamId stream) noexcept {
+  const cudaError_t status = cudaStreamQuery(native(stream));
+  if (status == cudaErrorNotReady) return false;
+  if (status != cudaSuccess) cudaGetLastError();
+  return true;
+}
+
 void CudaDriver::synchronize(detail::StreamId stream) noexcept {
   if (cudaStreamSynchronize(native(stream)) != cudaSuccess) cudaGetLastError();
 }

@@ -27,6 +27,7 @@ class CudaDriver final : public detail::StreamDriver {
   bool event_done(detail::EventId event) noexcept override;
   void wait_event(detail::EventId event) noexcept override;
   void destroy_event(detail::EventId event) noexcept override;
+  bool stream_done(detail::StreamId stream) noexcept override;
   void synchronize(detail::StreamId stream) noexcept override;
   bool stream_wait(detail::StreamId stream, detail::EventId event) noexcept override;
   detail::StreamId create_stream() noexcept override;
