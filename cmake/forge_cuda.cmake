@@ -12,8 +12,13 @@
 #   - ccache wraps nvcc as it wraps the C++ compiler;
 #   - forge links the CUDA runtime statically and cuBLAS/cuBLASLt privately;
 #     none of them is needed by the public headers, so a CPU-only consumer of
-#     a CUDA build only needs the toolkit's libraries at link time.
-# Sets FORGE_CUDA_ENABLED, and defines forge_cuda_configure_target(target).
+#     a CUDA build only needs the toolkit's libraries at link time;
+#   - cuDNN (cudnn.h and libcudnn, in the toolkit or the system's folders,
+#     or under CUDNN_ROOT) is linked privately, by path, when found, and
+#     src/backend/cuda/cudnn/conv_cudnn.cpp gives the conv entries; when it
+#     is missing, cudnn/no_cudnn.cpp leaves them empty (any FORGE_CUDA mode).
+# Sets FORGE_CUDA_ENABLED and FORGE_CUDNN_FOUND, and defines
+# forge_cuda_configure_target(target).
 
 string(TOUPPER "${FORGE_CUDA}" _forge_cuda_mode)
 if(NOT _forge_cuda_mode MATCHES "^(AUTO|ON|TRUE|YES|1|OFF|FALSE|NO|0)$")
@@ -70,6 +75,12 @@ if(NOT FORGE_CUDA_ENABLED)
 endif()
 
 enable_language(CUDA)
+# CMake before 3.26 knows no C++20 flag for nvcc (its NVIDIA-CUDA module
+# stops at 17) and refuses CUDA_STANDARD 20; nvcc 12+ takes -std=c++20.
+if(NOT DEFINED CMAKE_CUDA20_STANDARD_COMPILE_OPTION AND CMAKE_CUDA_COMPILER_VERSION VERSION_GREATER_EQUAL 12.0)
+  set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+  set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+endif()
 set(CMAKE_CUDA_STANDARD 20)
 set(CMAKE_CUDA_STANDARD_REQUIRED ON)
 set(CMAKE_CUDA_EXTENSIONS OFF)
@@ -79,6 +90,20 @@ endif()
 message(STATUS "forge: CUDA backend ON (CUDA ${CUDAToolkit_VERSION}, nvcc ${CMAKE_CUDA_COMPILER}, "
                "architectures ${CMAKE_CUDA_ARCHITECTURES})")
 
+find_path(FORGE_CUDNN_INCLUDE_DIR cudnn.h
+  HINTS ${CUDNN_ROOT} $ENV{CUDNN_ROOT} ${CUDAToolkit_INCLUDE_DIRS}
+  PATH_SUFFIXES include)
+find_library(FORGE_CUDNN_LIBRARY cudnn
+  HINTS ${CUDNN_ROOT} $ENV{CUDNN_ROOT} ${CUDAToolkit_LIBRARY_DIR}
+  PATH_SUFFIXES lib64 lib lib/x86_64-linux-gnu)
+set(FORGE_CUDNN_FOUND OFF)
+if(FORGE_CUDNN_INCLUDE_DIR AND FORGE_CUDNN_LIBRARY)
+  set(FORGE_CUDNN_FOUND ON)
+  message(STATUS "forge: cuDNN ${FORGE_CUDNN_LIBRARY} (conv on CUDA)")
+else()
+  message(STATUS "forge: cuDNN not found (set CUDNN_ROOT): conv is not supported on CUDA devices")
+endif()
+
 function(forge_cuda_configure_target target)
   target_compile_options(${target} PRIVATE
     $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr -Xcompiler=-fno-math-errno>)
@@ -86,4 +111,13 @@ function(forge_cuda_configure_target target)
   # runs find_dependency(CUDAToolkit) when CUDA is on.
   target_link_libraries(${target} PRIVATE CUDA::cudart_static CUDA::cublas CUDA::cublasLt)
   set_target_properties(${target} PROPERTIES CUDA_SEPARABLE_COMPILATION OFF)
+  # cuDNN's sources live outside src/CMakeLists.txt's glob of backend/cuda/.
+  set(_cudnn_dir ${PROJECT_SOURCE_DIR}/src/backend/cuda/cudnn)
+  if(FORGE_CUDNN_FOUND)
+    target_sources(${target} PRIVATE ${_cudnn_dir}/conv_cudnn.cpp)
+    target_include_directories(${target} SYSTEM PRIVATE ${FORGE_CUDNN_INCLUDE_DIR})
+    target_link_libraries(${target} PRIVATE ${FORGE_CUDNN_LIBRARY})
+  else()
+    target_sources(${target} PRIVATE ${_cudnn_dir}/no_cudnn.cpp)
+  endif()
 endfunction()

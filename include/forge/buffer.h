@@ -64,6 +64,9 @@ class Buffer : public RefCounted<Buffer> {
   // The arena this buffer lies in, if any (compared by identity only).
   const void* arena() const noexcept { return kind_ == Kind::arena ? static_cast<const void*>(owner_) : nullptr; }
   BufferOwner* owner() const noexcept { return owner_; }
+  // The stream a pooled device buffer was allocated on (a cudaStream_t;
+  // nullptr on the host): work queued there may use it with no event.
+  void* stream() const noexcept { return stream_; }
 
   // Version counter shared by every view of these bytes; in-place writes bump
   // it. Writes to one buffer come from the thread driving its context (two
@@ -116,9 +119,15 @@ class Buffer : public RefCounted<Buffer> {
   // - scope_refs_: autograd's sole-owner test (src/autograd/engine.cpp) runs
   //   for every gradient it accumulates and must discount an open scope's
   //   hold; a lookup in the scope's list would cost a search each time.
+  // - stream_, cross_stream_: a device pool files a released block under the
+  //   stream that allocated it, and sends it through its event-gated list
+  //   only when another stream used it (Note [Streams and reuse] in
+  //   buffer_pool.cpp); the flag spares every other release a lookup.
   // An arena output's generation, by contrast, lives in the arena's own
   // subclass (src/runtime/arena.cpp).
   Buffer* next_free_ = nullptr;
+  void* stream_ = nullptr;
+  bool cross_stream_ = false;
 
   std::byte* data_;
   std::size_t nbytes_;

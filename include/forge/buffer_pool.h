@@ -36,6 +36,11 @@ struct PoolStats {
   std::size_t live_bytes = 0;    // block bytes of the outstanding buffers
   std::size_t peak_live_bytes = 0;
   std::size_t max_cached_bytes = 0;
+  // Device pools (streams): released blocks another stream used, waiting for
+  // that stream's event before they are cached; and how often a refused
+  // allocation emptied the cache and tried again.
+  std::size_t pending_blocks = 0;
+  std::uint64_t cache_flushes = 0;
 };
 
 inline constexpr std::size_t kDefaultMaxCachedBytes = std::size_t{1} << 30;
@@ -71,11 +76,19 @@ class BufferPool {
   // A buffer of at least `nbytes`, uninitialised. Throws out_of_memory, naming
   // `op`, when the system refuses.
   Ref<Buffer> acquire(std::size_t nbytes, const char* op = "pool");
+  // A device pool tags the buffer with the stream its driver has current,
+  // and on a refusal empties its cache and tries once more before throwing.
 
   template <typename T>
   ScratchLease<T> scratch(std::size_t count);
 
-  void trim();  // returns every cached block to the system
+  // Marks `buffer` (of this pool) as used by work queued on `stream` (a
+  // cudaStream_t of the pool's device) as well as on the stream that
+  // allocated it: when released, its block is reused only after that work
+  // has completed. No effect on a host pool or for the buffer's own stream.
+  void record_stream(Buffer& buffer, void* stream);
+
+  void trim();  // returns every cached block to the system (waiting for streams still using them)
   void set_max_cached_bytes(std::size_t bytes);
   PoolStats stats() const;
   std::int64_t outstanding() const noexcept;

@@ -17,6 +17,7 @@
 #include "forge/ref.h"
 #include "forge/runtime.h"
 #include "forge/shape.h"
+#include "forge/stream.h"
 #include "forge/tensor.h"
 
 namespace forge {
@@ -61,6 +62,15 @@ class ExecContext {
   void manual_seed(std::uint64_t seed) { runtime_->manual_seed(seed); }
 
   ExecScope open_exec_scope() { return ExecScope(*runtime_); }
+
+  // The stream its device's ops are queued on now (the context's own, or a
+  // StreamGuard's); the host's placeholder for a CPU context.
+  Stream stream() const;
+  // A new stream of the context's device, destroyed with the context
+  // (invalid_argument for a CPU context).
+  Stream new_stream();
+  // Waits for the work queued on the current stream.
+  void synchronize() const { stream().synchronize(); }
 
   // Carries a value across steps: `old` takes `fresh`, releasing its old buffer.
   void replace(Tensor& old, Tensor fresh) noexcept { old = std::move(fresh); }

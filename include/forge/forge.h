@@ -21,4 +21,5 @@
 #include "forge/scalar.h"
 #include "forge/shape.h"
 #include "forge/state_dict.h"
+#include "forge/stream.h"
 #include "forge/tensor.h"

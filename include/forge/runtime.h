@@ -1,7 +1,9 @@
 #pragma once
 // Runtime: everything an ExecContext executes with. It owns one device
 // runtime per device it serves (src/backend/device_runtime.h: the device's
-// pool, executor and kernel table; the host's today), the seeded RNG and
+// pool, executor and kernel table): the host's always, and the CUDA
+// device's for a context made on one. Ops compute on the context's device
+// (Note [A context computes on its device] in runtime.cpp). It owns the seeded RNG and
 // the exec-scope stack. Every tensor holds a reference to its
 // runtime, so the runtime outlives the last tensor that uses it.
 //
@@ -47,17 +49,23 @@ class Runtime : public RefCounted<Runtime> {
   // The host's pool.
   BufferPool& pool() noexcept { return *host_pool_; }
   const BufferPool& pool() const noexcept { return *host_pool_; }
+  // The runtime of the context's device: where ops allocate and compute.
+  detail::DeviceRuntime& compute() noexcept { return *compute_; }
   // The runtime of `device`: the pool its tensors come from, its executor
   // and its kernel table. ErrorCode::device (naming `op`) for a device this
   // context does not serve.
   detail::DeviceRuntime& device_runtime(Device device, const char* op = "device_runtime") {
     if (device.is_cpu()) [[likely]]
       return *host_;
+    if (device == device_) return *compute_;
     refuse_device(device, op);
   }
   detail::DeviceRuntime& host() noexcept { return *host_; }
   // The same, or nullptr for a device this context does not serve.
-  detail::DeviceRuntime* find_device_runtime(Device device) noexcept { return device.is_cpu() ? host_.get() : nullptr; }
+  detail::DeviceRuntime* find_device_runtime(Device device) noexcept {
+    if (device.is_cpu()) return host_.get();
+    return device == device_ ? compute_ : nullptr;
+  }
   // The pool of `device` (as device_runtime()).
   BufferPool& pool(Device device, const char* op = "pool");
 
@@ -75,7 +83,9 @@ class Runtime : public RefCounted<Runtime> {
   Device device_;
   int threads_;
   std::unique_ptr<detail::DeviceRuntime> host_;
-  BufferPool* host_pool_;  // host_->pool(), reached inline
+  std::unique_ptr<detail::DeviceRuntime> accelerator_;  // a CUDA device's, or null
+  BufferPool* host_pool_;                               // host_->pool(), reached inline
+  detail::DeviceRuntime* compute_;                      // accelerator_, else host_
   std::unique_ptr<detail::ScopeStack> scopes_;
   std::unique_ptr<detail::Generator> generator_;
 };

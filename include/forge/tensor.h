@@ -75,6 +75,8 @@ class TensorImpl : public RefCounted<TensorImpl> {
   detail::AutogradMeta* autograd_ = nullptr;  // owned: .grad, made on first use
 };
 
+class Stream;
+
 class Tensor {
  public:
   Tensor() noexcept = default;
@@ -169,7 +171,21 @@ class Tensor {
   Tensor to(DType dtype) const;  // this tensor when the dtype already matches
   Tensor& fill_(Scalar value);   // the value must fit the dtype, as for full
   Tensor& zero_();
-  Tensor& copy_(const Tensor& src);  // broadcasts src, converts dtype
+  Tensor& copy_(const Tensor& src);  // broadcasts src, converts dtype, moves it from another device
+
+  // ---- devices: transfers within the tensor's ExecContext, which serves
+  // the host and its own device (ErrorCode::device for any other) ----
+  // This tensor when already there, else a packed copy on `device`. A copy
+  // to a CUDA device returns once queued (the host bytes are staged); one to
+  // the host waits for the copy unless `non_blocking`, which returns a
+  // pinned host tensor to read after ctx.stream().synchronize(). Gradients
+  // do not flow through a change of device.
+  Tensor to(Device device, bool non_blocking = false) const;
+  Tensor cpu() const { return to(Device::cpu()); }
+  Tensor cuda(int index = 0) const { return to(Device::cuda(index)); }
+  // Marks this tensor's memory as used by work queued on `stream` as well:
+  // when released, it is reused only after that work completes.
+  void record_stream(const Stream& stream) const;
 
   // ---- ops: each calls the free function of the same name (forge/ops/*.h) ----
   Tensor add(const Tensor& other) const;

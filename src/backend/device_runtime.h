@@ -12,10 +12,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include "forge/buffer_pool.h"
 #include "forge/device.h"
 #include "memory/block_source.h"
+#include "memory/stream_driver.h"
 
 namespace forge::backend {
 struct Backend;
@@ -39,7 +41,7 @@ class DeviceRuntime {
  public:
   DeviceRuntime(const backend::Backend& backend, int threads, std::unique_ptr<BlockSource> blocks,
                 std::unique_ptr<Executor> executor, std::size_t max_cached_bytes);
-  ~DeviceRuntime();
+  virtual ~DeviceRuntime();
   DeviceRuntime(const DeviceRuntime&) = delete;
   DeviceRuntime& operator=(const DeviceRuntime&) = delete;
 
@@ -49,9 +51,29 @@ class DeviceRuntime {
   const BufferPool& pool() const noexcept { return pool_; }
   const backend::Backend& backend() const noexcept { return *backend_; }
   const backend::Kernels& kernels() const noexcept { return *kernels_; }
+  // The device's streams and events (the driver behind its pool), or
+  // nullptr for the host, whose work is never queued.
+  StreamDriver* streams() const noexcept { return streams_; }
+  // A new stream of this device, destroyed with this runtime.
+  StreamId new_stream(const char* op);
   // Test hook (tests/backend_ops_test.cpp plants a wrong kernel): ops of this
   // device call `table` from now on; nullptr restores the backend's own.
   void replace_kernels_for_testing(const backend::Kernels* table) noexcept;
+
+  // ---- transfers (the host's: memcpy; a device's: its stream) ----
+  // Copies `bytes` of host memory at `src` to this device's `dst`, in the
+  // device's stream order. The caller may reuse `src` once it returns (a
+  // device stages it, Note [Staged uploads] in cuda_runtime.cpp).
+  virtual void upload(std::byte* dst, const std::byte* src, std::size_t bytes);
+  // Copies `bytes` at this device's `src` to host memory `dst`. With
+  // `non_blocking` it may return once queued: the caller synchronizes
+  // before reading dst (and dst should be pinned_pool() memory).
+  virtual void download(std::byte* dst, const std::byte* src, std::size_t bytes, bool non_blocking);
+  // Waits for the work queued on the device's current stream.
+  virtual void synchronize() {}
+  // Host memory the device copies to and from asynchronously (page-locked),
+  // or nullptr (the host).
+  virtual BufferPool* pinned_pool() noexcept { return nullptr; }
 
   // Runs fn(begin, end) over [0, n): inline (one call, no task) when
   // n <= grain or the device runs one thread, else on the executor.
@@ -69,8 +91,22 @@ class DeviceRuntime {
   const backend::Kernels* kernels_;
   Device device_;
   int threads_;
+  StreamDriver* streams_;
   BufferPool pool_;
   std::unique_ptr<Executor> executor_;
+  std::vector<StreamId> own_streams_;
 };
+
+// How a context gets the runtime of a device other than the host: the CUDA
+// backend's (backend/cuda/cuda_backend.h), or a test's.
+using DeviceRuntimeFactory = std::unique_ptr<DeviceRuntime> (*)(Device device, std::size_t max_cached_bytes);
+// Test hook: contexts made on a CUDA device get their device runtime from
+// `factory` (tests run the device paths on any machine over an emulated
+// device, memory/emulated_device.h); nullptr restores the CUDA backend's.
+void set_accelerator_factory_for_testing(DeviceRuntimeFactory factory) noexcept;
+// Throws ErrorCode::device unless a context can be made on `device`.
+void check_accelerator_available(Device device);
+// The runtime of `device` (not the host) for one context.
+std::unique_ptr<DeviceRuntime> make_accelerator_runtime(Device device, std::size_t max_cached_bytes);
 
 }  // namespace forge::detail

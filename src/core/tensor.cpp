@@ -77,9 +77,13 @@ std::int64_t checked_numel(const char* op, const Shape& shape, DType dtype) {
 }
 
 Tensor allocate(Runtime& rt, const Shape& shape, DType dtype, const char* op) {
+  return allocate_in(rt, rt.compute().pool(), shape, dtype, op);
+}
+
+Tensor allocate_in(Runtime& rt, BufferPool& pool, const Shape& shape, DType dtype, const char* op) {
   const std::int64_t n = checked_numel(op, shape, dtype);
   rt.scopes().reserve(op);
-  Ref<Buffer> buffer = rt.pool().acquire(static_cast<std::size_t>(n) * dtype_size(dtype), op);
+  Ref<Buffer> buffer = pool.acquire(static_cast<std::size_t>(n) * dtype_size(dtype), op);
   return Tensor(Ref<TensorImpl>::adopt(new TensorImpl(internal, Ref<Runtime>::share(&rt), std::move(buffer), shape,
                                                       contiguous_strides(shape), 0, dtype)));
 }
@@ -94,14 +98,29 @@ Tensor make_view(const Tensor& base, const Shape& shape, const Strides& strides,
   return Tensor(Ref<TensorImpl>::adopt(impl));
 }
 
+void check_readable(const char* op, const Tensor& t, const char* name) {
+  FORGE_CHECK(t.defined(), invalid_argument, op, name, " is an undefined tensor");
+  FORGE_CHECK(!t.buffer()->stale(), stale_output, op, name,
+              " views an arena output that a later call has rewound (stale)");
+}
+
 void check_input(const char* op, const Tensor& t, const char* name) {
   FORGE_CHECK(t.defined(), invalid_argument, op, name, " is an undefined tensor");
+  if (t.device() != t.runtime().device()) [[unlikely]]
+    refuse_host_input(op, t, name);
   FORGE_CHECK(!t.buffer()->stale(), stale_output, op, name,
               " views an arena output that a later call has rewound (stale)");
   // The _into forms are not recorded (Note [In-place writes under autograd]).
   if (t.impl()->requires_grad() && grad_mode_enabled() && std::string_view(op).ends_with("_into"))
     FORGE_FAIL(backward, op, name, " requires grad, and _into writes are not recorded by autograd; call ",
                std::string_view(op).substr(0, std::string_view(op).size() - 5), " instead, or write under NoGradGuard");
+}
+
+// Note [A context computes on its device] in runtime.cpp.
+void refuse_host_input(const char* op, const Tensor& t, const char* name) {
+  FORGE_FAIL(device, op, name, " is on ", t.device().str(), ", but its ExecContext computes on ",
+             t.runtime().device().str(), ": move it with .to(", t.runtime().device().str(),
+             ") first, or compute on the host in a CPU ExecContext");
 }
 
 void check_same_runtime(const char* op, const Tensor& a, const Tensor& b) {
@@ -210,8 +229,17 @@ Tensor cast_temporary(const Tensor& t, DType dtype, const char* op) {
   return out;
 }
 
+// Reads `src` on the host: a device tensor is packed in `dst_dtype` on its
+// device, then downloaded (waiting for it).
 void copy_to_contiguous(const Tensor& src, void* dst, DType dst_dtype) {
-  check_input("to_vector", src, "tensor");
+  check_readable("to_vector", src, "tensor");
+  if (!src.device().is_cpu()) {
+    DeviceRuntime& dev = device_runtime(src);
+    Tensor packed = allocate_in(src.runtime(), dev.pool(), src.shape(), dst_dtype, "to_vector");
+    copy_cast("copy_to_contiguous", packed, src.shape(), operand(packed), operand(src));
+    dev.download(static_cast<std::byte*>(dst), first_element(packed), packed.nbytes(), false);
+    return;
+  }
   copy_cast("copy_to_contiguous", src, src.shape(),
             {static_cast<std::byte*>(dst), dst_dtype, contiguous_strides(src.shape())}, operand(src));
 }

@@ -26,6 +26,9 @@ std::int64_t checked_numel(const char* op, const Shape& shape, DType dtype);
 // and names op in errors. Makes room in an open exec scope first, so
 // adopt_output cannot fail later.
 Tensor allocate(Runtime& rt, const Shape& shape, DType dtype, const char* op);
+// The same from `pool` (a device's, or pinned host memory) instead of the
+// context's compute pool.
+Tensor allocate_in(Runtime& rt, BufferPool& pool, const Shape& shape, DType dtype, const char* op);
 // Hands a finished op's output to the innermost open exec scope, if any.
 inline void adopt_output(const Tensor& out) noexcept { out.runtime().scopes().adopt(out.buffer()); }
 
@@ -34,6 +37,11 @@ Tensor make_view(const Tensor& base, const Shape& shape, const Strides& strides,
 
 // An op argument: defined and not a stale arena output.
 void check_input(const char* op, const Tensor& t, const char* name);
+// check_input without the device rule: for what reads or moves a tensor
+// (to_vector, item, printing, to(Device)).
+void check_readable(const char* op, const Tensor& t, const char* name);
+// ErrorCode::device: `t` is not on the device its context computes on.
+[[noreturn]] void refuse_host_input(const char* op, const Tensor& t, const char* name);
 // Tensors of two contexts do not mix.
 void check_same_runtime(const char* op, const Tensor& a, const Tensor& b);
 // A destination: also no expanded (stride 0, size > 1) dimension.

@@ -13,6 +13,8 @@
 
 namespace forge::detail {
 
+class StreamDriver;  // memory/stream_driver.h
+
 class BlockSource {
  public:
   virtual ~BlockSource() = default;
@@ -23,6 +25,10 @@ class BlockSource {
   virtual void* allocate(std::size_t bytes) noexcept = 0;
   // Gives back a block this source allocated with the same `bytes`.
   virtual void free(void* block, std::size_t bytes) noexcept = 0;
+  // A device whose work runs on streams gives its driver (the pool then tags
+  // blocks with streams and gates cross-stream reuse on events); the host
+  // gives nullptr.
+  virtual StreamDriver* streams() noexcept { return nullptr; }
 };
 
 // The host's source: allocate_host_block / free_host_block.

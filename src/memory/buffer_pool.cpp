@@ -14,7 +14,28 @@
 //   (each release finds it), and deletes itself with the last one.
 // - Devices: the policy above is the same for every device; only where
 //   blocks come from differs (the BlockSource the pool is made with: the
-//   host's aligned allocation and mapping, or a device's allocator).
+//   host's aligned allocation and mapping, or a device's allocator). A
+//   device with streams adds Note [Streams and reuse] and retries a refused
+//   allocation once after emptying the cache; the host has one "stream".
+
+// Note [Streams and reuse]
+// A device runs work in order on streams, after the host has moved on, so a
+// block may still be read by queued work when its buffer is released. The
+// pool keeps that safe the way the CUDA caching allocators do:
+// - Every block is tagged with the stream that allocated it (the driver's
+//   current stream at acquire), and the free list is kept per stream. A
+//   block released is reused only by acquires on its own stream: work queued
+//   there later runs after the work that used it, so reuse is immediate and
+//   needs no event.
+// - A buffer that work on another stream uses (record_stream) goes, when
+//   released, to a pending list instead, with an event recorded on each such
+//   stream; acquires poll the list and cache a block once all its events
+//   have completed. An event that cannot be made is replaced by waiting for
+//   that stream there and then.
+// - trim(), an allocation refused by the system (which empties the cache and
+//   retries once) and the pool's teardown wait for pending events before
+//   freeing those blocks. Freeing a cached block needs no wait: the device
+//   allocator's free (cudaFree) waits for the device itself.
 
 #include "forge/buffer_pool.h"
 
@@ -31,6 +52,7 @@
 #include "core/internal.h"
 #include "forge/error.h"
 #include "memory/block_source.h"
+#include "memory/stream_driver.h"
 
 namespace forge {
 namespace detail {
@@ -40,11 +62,18 @@ class PoolCore final : public BufferOwner {
   // Requests beyond this are refused up front (no rounding overflow).
   static constexpr std::size_t kMaxRequestBytes = std::size_t{1} << 56;
 
+  // Streams another than a buffer's own may record on it (record_stream).
+  static constexpr int kMaxStreamUses = 4;
+
   PoolCore(std::unique_ptr<BlockSource> source, const BufferPoolOptions& options)
-      : source_(std::move(source)), device_(source_->device()), max_cached_bytes_(options.max_cached_bytes) {}
+      : source_(std::move(source)),
+        streams_(source_->streams()),
+        device_(source_->device()),
+        max_cached_bytes_(options.max_cached_bytes) {}
 
   Ref<Buffer> acquire(std::size_t nbytes, const char* op);
   void release(Buffer* buffer) noexcept override;
+  void record_stream(Buffer& buffer, StreamId stream);
   void trim() noexcept;
   void set_max_cached_bytes(std::size_t bytes) noexcept;
   PoolStats stats() const;
@@ -73,14 +102,38 @@ class PoolCore final : public BufferOwner {
   }
 
  private:
+  // Free blocks of one size allocated on one stream (the host: nullptr).
   struct Bucket {
+    StreamId stream;
     std::size_t bytes;
     Buffer* head;  // most recently released first
     std::size_t count;
   };
+  static bool before(const Bucket& b, StreamId stream, std::size_t bytes) noexcept {
+    const auto bs = reinterpret_cast<std::uintptr_t>(b.stream), s = reinterpret_cast<std::uintptr_t>(stream);
+    return bs < s || (bs == s && b.bytes < bytes);
+  }
+  // A stream other than its own that used a live buffer.
+  struct StreamUse {
+    Buffer* buffer;
+    StreamId stream;
+  };
+  // A released block waiting for the events of the streams that used it.
+  struct Pending {
+    Buffer* buffer;
+    EventId events[kMaxStreamUses];
+    int count;
+  };
 
-  Buffer* take_cached(std::size_t rounded) noexcept;  // under mu_
-  Buffer* take_all_cached() noexcept;                 // under mu_
+  Buffer* take_cached(StreamId stream, std::size_t rounded) noexcept;  // under mu_
+  Buffer* take_all_cached() noexcept;                                  // under mu_
+  bool cache(Buffer* buffer) noexcept;                                 // under mu_; false: free it
+  void* allocate_block(std::size_t rounded, std::size_t& flushed) noexcept;
+  std::size_t empty_cache() noexcept;
+  void release_used_elsewhere(Buffer* buffer) noexcept;
+  Buffer* collect_pending() noexcept;  // under mu_; returns blocks to free
+  std::vector<Pending> take_pending() noexcept;  // under mu_
+  void finish_pending(std::vector<Pending>& pending) noexcept;  // waits, then frees
   void free_chain(Buffer* chain) noexcept;
   Buffer* evict_until(std::size_t limit) noexcept;  // under mu_
   void note_live(std::size_t bytes) noexcept {      // under mu_
@@ -106,6 +159,7 @@ class PoolCore final : public BufferOwner {
   }
 
   const std::shared_ptr<BlockSource> source_;  // shared: see release()
+  StreamDriver* const streams_;                // source_'s, or nullptr (the host)
   const Device device_;
   mutable tbb::spin_mutex mu_;
   std::vector<Bucket> buckets_;  // ascending by bytes; empty buckets are kept until trim
@@ -116,16 +170,22 @@ class PoolCore final : public BufferOwner {
   std::size_t peak_live_bytes_ = 0;
   std::size_t window_peak_ = 0;
   std::uint64_t acquires_ = 0, hits_ = 0, misses_ = 0;
-  std::uint64_t system_allocations_ = 0, system_frees_ = 0, failed_allocations_ = 0;
+  std::uint64_t system_allocations_ = 0, system_frees_ = 0, failed_allocations_ = 0, cache_flushes_ = 0;
+  // Note [Streams and reuse]. pending_ keeps room for every buffer in uses_
+  // (reserved by record_stream), so a release never allocates.
+  std::vector<StreamUse> uses_;
+  std::vector<Pending> pending_;
+  std::size_t buffers_used_elsewhere_ = 0;
   std::atomic<std::int64_t> outstanding_{0};
   std::atomic<std::uint64_t> fail_countdown_{0};
   bool orphaned_ = false;
 };
 
-Buffer* PoolCore::take_cached(std::size_t rounded) noexcept {
+Buffer* PoolCore::take_cached(StreamId stream, std::size_t rounded) noexcept {
   auto it = std::lower_bound(buckets_.begin(), buckets_.end(), rounded,
-                             [](const Bucket& b, std::size_t n) { return b.bytes < n; });
-  for (; it != buckets_.end() && it->bytes <= rounded * BufferPool::kMaxOversizeFactor; ++it) {
+                             [stream](const Bucket& b, std::size_t n) { return before(b, stream, n); });
+  for (; it != buckets_.end() && it->stream == stream && it->bytes <= rounded * BufferPool::kMaxOversizeFactor;
+       ++it) {
     if (it->head == nullptr) continue;
     Buffer* b = it->head;
     it->head = b->next_free_;
@@ -142,19 +202,27 @@ Ref<Buffer> PoolCore::acquire(std::size_t nbytes, const char* op) {
   FORGE_CHECK(nbytes <= kMaxRequestBytes, out_of_memory, op, "cannot allocate ", nbytes,
               " bytes: larger than any block the pool hands out");
   const std::size_t rounded = BufferPool::rounded_size(nbytes);
+  const StreamId stream = streams_ != nullptr ? streams_->current_stream() : nullptr;
+  Buffer* done = nullptr;  // pending blocks whose events completed but that the cap turns away
+  Buffer* hit;
   {
     std::lock_guard lock(mu_);
-    if (Buffer* b = take_cached(rounded)) {
+    if (!pending_.empty()) [[unlikely]]
+      done = collect_pending();
+    hit = take_cached(stream, rounded);
+    if (hit != nullptr) {
       ++acquires_;
       ++hits_;
-      note_live(b->capacity_bytes());
+      note_live(hit->capacity_bytes());
       bump_outstanding(+1);
-      b->recycle(nbytes);
-      return Ref<Buffer>::adopt(b);
+      hit->recycle(nbytes);
     }
   }
+  free_chain(done);
+  if (hit != nullptr) return Ref<Buffer>::adopt(hit);
   // A miss: allocate outside the lock (the new block is not shared yet).
-  void* block = should_fail() ? nullptr : source_->allocate(rounded);
+  std::size_t flushed = 0;
+  void* block = allocate_block(rounded, flushed);
   Buffer* b = nullptr;
   if (block != nullptr) {
     Buffer::Init init;
@@ -170,9 +238,14 @@ Ref<Buffer> PoolCore::acquire(std::size_t nbytes, const char* op) {
   std::lock_guard lock(mu_);
   if (b == nullptr) {
     ++failed_allocations_;
+    if (streams_ != nullptr)
+      FORGE_FAIL(out_of_memory, op, device_.str(), " is out of memory: the system refused ", rounded,
+                 " bytes (a request of ", nbytes, " bytes) after emptying a cache of ", flushed, " bytes; ",
+                 live_bytes_, " bytes live, ", cached_bytes_, " cached");
     FORGE_FAIL(out_of_memory, op, "the system refused ", rounded, " bytes (a request of ", nbytes, " bytes; ",
                live_bytes_, " bytes live, ", cached_bytes_, " cached)");
   }
+  b->stream_ = stream;
   ++acquires_;
   ++misses_;
   ++system_allocations_;
@@ -181,9 +254,62 @@ Ref<Buffer> PoolCore::acquire(std::size_t nbytes, const char* op) {
   return Ref<Buffer>::adopt(b);
 }
 
-void PoolCore::release(Buffer* buffer) noexcept {
+// A block from the system. A device pool whose request is refused empties
+// its cache (waiting for pending blocks) and tries once more: cached blocks
+// of other sizes or streams may be what the device lacks. An injected
+// failure (fail_after) is final, so that tests see exactly one refusal.
+void* PoolCore::allocate_block(std::size_t rounded, std::size_t& flushed) noexcept {
+  if (should_fail()) return nullptr;
+  if (void* block = source_->allocate(rounded)) return block;
+  if (streams_ == nullptr) return nullptr;
+  flushed = empty_cache();
+  return source_->allocate(rounded);
+}
+
+// Frees every cached and pending block; returns the bytes given back.
+std::size_t PoolCore::empty_cache() noexcept {
+  Buffer* chain;
+  std::vector<Pending> pending;
+  std::size_t bytes;
+  {
+    std::lock_guard lock(mu_);
+    ++cache_flushes_;
+    bytes = cached_bytes_;
+    chain = take_all_cached();
+    pending = take_pending();
+    for (const Pending& p : pending) bytes += p.buffer->capacity_bytes();
+  }
+  free_chain(chain);
+  finish_pending(pending);
+  return bytes;
+}
+
+// Files a released block on its stream's free list, if the cap allows.
+bool PoolCore::cache(Buffer* buffer) noexcept {
   const std::size_t bytes = buffer->capacity_bytes();
-  bool free_it = true;
+  if (orphaned_ || bytes > max_cached_bytes_ || cached_bytes_ + bytes > max_cached_bytes_) return false;
+  const StreamId stream = buffer->stream_;
+  auto it = std::lower_bound(buckets_.begin(), buckets_.end(), bytes,
+                             [stream](const Bucket& b, std::size_t n) { return before(b, stream, n); });
+  try {
+    if (it == buckets_.end() || it->stream != stream || it->bytes != bytes)
+      it = buckets_.insert(it, Bucket{stream, bytes, nullptr, 0});
+  } catch (...) {
+    return false;  // no room for a new bucket: give the block back instead
+  }
+  buffer->next_free_ = it->head;
+  it->head = buffer;
+  ++it->count;
+  cached_bytes_ += bytes;
+  ++cached_blocks_;
+  return true;
+}
+
+void PoolCore::release(Buffer* buffer) noexcept {
+  if (buffer->cross_stream_) [[unlikely]]
+    return release_used_elsewhere(buffer);
+  const std::size_t bytes = buffer->capacity_bytes();
+  bool free_it;
   bool destroy_core = false;
   // The block is freed after the lock is dropped, when the owner may already
   // have orphaned and deleted this core (a release on another thread that
@@ -194,21 +320,7 @@ void PoolCore::release(Buffer* buffer) noexcept {
     std::lock_guard lock(mu_);
     live_bytes_ -= bytes;
     bump_outstanding(-1);
-    if (!orphaned_ && bytes <= max_cached_bytes_ && cached_bytes_ + bytes <= max_cached_bytes_) {
-      auto it = std::lower_bound(buckets_.begin(), buckets_.end(), bytes,
-                                 [](const Bucket& b, std::size_t n) { return b.bytes < n; });
-      try {
-        if (it == buckets_.end() || it->bytes != bytes) it = buckets_.insert(it, Bucket{bytes, nullptr, 0});
-        buffer->next_free_ = it->head;
-        it->head = buffer;
-        ++it->count;
-        cached_bytes_ += bytes;
-        ++cached_blocks_;
-        free_it = false;
-      } catch (...) {
-        // No room for a new bucket: give the block back instead of caching it.
-      }
-    }
+    free_it = !cache(buffer);
     if (free_it) {
       ++system_frees_;
       source = source_;
@@ -220,6 +332,116 @@ void PoolCore::release(Buffer* buffer) noexcept {
     delete buffer;
   }
   if (destroy_core) delete this;
+}
+
+void PoolCore::record_stream(Buffer& buffer, StreamId stream) {
+  if (streams_ == nullptr || stream == buffer.stream_) return;
+  std::lock_guard lock(mu_);
+  int count = 0;
+  for (const StreamUse& use : uses_) {
+    if (use.buffer != &buffer) continue;
+    if (use.stream == stream) return;
+    ++count;
+  }
+  FORGE_CHECK(count < kMaxStreamUses, invalid_argument, "record_stream", "a buffer may be used on at most ",
+              kMaxStreamUses, " streams besides its own");
+  const std::size_t elsewhere = buffers_used_elsewhere_ + (buffer.cross_stream_ ? 0 : 1);
+  try {
+    pending_.reserve(pending_.size() + elsewhere);
+    uses_.push_back({&buffer, stream});
+  } catch (const std::bad_alloc&) {
+    FORGE_FAIL(out_of_memory, "record_stream", "no memory to note a stream's use of a buffer");
+  }
+  if (!buffer.cross_stream_) {
+    buffer.cross_stream_ = true;
+    ++buffers_used_elsewhere_;
+  }
+}
+
+// Note [Streams and reuse]: the release of a buffer other streams used.
+// Events are recorded outside the lock (a driver call); the buffer is still
+// counted outstanding then, so the core is alive.
+void PoolCore::release_used_elsewhere(Buffer* buffer) noexcept {
+  Pending p{buffer, {}, 0};
+  StreamId used_on[kMaxStreamUses];
+  int n = 0;
+  {
+    std::lock_guard lock(mu_);
+    std::erase_if(uses_, [&](const StreamUse& use) {
+      if (use.buffer != buffer) return false;
+      used_on[n++] = use.stream;
+      return true;
+    });
+  }
+  for (int i = 0; i < n; ++i) {
+    if (EventId event = streams_->record_event(used_on[i]))
+      p.events[p.count++] = event;
+    else
+      streams_->synchronize(used_on[i]);  // no event: wait for that stream now
+  }
+  buffer->cross_stream_ = false;
+  const std::size_t bytes = buffer->capacity_bytes();
+  bool destroy_core;
+  bool wait_and_free = false;
+  {
+    std::lock_guard lock(mu_);
+    live_bytes_ -= bytes;
+    bump_outstanding(-1);
+    --buffers_used_elsewhere_;
+    if (orphaned_) {
+      wait_and_free = true;
+      ++system_frees_;
+    } else {
+      pending_.push_back(p);  // room reserved by record_stream
+    }
+    destroy_core = orphaned_ && outstanding_.load(std::memory_order_relaxed) == 0;
+  }
+  if (wait_and_free) {
+    for (int i = 0; i < p.count; ++i) {
+      streams_->wait_event(p.events[i]);
+      streams_->destroy_event(p.events[i]);
+    }
+    source_->free(buffer->data(), bytes);
+    delete buffer;
+  }
+  if (destroy_core) delete this;
+}
+
+// Caches the pending blocks whose events have all completed; returns those
+// the cap turns away, chained, for freeing outside the lock. Under mu_.
+Buffer* PoolCore::collect_pending() noexcept {
+  Buffer* chain = nullptr;
+  std::erase_if(pending_, [&](Pending& p) {
+    for (int i = 0; i < p.count; ++i)
+      if (!streams_->event_done(p.events[i])) return false;
+    for (int i = 0; i < p.count; ++i) streams_->destroy_event(p.events[i]);
+    if (!cache(p.buffer)) {
+      ++system_frees_;
+      p.buffer->next_free_ = chain;
+      chain = p.buffer;
+    }
+    return true;
+  });
+  return chain;
+}
+
+// Unlinks every pending block (counted as freed). Under mu_.
+std::vector<PoolCore::Pending> PoolCore::take_pending() noexcept {
+  system_frees_ += pending_.size();
+  std::vector<Pending> taken;
+  taken.swap(pending_);
+  return taken;
+}
+
+void PoolCore::finish_pending(std::vector<Pending>& pending) noexcept {
+  for (Pending& p : pending) {
+    for (int i = 0; i < p.count; ++i) {
+      streams_->wait_event(p.events[i]);
+      streams_->destroy_event(p.events[i]);
+    }
+    free_block(p.buffer);
+  }
+  pending.clear();
 }
 
 // Unlinks cached blocks, largest first (they free the most for the fewest
@@ -271,11 +493,14 @@ void PoolCore::free_chain(Buffer* chain) noexcept {
 
 void PoolCore::trim() noexcept {
   Buffer* chain;
+  std::vector<Pending> pending;
   {
     std::lock_guard lock(mu_);
     chain = take_all_cached();
+    pending = take_pending();
   }
   free_chain(chain);
+  finish_pending(pending);
 }
 
 void PoolCore::set_max_cached_bytes(std::size_t bytes) noexcept {
@@ -303,6 +528,8 @@ PoolStats PoolCore::stats() const {
   s.live_bytes = live_bytes_;
   s.peak_live_bytes = peak_live_bytes_;
   s.max_cached_bytes = max_cached_bytes_;
+  s.pending_blocks = pending_.size();
+  s.cache_flushes = cache_flushes_;
   return s;
 }
 
@@ -311,14 +538,17 @@ void PoolCore::orphan() noexcept {
   // one side (here, or the release of the last outstanding buffer) sees the
   // core orphaned with nothing outstanding and deletes it.
   Buffer* chain;
+  std::vector<Pending> pending;
   bool destroy_now;
   {
     std::lock_guard lock(mu_);
     orphaned_ = true;
     chain = take_all_cached();
+    pending = take_pending();
     destroy_now = outstanding_.load(std::memory_order_relaxed) == 0;
   }
   free_chain(chain);
+  finish_pending(pending);
   if (destroy_now) delete this;
 }
 
@@ -345,6 +575,10 @@ BufferPool::~BufferPool() { core_->orphan(); }
 
 Ref<Buffer> BufferPool::acquire(std::size_t nbytes, const char* op) { return core_->acquire(nbytes, op); }
 void BufferPool::trim() { core_->trim(); }
+void BufferPool::record_stream(Buffer& buffer, void* stream) {
+  FORGE_CHECK(buffer.owner() == core_, invalid_argument, "record_stream", "the buffer is not one of this pool's");
+  core_->record_stream(buffer, stream);
+}
 void BufferPool::set_max_cached_bytes(std::size_t bytes) { core_->set_max_cached_bytes(bytes); }
 PoolStats BufferPool::stats() const { return core_->stats(); }
 std::int64_t BufferPool::outstanding() const noexcept { return core_->outstanding(); }

@@ -122,7 +122,8 @@ Tensor ExecContext::from_host_checked(const void* data, std::size_t count, const
   FORGE_CHECK(static_cast<std::size_t>(n) == count, shape, "from_vector", count, " values do not fill shape ", shape,
               " (", n, " elements)");
   Tensor t = detail::allocate(runtime(), shape, dtype, "from_vector");
-  if (n > 0) std::memcpy(detail::first_element(t), data, count * dtype_size(dtype));
+  if (n > 0) detail::device_runtime(t).upload(detail::first_element(t), static_cast<const std::byte*>(data),
+                                              count * dtype_size(dtype));
   detail::adopt_output(t);
   return t;
 }

@@ -58,6 +58,10 @@ Tensor& Tensor::zero_() { return fill_as(0.0, "zero_"); }
 
 Tensor& Tensor::copy_(const Tensor& src) try {
   detail::check_writable("copy_", *this, "self");
+  if (src.defined() && src.device() != device()) {
+    detail::check_same_runtime("copy_", *this, src);
+    return copy_(src.to(device()));
+  }
   detail::check_input("copy_", src, "src");
   detail::check_same_runtime("copy_", *this, src);
   FORGE_CHECK(broadcast_shapes(src.shape(), shape(), "copy_") == shape(), shape, "copy_", "source of shape ",

@@ -9,7 +9,7 @@
 #include <string_view>
 #include <thread>
 
-#include "backend/cuda/cuda_backend.h"
+#include "backend/device_runtime.h"
 #include "forge/error.h"
 
 namespace forge {
@@ -77,7 +77,7 @@ std::optional<std::uint64_t> env_number(const char* name, bool allow_suffix) {
 
 RuntimeOptions resolve(const ExecContextOptions& o) {
   FORGE_CHECK(o.threads >= 0, invalid_argument, "ExecContext", "threads must be >= 0, got ", o.threads);
-  detail::check_device_available(o.device);
+  detail::check_accelerator_available(o.device);
   RuntimeOptions r;
   r.device = o.device;
   r.threads = o.threads;

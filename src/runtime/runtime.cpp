@@ -27,16 +27,28 @@
 
 namespace forge {
 
+// Note [A context computes on its device]
+// A context made on a CUDA device serves that device and the host. Its ops
+// allocate their outputs on, and run their kernels on, the context's device
+// (Runtime::compute()); a host tensor of such a context (from cpu() or
+// to(Device::cpu())) is for reading and moving: ops refuse it with
+// ErrorCode::device (detail::check_input), naming the move that fixes it.
+// So an op never mixes devices, and the device of every output is known
+// before any kernel runs.
+
 Runtime::Runtime(const RuntimeOptions& options)
     : device_(options.device),
       threads_(options.threads),
       host_(cpu::host_runtime(options.threads, options.max_cached_bytes)),
+      accelerator_(options.device.is_cpu() ? nullptr
+                                           : detail::make_accelerator_runtime(options.device, options.max_cached_bytes)),
       host_pool_(&host_->pool()),
+      compute_(accelerator_ ? accelerator_.get() : host_.get()),
       scopes_(std::make_unique<detail::ScopeStack>(this)),
       generator_(std::make_unique<detail::Generator>(this, options.seed)) {}
 
-// Scopes still open hold buffers of this pool; they hold a reference to this
-// runtime too, so by now there are none.
+// Scopes still open hold buffers of these pools; they hold a reference to
+// this runtime too, so by now there are none.
 Runtime::~Runtime() = default;
 
 BufferPool& Runtime::pool(Device device, const char* op) { return device_runtime(device, op).pool(); }

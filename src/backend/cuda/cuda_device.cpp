@@ -1,10 +1,13 @@
-// Device discovery through the CUDA runtime. Kernels, the device pool and
-// stream-ordered arenas come with the CUDA backend; until then a CUDA context
-// is refused with ErrorCode::device, as in a build without CUDA.
+// Device discovery through the CUDA runtime, and the CUDA backend's table
+// and per-context runtime.
 
 #include <cuda_runtime_api.h>
 
+#include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_runtime.h"
+#include "backend/cuda/tables.h"
+#include "backend/kernels.h"
 #include "forge/error.h"
 
 namespace forge {
@@ -20,6 +23,29 @@ int cuda_device_count() noexcept {
   return count;
 }
 
+namespace {
+
+backend::Kernels make_table() {
+  backend::Kernels k;
+  cuda::fill_copy_table(k.copy);
+  cuda::fill_elementwise_table(k.elementwise);
+  cuda::fill_reduce_table(k.reduce);
+  cuda::fill_nn_table(k.nn);
+  cuda::fill_conv_table(k.conv);
+  cuda::fill_linalg_table(k.linalg);
+  cuda::fill_indexing_table(k.indexing);
+  cuda::fill_optim_table(k.optim);
+  return k;
+}
+
+}  // namespace
+
+const backend::Backend& backend::cuda_backend() noexcept {
+  static const Kernels table = make_table();
+  static const Backend cuda{"cuda", DeviceType::cuda, &table};
+  return cuda;
+}
+
 namespace detail {
 
 void check_device_available(Device device) {
@@ -27,8 +53,11 @@ void check_device_available(Device device) {
   const int count = cuda_device_count();
   FORGE_CHECK(device.index >= 0 && device.index < count, device, "ExecContext", "device ", device.str(),
               " requested, but ", count, " CUDA device(s) are visible");
-  FORGE_FAIL(device, "ExecContext", "device ", device.str(),
-             " is visible, but this build's CUDA backend cannot execute tensors yet");
+}
+
+std::unique_ptr<DeviceRuntime> make_cuda_runtime(Device device, std::size_t max_cached_bytes) {
+  check_device_available(device);
+  return std::make_unique<cuda::CudaRuntime>(device.index, max_cached_bytes);
 }
 
 }  // namespace detail

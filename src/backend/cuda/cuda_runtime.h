@@ -50,9 +50,23 @@ class CudaRuntime final : public detail::DeviceRuntime {
   // The device driver behind the pool (streams, events, stream-ordered blocks).
   CudaDriver& driver() noexcept { return *driver_; }
 
+  // Transfers (Note [Staged uploads] in cuda_runtime.cpp).
+  void upload(std::byte* dst, const std::byte* src, std::size_t bytes) override;
+  void download(std::byte* dst, const std::byte* src, std::size_t bytes, bool non_blocking) override;
+  void synchronize() override;
+  BufferPool* pinned_pool() noexcept override { return &pinned_; }
+
  private:
+  struct InFlight;
+  CudaRuntime(int ordinal, std::size_t max_cached_bytes, CudaDriver* driver);
+  void release_handles() noexcept;
+  // Releases staging buffers whose copies completed (all, waiting, when `wait`).
+  void poll_in_flight(bool wait) noexcept;
+
   int ordinal_;
   CudaDriver* driver_;  // owned by the pool (the pool's block source)
+  BufferPool pinned_;   // page-locked host memory for transfers
+  std::unique_ptr<InFlight> in_flight_;
   cudaStream_t compute_stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   cublasLtHandle_t cublas_lt_ = nullptr;

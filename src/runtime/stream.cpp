@@ -1,0 +1,73 @@
+// Streams (include/forge/stream.h) over a device runtime's StreamDriver.
+
+#include "forge/stream.h"
+
+#include "backend/device_runtime.h"
+#include "core/tensor_internal.h"
+#include "forge/error.h"
+#include "forge/exec_context.h"
+#include "forge/runtime.h"
+
+namespace forge {
+
+Stream::Stream(Ref<Runtime> runtime, Device device, void* handle) noexcept
+    : runtime_(std::move(runtime)), device_(device), handle_(handle) {}
+
+namespace {
+detail::StreamDriver* driver_of(const Ref<Runtime>& rt, Device device) {
+  return rt ? rt->device_runtime(device, "stream").streams() : nullptr;
+}
+}  // namespace
+
+void Stream::synchronize() const {
+  if (detail::StreamDriver* d = driver_of(runtime_, device_)) d->synchronize(handle_);
+}
+
+bool Stream::query() const {
+  detail::StreamDriver* d = driver_of(runtime_, device_);
+  if (d == nullptr) return true;
+  detail::EventId e = d->record_event(handle_);
+  if (e == nullptr) {
+    d->synchronize(handle_);
+    return true;
+  }
+  const bool done = d->event_done(e);
+  d->destroy_event(e);
+  return done;
+}
+
+StreamGuard::StreamGuard(const Stream& stream) : stream_(stream) {
+  if (detail::StreamDriver* d = driver_of(stream_.runtime_, stream_.device_)) {
+    previous_ = d->current_stream();
+    d->set_current_stream(stream_.handle_);
+  }
+}
+
+StreamGuard::~StreamGuard() {
+  if (stream_.runtime_) {
+    if (detail::StreamDriver* d = stream_.runtime_->find_device_runtime(stream_.device_)->streams())
+      d->set_current_stream(previous_);
+  }
+}
+
+Stream ExecContext::stream() const {
+  detail::DeviceRuntime& dev = runtime_->compute();
+  detail::StreamDriver* d = dev.streams();
+  return Stream(runtime_, dev.device(), d != nullptr ? d->current_stream() : nullptr);
+}
+
+Stream ExecContext::new_stream() {
+  detail::DeviceRuntime& dev = runtime_->compute();
+  return Stream(runtime_, dev.device(), dev.new_stream("new_stream"));
+}
+
+void Tensor::record_stream(const Stream& stream) const {
+  detail::check_readable("record_stream", *this, "tensor");
+  FORGE_CHECK(stream.device() == device(), device, "record_stream", "the tensor is on ", device().str(),
+              ", the stream on ", stream.device().str());
+  FORGE_CHECK(stream.runtime_.get() == &runtime(), device, "record_stream",
+              "the stream belongs to another ExecContext");
+  if (buffer()->pooled()) detail::device_runtime(*this).pool().record_stream(*buffer(), stream.native());
+}
+
+}  // namespace forge
