@@ -183,6 +183,22 @@ TEST_CASE("device runtime: streams, guards and record_stream", "[device]") {
   CHECK(side.query());
   (void)ctx.ones({256});  // collects the completed block
   CHECK(ctx.stats(Device::cuda(0)).pending_blocks == 0);
+  // Events order one stream behind another.
+  forge::detail::EmulatedDevice& dev = emulated_device(ctx);
+  std::promise<void> gate;
+  std::shared_future<void> opened = gate.get_future().share();
+  dev.enqueue(side.native(), [opened] { opened.wait(); });
+  forge::Event held = side.record();
+  CHECK_FALSE(held.query());
+  main.wait(held);  // main's later work waits for side's
+  std::atomic<bool> ran{false};
+  dev.enqueue(main.native(), [&ran] { ran.store(true); });
+  CHECK_FALSE(main.query());
+  gate.set_value();
+  held.synchronize();
+  main.synchronize();
+  CHECK(ran.load());
+  CHECK(held.query());
   // A CPU context's stream is the host placeholder.
   TestContext host;
   CHECK(host.stream().native() == nullptr);

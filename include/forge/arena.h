@@ -53,6 +53,13 @@ class Arena {
   ArenaDescription describe() const;
   ArenaStats stats() const;
 
+  // A call on a device arena returns once its work is queued (deferred): its
+  // outputs are final, and the arena free for the next call, once the
+  // device has run it. ready() tells whether it has; wait() waits for it.
+  // A host arena is always ready.
+  bool ready() const noexcept;
+  void wait() const noexcept;
+
   // Test hook: the nth growth from now fails with out_of_memory (1 = the next); 0 turns it off.
   void fail_growth_after(std::uint64_t n) noexcept;
 
@@ -88,6 +95,7 @@ class ArenaCall {
  private:
   const char* op_;
   detail::ArenaCore* core_;
+  void* previous_stream_ = nullptr;  // a device arena's call runs on the arena's stream
   bool committed_ = false;
 };
 

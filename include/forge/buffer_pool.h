@@ -95,6 +95,9 @@ class BufferPool {
   std::size_t live_bytes() const noexcept;
   Device device() const noexcept;
 
+  // Where its blocks come from (a device runtime takes owned memory there too).
+  std::shared_ptr<detail::BlockSource> block_source(const detail::Internal&) const;
+
   // Test hook: the nth system allocation from now fails (1 = the next one);
   // 0 turns it off.
   void fail_system_allocation_after(std::uint64_t n) noexcept;

@@ -11,6 +11,7 @@
 
 namespace forge {
 
+class Event;
 class ExecContext;
 class Tensor;
 
@@ -24,6 +25,10 @@ class Stream {
   void synchronize() const;
   // Whether that work has all completed.
   bool query() const;
+  // An event that completes when the work queued so far has.
+  Event record() const;
+  // Work queued on this stream from now on waits for `event` first.
+  void wait(const Event& event) const;
   friend bool operator==(const Stream& a, const Stream& b) noexcept {
     return a.device_ == b.device_ && a.handle_ == b.handle_;
   }
@@ -33,6 +38,29 @@ class Stream {
   friend class StreamGuard;
   friend class Tensor;
   Stream(Ref<Runtime> runtime, Device device, void* handle) noexcept;
+  Ref<Runtime> runtime_;
+  Device device_{};
+  void* handle_ = nullptr;
+};
+
+// A point in a stream's work (a cudaEvent_t). Move-only; an event of the
+// host, or a default-made one, has always completed.
+class Event {
+ public:
+  Event() = default;
+  ~Event();
+  Event(Event&& other) noexcept;
+  Event& operator=(Event&& other) noexcept;
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+
+  bool query() const;        // whether it has completed
+  void synchronize() const;  // waits until it has
+
+ private:
+  friend class Stream;
+  Event(Ref<Runtime> runtime, Device device, void* handle) noexcept;
+  void reset() noexcept;
   Ref<Runtime> runtime_;
   Device device_{};
   void* handle_ = nullptr;

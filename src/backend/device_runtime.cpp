@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include <algorithm>
 #include <atomic>
 
 #include "backend/backend.h"
@@ -27,6 +28,20 @@ DeviceRuntime::~DeviceRuntime() {
   for (StreamId s : own_streams_) {
     streams_->synchronize(s);
     streams_->destroy_stream(s);
+  }
+}
+
+Ref<Buffer> DeviceRuntime::allocate_owned(std::size_t bytes, const char* op) {
+  std::shared_ptr<BlockSource> source = pool_.block_source(internal);
+  const std::size_t rounded = std::max<std::size_t>(
+      Buffer::kAlignmentBytes, (bytes + Buffer::kAlignmentBytes - 1) / Buffer::kAlignmentBytes * Buffer::kAlignmentBytes);
+  void* block = source->allocate(rounded);
+  FORGE_CHECK(block != nullptr, out_of_memory, op, device_.str(), " refused ", rounded, " bytes of owned memory");
+  try {
+    return Buffer::borrow(block, bytes, device_, [source, block, rounded] { source->free(block, rounded); });
+  } catch (...) {
+    source->free(block, rounded);
+    throw;
   }
 }
 

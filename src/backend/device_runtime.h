@@ -54,6 +54,9 @@ class DeviceRuntime {
   // The device's streams and events (the driver behind its pool), or
   // nullptr for the host, whose work is never queued.
   StreamDriver* streams() const noexcept { return streams_; }
+  // A buffer of at least `bytes` outside the pool, straight from the device's
+  // block source and given back to it when released (owned memory).
+  Ref<Buffer> allocate_owned(std::size_t bytes, const char* op);
   // A new stream of this device, destroyed with this runtime.
   StreamId new_stream(const char* op);
   // Test hook (tests/backend_ops_test.cpp plants a wrong kernel): ops of this

@@ -53,8 +53,12 @@ bool Tensor::is_contiguous() const {
   return true;
 }
 
+// Host bytes only: a pointer into device memory read on the host would
+// crash, so a device tensor is refused, naming the move.
 void* Tensor::raw_data(const char* op) const {
-  detail::check_input(op, *this, "tensor");
+  detail::check_readable(op, *this, "tensor");
+  FORGE_CHECK(device().is_cpu(), device, op, "reads the tensor's bytes on the host, but it lives on ", device().str(),
+              ": call .cpu() first");
   return detail::first_element(*this);
 }
 
@@ -84,6 +88,13 @@ Tensor allocate_in(Runtime& rt, BufferPool& pool, const Shape& shape, DType dtyp
   const std::int64_t n = checked_numel(op, shape, dtype);
   rt.scopes().reserve(op);
   Ref<Buffer> buffer = pool.acquire(static_cast<std::size_t>(n) * dtype_size(dtype), op);
+  return Tensor(Ref<TensorImpl>::adopt(new TensorImpl(internal, Ref<Runtime>::share(&rt), std::move(buffer), shape,
+                                                      contiguous_strides(shape), 0, dtype)));
+}
+
+Tensor allocate_owned(Runtime& rt, const Shape& shape, DType dtype, const char* op) {
+  const std::int64_t n = checked_numel(op, shape, dtype);
+  Ref<Buffer> buffer = rt.compute().allocate_owned(static_cast<std::size_t>(n) * dtype_size(dtype), op);
   return Tensor(Ref<TensorImpl>::adopt(new TensorImpl(internal, Ref<Runtime>::share(&rt), std::move(buffer), shape,
                                                       contiguous_strides(shape), 0, dtype)));
 }

@@ -5,12 +5,17 @@
 // through (backend/backend.h).
 
 #include <cstdint>
+#include <functional>
 
 #include "backend/device_runtime.h"
 #include "backend/kernels.h"
 #include "forge/runtime.h"
 #include "forge/tensor.h"
 #include "runtime/runtime_internal.h"
+
+namespace forge {
+class ExecContext;
+}
 
 namespace forge::detail {
 
@@ -29,6 +34,18 @@ Tensor allocate(Runtime& rt, const Shape& shape, DType dtype, const char* op);
 // The same from `pool` (a device's, or pinned host memory) instead of the
 // context's compute pool.
 Tensor allocate_in(Runtime& rt, BufferPool& pool, const Shape& shape, DType dtype, const char* op);
+// An uninitialised packed tensor on the context's device outside the pool
+// (a module's weights, an optimizer's state: DESIGN §1), freed with its last view.
+Tensor allocate_owned(Runtime& rt, const Shape& shape, DType dtype, const char* op);
+// ExecContext::from_blob's body, over memory of `device` (the file readers
+// wrap host bytes so in any context: what they load is on the host, as in
+// libtorch, and .to(device) moves it).
+Tensor blob_tensor(ExecContext& ctx, Device device, void* data, const Shape& shape, DType dtype,
+                   std::function<void()> on_release);
+// `t` packed on its own device, whichever the context computes on (itself
+// when already packed): for what moves or writes out bytes.
+Tensor packed_where_it_is(const Tensor& t, const char* op);
+
 // Hands a finished op's output to the innermost open exec scope, if any.
 inline void adopt_output(const Tensor& out) noexcept { out.runtime().scopes().adopt(out.buffer()); }
 

@@ -21,6 +21,7 @@
 // throws goes back to ahead_ (after the worker is idle) with ready_ naming it,
 // so the next call hands it out again.
 
+#include "core/tensor_internal.h"
 #include "forge/data/dataloader.h"
 
 #include <cstring>
@@ -69,8 +70,10 @@ DataLoader::DataLoader(ExecContext& ctx, Tensor inputs, Tensor targets, DataLoad
     FORGE_CHECK(targets.dim() >= 1 && targets.size(0) == samples_, shape, kOp, "targets of shape ", targets.shape(),
                 " do not match ", samples_, " inputs of shape ", inputs.shape());
   }
-  inputs_ = inputs.contiguous();
-  targets_ = targets.defined() ? targets.contiguous() : Tensor();
+  // The dataset is read on the host (a device one is copied back once);
+  // batches go to the context's device (wrap).
+  inputs_ = forge::detail::packed_where_it_is(inputs.cpu(), kOp);
+  targets_ = targets.defined() ? forge::detail::packed_where_it_is(targets.cpu(), kOp) : Tensor();
   batches_ = samples_ / options_.batch_size + (!options_.drop_last && samples_ % options_.batch_size != 0);
   input_base_ = base_of(inputs_);
   target_base_ = base_of(targets_);
@@ -204,6 +207,12 @@ Batch DataLoader::wrap(const Staging& staged, std::int64_t batch) {
   auto rows_of = [&](const Tensor& dataset, const std::vector<std::byte>& bytes, std::size_t row_bytes) {
     Shape shape = dataset.shape();
     shape[0] = staged.rows;
+    if (!ctx_.device().is_cpu()) {  // staged on the host, then moved to the context's device
+      Tensor host = forge::detail::allocate_in(ctx_.runtime(), ctx_.runtime().pool(), shape, dataset.dtype(), kOp);
+      if (host.numel() > 0)
+        std::memcpy(host.raw_data(kOp), bytes.data(), static_cast<std::size_t>(staged.rows) * row_bytes);
+      return host.to(ctx_.device());
+    }
     Tensor t = ctx_.empty(shape, dataset.dtype());
     if (t.numel() > 0) std::memcpy(t.raw_data(kOp), bytes.data(), static_cast<std::size_t>(staged.rows) * row_bytes);
     return t;

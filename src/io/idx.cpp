@@ -3,6 +3,7 @@
 // copies anything else through unchanged; the 1f 8b magic, checked here
 // first, only decides which size bound applies before allocating.
 
+#include "core/tensor_internal.h"
 #include "forge/io/idx.h"
 
 #include <unistd.h>
@@ -243,7 +244,7 @@ Tensor load_idx(ExecContext& ctx, const std::string& path) try {
 
   std::shared_ptr<HostBytes> bytes = read_elements(ctx, src, *type, count);
   src.expect_end();
-  return ctx.from_blob(bytes->data, shape, type->dtype, [bytes] {});
+  return forge::detail::blob_tensor(ctx, Device::cpu(), bytes->data, shape, type->dtype, [bytes] {});  // host bytes
 }
 FORGE_CATCH_OOM(kOp)
 

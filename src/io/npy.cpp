@@ -9,6 +9,7 @@
 // integers) with a bounded header length, and requires exactly the three keys
 // and exactly the data bytes the shape calls for.
 
+#include "core/tensor_internal.h"
 #include "forge/io/npy.h"
 
 #include <bit>
@@ -250,7 +251,7 @@ void save_npy(const std::filesystem::path& path, const Tensor& t) try {
   FORGE_CHECK(t.device().is_cpu(), device, kSaveOp, "the tensor is on ", t.device().str(),
               "; only host tensors are written");
   const auto [header, v2] = header_text(t);
-  const Tensor packed = t.detach().contiguous();
+  const Tensor packed = forge::detail::packed_where_it_is(t.detach().cpu(), kSaveOp);  // the bytes, on the host
 
   unsigned char preamble[kPreambleBytes + 4];
   std::memcpy(preamble, kMagic.data(), kMagic.size());
@@ -308,16 +309,19 @@ Tensor load_npy(ExecContext& ctx, const std::filesystem::path& path) try {
   Shape stored = *h.shape;
   if (transposed)
     for (int d = 0; d < rank; ++d) stored[d] = (*h.shape)[rank - 1 - d];
-  Tensor t = ctx.empty(stored, dtype);
+  Tensor t = forge::detail::allocate_in(ctx.runtime(), ctx.runtime().pool(), stored, dtype, kLoadOp);  // on the host
   if (nbytes > 0) {
     auto* out = static_cast<std::byte*>(t.raw_data(kLoadOp));
     std::memcpy(out, bytes + data_start, nbytes);
     if (swapped) swap_bytes(out, nbytes / dtype_size(dtype), dtype_size(dtype));
   }
-  if (!transposed) return t;
-  Dims reverse;
-  for (int d = rank - 1; d >= 0; --d) reverse.push_back(d);
-  return t.permute(reverse).contiguous();
+  if (transposed) {
+    Dims reverse;
+    for (int d = rank - 1; d >= 0; --d) reverse.push_back(d);
+    t = forge::detail::packed_where_it_is(t.permute(reverse), kLoadOp);
+  }
+  forge::detail::adopt_output(t);
+  return t;
 }
 FORGE_CATCH_OOM(kLoadOp)
 

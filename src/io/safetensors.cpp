@@ -11,6 +11,7 @@
 // byte ranges must tile the data exactly (no overlap, no hole, nothing
 // after), as the format requires. Only then are tensors made over the mapping.
 
+#include "core/tensor_internal.h"
 #include "forge/io/safetensors.h"
 
 #include <algorithm>
@@ -89,7 +90,7 @@ std::vector<std::pair<std::string, Tensor>> file_order(const StateDict& tensors)
     FORGE_CHECK(t.device().is_cpu(), device, kSaveOp, "tensor '", name, "' is on ", t.device().str(),
                 "; only host tensors are written");
     safetensors_name(t.dtype());  // refuses a dtype the format lacks before anything is written
-    order.emplace_back(name, t.detach().contiguous());
+    order.emplace_back(name, forge::detail::packed_where_it_is(t.detach().cpu(), kSaveOp));  // on the host
   }
   std::stable_sort(order.begin(), order.end(),
                    [](const auto& a, const auto& b) { return a.second.element_size() > b.second.element_size(); });
@@ -434,7 +435,7 @@ Tensor make_tensor(ExecContext& ctx, const std::shared_ptr<detail::MappedFile>& 
   std::byte* p = data + e.begin;
   if (nbytes == 0) p = file->data();  // page-aligned; an empty tensor reads nothing
   if (reinterpret_cast<std::uintptr_t>(p) % dtype_size(e.dtype) == 0)
-    return ctx.from_blob(p, e.shape, e.dtype, [file] {});
+    return forge::detail::blob_tensor(ctx, Device::cpu(), p, e.shape, e.dtype, [file] {});  // host bytes
   constexpr std::align_val_t kAlign{Buffer::kAlignmentBytes};
   std::shared_ptr<std::byte> copy;
   try {
@@ -446,7 +447,7 @@ Tensor make_tensor(ExecContext& ctx, const std::shared_ptr<detail::MappedFile>& 
   }
   std::memcpy(copy.get(), p, nbytes);
   std::byte* q = copy.get();
-  return ctx.from_blob(q, e.shape, e.dtype, [copy = std::move(copy)] {});
+  return forge::detail::blob_tensor(ctx, Device::cpu(), q, e.shape, e.dtype, [copy = std::move(copy)] {});
 }
 
 }  // namespace

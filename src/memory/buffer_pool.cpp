@@ -85,6 +85,7 @@ class PoolCore final : public BufferOwner {
     return live_bytes_;
   }
   Device device() const noexcept { return device_; }
+  std::shared_ptr<BlockSource> source() const noexcept { return source_; }
   void fail_after(std::uint64_t n) noexcept { fail_countdown_.store(n, std::memory_order_relaxed); }
   std::size_t open_window() noexcept {
     std::lock_guard lock(mu_);
@@ -388,11 +389,14 @@ void PoolCore::release_used_elsewhere(Buffer* buffer) noexcept {
     live_bytes_ -= bytes;
     bump_outstanding(-1);
     --buffers_used_elsewhere_;
-    if (orphaned_) {
+    try {
+      if (!orphaned_) pending_.push_back(p);  // room reserved by record_stream, unless a trim took it
+    } catch (...) {
+      wait_and_free = true;
+    }
+    if (orphaned_ || wait_and_free) {
       wait_and_free = true;
       ++system_frees_;
-    } else {
-      pending_.push_back(p);  // room reserved by record_stream
     }
     destroy_core = orphaned_ && outstanding_.load(std::memory_order_relaxed) == 0;
   }
@@ -575,6 +579,9 @@ BufferPool::~BufferPool() { core_->orphan(); }
 
 Ref<Buffer> BufferPool::acquire(std::size_t nbytes, const char* op) { return core_->acquire(nbytes, op); }
 void BufferPool::trim() { core_->trim(); }
+std::shared_ptr<detail::BlockSource> BufferPool::block_source(const detail::Internal&) const {
+  return core_->source();
+}
 void BufferPool::record_stream(Buffer& buffer, void* stream) {
   FORGE_CHECK(buffer.owner() == core_, invalid_argument, "record_stream", "the buffer is not one of this pool's");
   core_->record_stream(buffer, stream);

@@ -5,6 +5,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/tensor_internal.h"
 #include "forge/autograd.h"
 #include "forge/runtime.h"
 #include "runtime/runtime_internal.h"
@@ -15,6 +16,13 @@ namespace {
 // Writes values (row-major) into t in place, without recording, as one write.
 void write(const Tensor& t, const std::vector<double>& values, const char* op) {
   autograd::NoGradGuard no_grad;
+  if (!t.device().is_cpu()) {  // written on the host, then moved
+    Tensor host = forge::detail::allocate_in(t.runtime(), t.runtime().pool(), t.shape(), t.dtype(), op);
+    write(host, values, op);
+    Tensor dst = t;
+    dst.copy_(host);
+    return;
+  }
   if (!t.is_contiguous()) {
     Tensor packed = t.contiguous();  // a pooled temporary, released on return
     write(packed, values, op);

@@ -3,11 +3,13 @@
 #include <cstdlib>
 #include <limits>
 
+#include "core/tensor_internal.h"
 #include "forge/autograd.h"
 
 namespace forge::nn::detail {
 
 Tensor owned_empty(ExecContext& ctx, const Shape& shape, DType dtype, const char* op) {
+  if (!ctx.device().is_cpu()) return forge::detail::allocate_owned(ctx.runtime(), shape, dtype, op);
   constexpr std::size_t kAlignmentBytes = 64;
   const std::int64_t n = checked_extents(shape, op);
   const std::size_t size = dtype_size(dtype);

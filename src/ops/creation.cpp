@@ -129,7 +129,12 @@ Tensor ExecContext::from_host_checked(const void* data, std::size_t count, const
 }
 FORGE_CATCH_OOM("from_vector")
 
-Tensor ExecContext::from_blob(void* data, const Shape& shape, DType dtype, std::function<void()> on_release) try {
+Tensor ExecContext::from_blob(void* data, const Shape& shape, DType dtype, std::function<void()> on_release) {
+  return detail::blob_tensor(*this, device(), data, shape, dtype, std::move(on_release));
+}
+
+Tensor detail::blob_tensor(ExecContext& ctx, Device device, void* data, const Shape& shape, DType dtype,
+                           std::function<void()> on_release) try {
   const std::int64_t n = detail::checked_numel("from_blob", shape, dtype);
   FORGE_CHECK(data != nullptr || n == 0, invalid_argument, "from_blob", "null data for shape ", shape);
   FORGE_CHECK(reinterpret_cast<std::uintptr_t>(data) % dtype_size(dtype) == 0, invalid_argument, "from_blob",
@@ -137,9 +142,9 @@ Tensor ExecContext::from_blob(void* data, const Shape& shape, DType dtype, std::
   // The hook is armed only once the tensor exists: a failure after the
   // buffer was made releases it without handing the memory back.
   Ref<Buffer> buffer =
-      detail::borrow_unarmed(data, static_cast<std::size_t>(n) * dtype_size(dtype), device(), std::move(on_release));
+      detail::borrow_unarmed(data, static_cast<std::size_t>(n) * dtype_size(dtype), device, std::move(on_release));
   Buffer& bytes = *buffer.get();
-  Tensor t(Ref<TensorImpl>::adopt(new TensorImpl(detail::internal, Ref<Runtime>::share(&runtime()), std::move(buffer),
+  Tensor t(Ref<TensorImpl>::adopt(new TensorImpl(detail::internal, Ref<Runtime>::share(&ctx.runtime()), std::move(buffer),
                                                  shape, contiguous_strides(shape), 0, dtype)));
   detail::arm_borrowed(bytes);
   return t;

@@ -12,18 +12,14 @@
 #include "forge/tensor.h"
 
 namespace forge {
-namespace {
 
-// `t` packed on its own device (itself when already packed).
-Tensor packed_where_it_is(const Tensor& t, const char* op) {
+Tensor detail::packed_where_it_is(const Tensor& t, const char* op) {
   if (t.is_contiguous()) return t;
   detail::DeviceRuntime& dev = detail::device_runtime(t);
   Tensor out = detail::allocate_in(t.runtime(), dev.pool(), t.shape(), t.dtype(), op);
   detail::copy_cast(op, out, t.shape(), detail::operand(out), detail::operand(t));
   return out;
 }
-
-}  // namespace
 
 Tensor Tensor::to(Device target, bool non_blocking) const try {
   const char* op = "to";
@@ -34,7 +30,7 @@ Tensor Tensor::to(Device target, bool non_blocking) const try {
   detail::DeviceRuntime& src_dev = detail::device_runtime(*this);
   FORGE_CHECK(target.is_cpu() || device().is_cpu(), device, op, "a copy from ", device().str(), " to ", target.str(),
               " goes through the host: call .cpu() first");
-  const Tensor src = packed_where_it_is(*this, op);
+  const Tensor src = detail::packed_where_it_is(*this, op);
   BufferPool* pinned = non_blocking && target.is_cpu() ? src_dev.pinned_pool() : nullptr;
   Tensor out = pinned != nullptr ? detail::allocate_in(rt, *pinned, shape(), dtype(), op)
                                  : detail::allocate_in(rt, dst_dev.pool(), shape(), dtype(), op);

@@ -22,6 +22,11 @@ namespace {
 // optimizer state belongs to the optimizer, so it stays out of the transient
 // pool's cache and counts and is freed when its last view dies.
 Tensor owned_zeros(Runtime& rt, const Shape& shape, DType dtype, const char* op) {
+  if (!rt.device().is_cpu()) {  // device memory from the device's own source, zeroed by its kernel
+    Tensor t = detail::allocate_owned(rt, shape, dtype, op);
+    t.zero_();
+    return t;
+  }
   const std::int64_t n = detail::checked_numel(op, shape, dtype);
   const std::size_t nbytes = static_cast<std::size_t>(n) * dtype_size(dtype);
   const std::size_t rounded =
@@ -42,7 +47,7 @@ Tensor owned_zeros(Runtime& rt, const Shape& shape, DType dtype, const char* op)
 
 // A 0-d tensor for a saved scalar (a transient: the dict's, not the optimizer's).
 Tensor scalar_tensor(Runtime& rt, double value, DType dtype, const char* op) {
-  Tensor t = detail::allocate(rt, Shape{}, dtype, op);
+  Tensor t = detail::allocate_in(rt, rt.pool(), Shape{}, dtype, op);  // on the host, as libtorch keeps `step`
   if (dtype == DType::i64)
     *t.data_ptr<std::int64_t>() = static_cast<std::int64_t>(value);
   else
@@ -203,8 +208,7 @@ void Optimizer::load_state_dict(const StateDict& dict) try {
                   " has shape ", p.shape());
       FORGE_CHECK(t.dtype() == p.dtype(), dtype, op, "key '", key, "' holds ", dtype_name(t.dtype()), ", parameter ", i,
                   " is ", dtype_name(p.dtype()));
-      FORGE_CHECK(t.device().is_cpu(), device, op, "key '", key, "' is not on the CPU");
-      sources[i].push_back(t.contiguous());
+      sources[i].push_back(detail::packed_where_it_is(t, op.c_str()));  // from the host or the device
     }
   }
   for (const auto& [key, tensor] : dict)
@@ -215,6 +219,11 @@ void Optimizer::load_state_dict(const StateDict& dict) try {
   for (std::size_t i = 0; i < params_.size(); ++i) {
     for (std::size_t j = 0; j < slots_.size(); ++j) {
       const Tensor& src = sources[i][j];
+      if (!src.device().is_cpu() || !state_[i][j].device().is_cpu()) {  // a transfer, or a device copy
+        autograd::NoGradGuard no_grad;
+        state_[i][j].copy_(src);
+        continue;
+      }
       void* dst = state_[i][j].raw_data(op.c_str());
       const void* from = src.raw_data(op.c_str());
       if (dst != from && src.nbytes() > 0) std::memcpy(dst, from, src.nbytes());

@@ -14,13 +14,28 @@
 // second chunk (the first stays alive for the outputs already in it); the next
 // rewind drops both and the next call gets one chunk of the high-water size,
 // so a steady loop allocates once.
+//
+// Note [Stream-ordered arenas]
+// A device arena (its context computes on a device with streams) belongs to
+// the stream that was current when it was made; every call on it runs on that
+// stream (ArenaCall makes it current for the call). Its chunks come from the
+// driver's stream-ordered allocator (cudaMallocAsync from a pool that keeps
+// what is freed) and are freed in stream order, so a rewind needs no
+// synchronization: the next call's writes are queued after the previous
+// call's reads. A call is deferred: it returns once its work is queued, and
+// commit records an event; the arena stays held until the event completes
+// (Arena::ready/wait), and a call naming it before then is `contended`. A
+// chunk the device refuses is out_of_memory naming the device; there is no
+// fallback to host memory.
 
 #include "forge/arena.h"
 
 #include <algorithm>
 #include <atomic>
+#include <mutex>
 #include <vector>
 
+#include "backend/device_runtime.h"
 #include "core/internal.h"
 #include "core/tensor_internal.h"
 #include "forge/exec_context.h"
@@ -70,7 +85,13 @@ class ArenaCore final : public RefCounted<ArenaCore>, public BufferOwner {
     return (bytes + Buffer::kAlignmentBytes - 1) / Buffer::kAlignmentBytes * Buffer::kAlignmentBytes;
   }
 
-  explicit ArenaCore(Ref<Runtime> runtime) : runtime_(std::move(runtime)) {}
+  explicit ArenaCore(Ref<Runtime> runtime)
+      : runtime_(std::move(runtime)),
+        streams_(runtime_->compute().streams()),
+        stream_(streams_ != nullptr ? streams_->current_stream() : nullptr) {}
+  ~ArenaCore() {
+    if (in_flight_ != nullptr) streams_->destroy_event(in_flight_);
+  }
   void on_last_release() noexcept { delete this; }
 
   void release(Buffer* buffer) noexcept override {
@@ -81,11 +102,40 @@ class ArenaCore final : public RefCounted<ArenaCore>, public BufferOwner {
   Runtime& runtime() const noexcept { return *runtime_; }
   Device device() const noexcept { return runtime_->device(); }
 
+  // Claims the arena for a call: false while another call runs or a device
+  // call's work is still in flight (Note [Stream-ordered arenas]).
   bool try_begin() noexcept {
     bool expected = false;
-    return busy_.compare_exchange_strong(expected, true, std::memory_order_acquire);
+    if (!busy_.compare_exchange_strong(expected, true, std::memory_order_acquire)) return false;
+    if (!settle(false)) {
+      busy_.store(false, std::memory_order_release);
+      return false;
+    }
+    return true;
   }
-  void end() noexcept { busy_.store(false, std::memory_order_release); }
+  // Ends a call; a committed device call leaves an event behind it.
+  void end(bool committed) noexcept {
+    if (committed && streams_ != nullptr) {
+      std::lock_guard lock(in_flight_mu_);
+      in_flight_ = streams_->record_event(stream_);
+      if (in_flight_ == nullptr) streams_->synchronize(stream_);  // no event: finish now
+    }
+    busy_.store(false, std::memory_order_release);
+  }
+  // Whether the last call's work has completed; with `wait`, waits for it.
+  bool settle(bool wait) noexcept {
+    std::lock_guard lock(in_flight_mu_);
+    if (in_flight_ == nullptr) return true;
+    if (wait)
+      streams_->wait_event(in_flight_);
+    else if (!streams_->event_done(in_flight_))
+      return false;
+    streams_->destroy_event(in_flight_);
+    in_flight_ = nullptr;
+    return true;
+  }
+  StreamId stream() const noexcept { return stream_; }
+  StreamDriver* streams() const noexcept { return streams_; }
 
   void rewind() noexcept {
     generation_.fetch_add(1, std::memory_order_acq_rel);
@@ -128,7 +178,10 @@ class ArenaCore final : public RefCounted<ArenaCore>, public BufferOwner {
   }
 
   void chunk_freed(std::size_t bytes, std::byte* data) noexcept {
-    free_host_block(data, bytes);
+    if (streams_ != nullptr)
+      streams_->free_async(data, bytes, stream_);  // after the work queued on the stream
+    else
+      free_host_block(data, bytes);
     system_frees_.fetch_add(1, std::memory_order_relaxed);
   }
 
@@ -149,8 +202,11 @@ class ArenaCore final : public RefCounted<ArenaCore>, public BufferOwner {
   void grow(const char* op, std::size_t need) {
     std::size_t bytes = std::max(need, high_water_);
     if (call_bytes_ > 0 && current_) bytes = std::max(need, current_->bytes() * 2);  // mid-call: keep the old chunk
-    void* block = should_fail() ? nullptr : allocate_host_block(bytes);
-    FORGE_CHECK(block != nullptr, out_of_memory, op, "the arena cannot grow to ", bytes, " bytes");
+    void* block = nullptr;
+    if (!should_fail()) block = streams_ != nullptr ? streams_->allocate_async(bytes, stream_) : allocate_host_block(bytes);
+    FORGE_CHECK(block != nullptr, out_of_memory, op, "the arena cannot grow to ", bytes, " bytes",
+                streams_ != nullptr ? ": " : "", streams_ != nullptr ? device().str() : "",
+                streams_ != nullptr ? " refused them" : "");
     system_allocations_.fetch_add(1, std::memory_order_relaxed);
     Ref<ArenaChunk> chunk;
     try {
@@ -173,6 +229,10 @@ class ArenaCore final : public RefCounted<ArenaCore>, public BufferOwner {
   }
 
   Ref<Runtime> runtime_;
+  StreamDriver* const streams_;  // the device's, or nullptr (a host arena)
+  const StreamId stream_;        // the stream every call runs on
+  std::mutex in_flight_mu_;
+  EventId in_flight_ = nullptr;  // the last device call's event, until it completes
   std::atomic<std::uint64_t> generation_{0};
   std::atomic<bool> busy_{false};
   Ref<ArenaChunk> current_;
@@ -219,6 +279,11 @@ void Arena::fail_growth_after(std::uint64_t n) noexcept {
   if (core_) core_->fail_after(n);
 }
 
+bool Arena::ready() const noexcept { return core_ == nullptr || core_->settle(false); }
+void Arena::wait() const noexcept {
+  if (core_) core_->settle(true);
+}
+
 ArenaCall::ArenaCall(const char* op, Arena* arena, std::initializer_list<std::reference_wrapper<const Tensor>> inputs)
     : op_(op), core_(nullptr) {
   FORGE_CHECK(arena != nullptr && arena->core_ != nullptr, invalid_argument, op,
@@ -231,21 +296,28 @@ ArenaCall::ArenaCall(const char* op, Arena* arena, std::initializer_list<std::re
     FORGE_CHECK(&input.runtime() == &core->runtime(), device, op,
                 "the arena was made by another ExecContext than the inputs'");
   }
-  FORGE_CHECK(core->try_begin(), contended, op, "the arena is already serving another call");
+  FORGE_CHECK(core->try_begin(), contended, op,
+              "the arena is already serving another call (or its last call's work is still queued on ",
+              core->device().str(), ": Arena::wait() first)");
   for (const Tensor& input : inputs) {
     if (input.defined() && input.buffer()->arena() == core) {
-      core->end();
+      core->end(false);
       FORGE_FAIL(invalid_argument, op,
                  "an input lies inside the arena this call would rewind; copy it out or lend another arena");
     }
   }
   core->begin_call();
   core_ = core;
+  if (detail::StreamDriver* d = core->streams()) {  // the call runs on the arena's stream
+    previous_stream_ = d->current_stream();
+    d->set_current_stream(core->stream());
+  }
 }
 
 ArenaCall::~ArenaCall() {
   if (!committed_) core_->rewind();  // a failed call leaves no outputs behind
-  core_->end();
+  if (detail::StreamDriver* d = core_->streams()) d->set_current_stream(previous_stream_);
+  core_->end(committed_);
 }
 
 Runtime& ArenaCall::runtime() const noexcept { return core_->runtime(); }

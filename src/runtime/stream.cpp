@@ -2,6 +2,8 @@
 
 #include "forge/stream.h"
 
+#include <utility>
+
 #include "backend/device_runtime.h"
 #include "core/tensor_internal.h"
 #include "forge/error.h"
@@ -34,6 +36,47 @@ bool Stream::query() const {
   const bool done = d->event_done(e);
   d->destroy_event(e);
   return done;
+}
+
+Event Stream::record() const {
+  detail::StreamDriver* d = driver_of(runtime_, device_);
+  if (d == nullptr) return Event();
+  detail::EventId e = d->record_event(handle_);
+  FORGE_CHECK(e != nullptr, device, "Stream::record", "could not record an event on ", device_.str());
+  return Event(runtime_, device_, e);
+}
+
+void Stream::wait(const Event& event) const {
+  detail::StreamDriver* d = driver_of(runtime_, device_);
+  if (d == nullptr || event.handle_ == nullptr) return;
+  FORGE_CHECK(event.device_ == device_ && event.runtime_.get() == runtime_.get(), device, "Stream::wait",
+              "the event belongs to another device or ExecContext");
+  if (!d->stream_wait(handle_, event.handle_)) d->wait_event(event.handle_);  // no device wait: the host waits
+}
+
+Event::Event(Ref<Runtime> runtime, Device device, void* handle) noexcept
+    : runtime_(std::move(runtime)), device_(device), handle_(handle) {}
+Event::~Event() { reset(); }
+Event::Event(Event&& other) noexcept
+    : runtime_(std::move(other.runtime_)), device_(other.device_), handle_(std::exchange(other.handle_, nullptr)) {}
+Event& Event::operator=(Event&& other) noexcept {
+  if (this != &other) {
+    reset();
+    runtime_ = std::move(other.runtime_);
+    device_ = other.device_;
+    handle_ = std::exchange(other.handle_, nullptr);
+  }
+  return *this;
+}
+void Event::reset() noexcept {
+  if (handle_ != nullptr) runtime_->find_device_runtime(device_)->streams()->destroy_event(handle_);
+  handle_ = nullptr;
+}
+bool Event::query() const {
+  return handle_ == nullptr || runtime_->find_device_runtime(device_)->streams()->event_done(handle_);
+}
+void Event::synchronize() const {
+  if (handle_ != nullptr) runtime_->find_device_runtime(device_)->streams()->wait_event(handle_);
 }
 
 StreamGuard::StreamGuard(const Stream& stream) : stream_(stream) {

@@ -70,7 +70,7 @@ CudaRuntime::CudaRuntime(int ordinal, std::size_t max_cached_bytes)
     : CudaRuntime(ordinal, max_cached_bytes, new CudaDriver(ordinal)) {}
 
 CudaRuntime::CudaRuntime(int ordinal, std::size_t max_cached_bytes, CudaDriver* driver)
-    : DeviceRuntime(cuda_backend(), 1, std::unique_ptr<detail::BlockSource>(driver),
+    : DeviceRuntime(backend::cuda_backend(), 1, std::unique_ptr<detail::BlockSource>(driver),
                     std::make_unique<InlineExecutor>(), max_cached_bytes),
       ordinal_(ordinal),
       driver_(driver),

@@ -47,9 +47,9 @@ struct VectorSplit {
 };
 inline VectorSplit vector_split(std::int64_t n, std::size_t size, bool all_aligned) noexcept {
   VectorSplit v;
-  if (!all_aligned || size == 0 || size > kVectorBytes || n <= 0) return v;
+  if (!all_aligned || size == 0 || size > kVectorBytes) return v;
   v.lanes = static_cast<std::int64_t>(kVectorBytes / size);
-  v.vectors = n / v.lanes;
+  v.vectors = n > 0 ? n / v.lanes : 0;
   v.tail = v.vectors * v.lanes;
   return v;
 }
