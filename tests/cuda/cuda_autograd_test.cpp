@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backend_ops.h"
+#include "cuda_support.h"
 #include "forge/forge.h"
 #include "support.h"
 
@@ -24,8 +25,6 @@ using forge::Shape;
 using forge::Tensor;
 using forge_test::TestContext;
 namespace bo = forge_test::backend_ops;
-
-forge::ExecContextOptions on_cuda() { return {.device = Device::cuda(0), .threads = 2}; }
 
 // A two-layer MLP's parameters and a batch, drawn on the host once, so that
 // every context builds the same model from the same values.
@@ -97,7 +96,7 @@ TEST_CASE("cuda: an MLP's loss and gradients on cuda:0 match the host's, and .gr
   for (const auto& [dtype, rtol] : {std::pair{DType::f32, 1e-4}, std::pair{DType::f64, 1e-11}}) {
     CAPTURE(forge::dtype_name(dtype));
     TestContext host(forge_test::context_options(1));
-    TestContext dev(on_cuda());
+    TestContext dev(forge_test::cuda_options());
     const Mlp on_host(host, values, dtype), on_device(dev, values, dtype);
 
     const Tensor host_loss = on_host.loss(), device_loss = on_device.loss();
@@ -129,7 +128,7 @@ TEST_CASE("cuda: an MLP's loss and gradients on cuda:0 match the host's, and .gr
 TEST_CASE("cuda: autograd::grad returns gradients on cuda:0 equal to the host's", "[cuda]") {
   const MlpValues values(12);
   TestContext host(forge_test::context_options(1));
-  TestContext dev(on_cuda());
+  TestContext dev(forge_test::cuda_options());
   const Mlp on_host(host, values, DType::f64), on_device(dev, values, DType::f64);
   const std::vector<Tensor> want = forge::autograd::grad({on_host.loss()}, on_host.params);
   const std::vector<Tensor> got = forge::autograd::grad({on_device.loss()}, on_device.params);
@@ -143,7 +142,7 @@ TEST_CASE("cuda: autograd::grad returns gradients on cuda:0 equal to the host's"
 }
 
 TEST_CASE("cuda: a training loop on cuda:0 takes no new device memory from the system after step 1", "[cuda]") {
-  TestContext ctx(on_cuda());
+  TestContext ctx(forge_test::cuda_options());
   const MlpValues values(13);
   Mlp model(ctx, values, DType::f32);
   forge::optim::Adam adam(model.params, {.lr = 1e-2});

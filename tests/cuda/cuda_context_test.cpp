@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda_support.h"
 #include "forge/forge.h"
 #include "support.h"
 
@@ -18,15 +19,13 @@ using forge::DType;
 using forge::Tensor;
 using forge_test::TestContext;
 
-forge::ExecContextOptions on_cuda() { return {.device = Device::cuda(0), .threads = 2}; }
-
 // More bytes than any GPU has (an H200 has 141 GB).
 constexpr std::int64_t kMoreThanAnyGpuBytes = std::int64_t{1} << 40;
 
 }  // namespace
 
 TEST_CASE("cuda: a context on cuda:0 makes its tensors there and counts them in the device pool", "[cuda]") {
-  TestContext ctx(on_cuda());
+  TestContext ctx(forge_test::cuda_options());
   CHECK(ctx.device() == Device::cuda(0));
   const forge::PoolStats before = ctx.stats(Device::cuda(0));
   {
@@ -67,7 +66,7 @@ TEST_CASE("cuda: a context on cuda:0 makes its tensors there and counts them in 
 }
 
 TEST_CASE("cuda: a device context's host tensors come from its host pool", "[cuda]") {
-  TestContext ctx(on_cuda());
+  TestContext ctx(forge_test::cuda_options());
   const Tensor d = ctx.arange(1000);
   const std::int64_t device_outstanding = ctx.stats(Device::cuda(0)).outstanding;
   {
@@ -81,7 +80,7 @@ TEST_CASE("cuda: a device context's host tensors come from its host pool", "[cud
 }
 
 TEST_CASE("cuda: a context's stream is its device's, and synchronize waits for what was queued", "[cuda]") {
-  TestContext ctx(on_cuda());
+  TestContext ctx(forge_test::cuda_options());
   const forge::Stream stream = ctx.stream();
   CHECK(stream.device() == Device::cuda(0));
   CHECK(stream.native() != nullptr);
@@ -118,13 +117,13 @@ TEST_CASE("cuda: a context for an ordinal past cuda_device_count() is a device e
     CHECK(message.find(std::to_string(count)) != std::string::npos);  // how many are visible
   }
   // Nothing was left current: a context made afterwards works.
-  TestContext ctx(on_cuda());
+  TestContext ctx(forge_test::cuda_options());
   CHECK(ctx.ones({2}).sum().item<float>() == 2.0f);
 }
 
 TEST_CASE("cuda: an allocation larger than the device is out_of_memory naming the device, and the context goes on",
           "[cuda]") {
-  TestContext ctx(on_cuda());
+  TestContext ctx(forge_test::cuda_options());
   const Tensor kept = ctx.ones({1024});  // live across the failure
   const forge::PoolStats before = ctx.stats(Device::cuda(0));
   const std::int64_t elements = kMoreThanAnyGpuBytes / static_cast<std::int64_t>(sizeof(float));

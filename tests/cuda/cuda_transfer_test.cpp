@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backend_ops.h"
+#include "cuda_support.h"
 #include "forge/forge.h"
 #include "support.h"
 
@@ -22,8 +23,6 @@ using forge::Shape;
 using forge::Tensor;
 using forge_test::TestContext;
 namespace bo = forge_test::backend_ops;
-
-forge::ExecContextOptions on_cuda() { return {.device = Device::cuda(0), .threads = 2}; }
 
 // n values that `dtype` holds exactly and that differ from their neighbours,
 // the extremes of the integer dtypes included.
@@ -70,7 +69,7 @@ std::string printed_values(const Tensor& t) {
 }  // namespace
 
 TEST_CASE("cuda: every dtype goes to the device and back unchanged, by to, cpu and cuda", "[cuda]") {
-  TestContext ctx(on_cuda());
+  TestContext ctx(forge_test::cuda_options());
   const Shape shape{37, 29};  // 1073 elements, an odd byte count for every dtype but f64 and i64
   for (const DType dtype : forge_test::kAllDTypes) {
     CAPTURE(forge::dtype_name(dtype));
@@ -101,7 +100,7 @@ TEST_CASE("cuda: every dtype goes to the device and back unchanged, by to, cpu a
 TEST_CASE("cuda: strided device views come to the host packed, with their values", "[cuda]") {
   // A device context computes on its device only (views included), so the
   // expected values are the same views of the same values in a host context.
-  TestContext ctx(on_cuda());
+  TestContext ctx(forge_test::cuda_options());
   TestContext host(forge_test::context_options(1));
   for (const DType dtype : {DType::f32, DType::f16, DType::i64, DType::boolean}) {
     CAPTURE(forge::dtype_name(dtype));
@@ -137,7 +136,7 @@ TEST_CASE("cuda: strided device views come to the host packed, with their values
 }
 
 TEST_CASE("cuda: non_blocking copies are read after synchronize, behind the work queued before them", "[cuda]") {
-  TestContext ctx(on_cuda());
+  TestContext ctx(forge_test::cuda_options());
   // Device to host: each copy is queued behind the kernels that compute its
   // source; the host tensors are read only after the stream is synchronized.
   std::vector<Tensor> results, hosts;
@@ -170,7 +169,7 @@ TEST_CASE("cuda: non_blocking copies are read after synchronize, behind the work
 }
 
 TEST_CASE("cuda: to_vector, item and printing read a device tensor back", "[cuda]") {
-  TestContext ctx(on_cuda());
+  TestContext ctx(forge_test::cuda_options());
   const Tensor d = ctx.from_vector<double>({1.5, -2.25, 3, 1e-3, 250, -7}, {2, 3});
   CHECK(d.to_vector<double>() == std::vector<double>{1.5, -2.25, 3, 1e-3, 250, -7});
   CHECK(d.to_vector<float>() == std::vector<float>{1.5f, -2.25f, 3.0f, 1e-3f, 250.0f, -7.0f});
