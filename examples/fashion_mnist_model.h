@@ -5,7 +5,7 @@
 //   conv 32->64 3x3 pad 1, ReLU, maxpool 2    [B, 64, 7, 7]
 //   flatten, linear 3136->128, ReLU, linear 128->10
 //
-// Also the dataset helpers both programs use.
+// Also the dataset, checkpoint and device helpers both programs use.
 
 #include <forge/forge.h>
 #include <forge/io/idx.h>
@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -42,9 +43,49 @@ struct Split {
   }
 };
 
-// "train" or "t10k" from dir; the first `limit` samples when limit > 0.
+// "cpu", "cuda" or "cuda:N" (--device); nullopt for anything else.
+inline std::optional<forge::Device> parse_device(const std::string& name) {
+  if (name == "cpu") return forge::Device::cpu();
+  if (name == "cuda") return forge::Device::cuda(0);
+  if (name.rfind("cuda:", 0) == 0 && name.size() > 5 && name.find_first_not_of("0123456789", 5) == std::string::npos)
+    return forge::Device::cuda(std::stoi(name.substr(5)));
+  return std::nullopt;
+}
+
+// Whether `device` can hold a context here; if not, says why on stderr.
+inline bool device_available(forge::Device device) {
+  if (device.is_cpu() || device.index < forge::cuda_device_count()) return true;
+  std::fprintf(stderr, "--device %s: %s\n", device.str().c_str(),
+               forge::cuda_built() ? (std::to_string(forge::cuda_device_count()) + " CUDA device(s) visible").c_str()
+                                   : "this build of forge has no CUDA backend (configure with FORGE_CUDA=ON)");
+  return false;
+}
+
+// A host tensor of another context as a tensor of `ctx`, on ctx's device:
+// files are read into host memory, in a host context, and a tensor changes
+// device only within its own context (Tensor::to), so it crosses as values,
+// which from_vector uploads. Takes what these programs read: f32, i64, u8.
+inline forge::Tensor upload(forge::ExecContext& ctx, const forge::Tensor& t) {
+  switch (t.dtype()) {
+    case forge::DType::i64:
+      return ctx.from_vector(t.to_vector<std::int64_t>(), t.shape());
+    case forge::DType::u8:
+      return ctx.from_vector(t.to_vector<std::uint8_t>(), t.shape());
+    default:
+      return ctx.from_vector(t.to_vector<float>(), t.shape());
+  }
+}
+
+// "train" or "t10k" from dir; the first `limit` samples when limit > 0. On
+// ctx's device: a context on a GPU gets them uploaded (the DataLoader then
+// gathers each batch on the host and moves it to the device).
 inline Split load_split(forge::ExecContext& ctx, const std::string& dir, const std::string& split,
                         std::int64_t limit = 0) {
+  if (!ctx.device().is_cpu()) {
+    forge::ExecContext host({.threads = 1});
+    const Split s = load_split(host, dir, split, limit);
+    return {upload(ctx, s.images), upload(ctx, s.labels)};
+  }
   const Split s{forge::io::load_idx(ctx, dir + "/" + split + "-images-idx3-ubyte.gz"),
                 forge::io::load_idx(ctx, dir + "/" + split + "-labels-idx1-ubyte.gz").to(forge::DType::i64)};
   return s.first(limit);
@@ -79,14 +120,22 @@ class Cnn : public forge::nn::Module {
 };
 
 // ---- checkpoints: safetensors (forge/io/safetensors.h) ----
+// Files hold host memory: the weights of a model on a GPU are read back first.
 inline void save_checkpoint(const std::string& path, const forge::StateDict& dict) {
-  forge::io::save_safetensors(path, dict, {{"model", "fashion_mnist_cnn"}});
+  forge::StateDict on_host;
+  for (const auto& [name, t] : dict) on_host.emplace(name, t.cpu());
+  forge::io::save_safetensors(path, on_host, {{"model", "fashion_mnist_cnn"}});
 }
 
-// The tensors view the file's mapping (no copy); Module::load_state_dict
+// On the host the tensors view the file's mapping (no copy); a context on a
+// GPU gets them read in a host context and uploaded. Module::load_state_dict
 // copies them into the model's own weights.
 inline forge::StateDict load_checkpoint(forge::ExecContext& ctx, const std::string& path) {
-  return forge::io::load_safetensors(ctx, path);
+  if (ctx.device().is_cpu()) return forge::io::load_safetensors(ctx, path);
+  forge::ExecContext host({.threads = 1});
+  forge::StateDict on_device;
+  for (const auto& [name, t] : forge::io::load_safetensors(host, path)) on_device.emplace(name, upload(ctx, t));
+  return on_device;
 }
 
 // Accuracy of `model` on a split, in batches, recording nothing (and with no

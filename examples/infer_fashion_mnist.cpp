@@ -1,13 +1,15 @@
 // Classifies Fashion-MNIST test images with the CNN that train_fashion_mnist
 // saved: loads the checkpoint into the model, runs the test set in batches
 // with no autograd recording, and prints the accuracy, images/s and a few
-// predictions.
+// predictions. --device cuda runs the model on the GPU (the checkpoint and
+// the test images are read on the host and uploaded).
 //
 //   build/release/examples/infer_fashion_mnist [--checkpoint FILE] [--data DIR]
-//       [--batch-size 500] [--threads 0] [--limit N]
+//       [--batch-size 500] [--threads 0] [--limit N] [--device cpu|cuda]
 
 #include <chrono>
 #include <cstdlib>
+#include <optional>
 #include <string>
 
 #include "fashion_mnist_model.h"
@@ -20,15 +22,22 @@ struct Flags {
   std::int64_t batch_size = 500;
   int threads = 0;
   std::int64_t limit = 0;
+  forge::Device device = forge::Device::cpu();
 };
 
 [[noreturn]] void usage(const char* message) {
   std::fprintf(stderr,
                "%s\nusage: infer_fashion_mnist [--checkpoint FILE] [--data DIR] [--batch-size N] "
                "[--threads N]"
-               " [--limit N]\n",
+               " [--limit N] [--device cpu|cuda]\n",
                message);
   std::exit(2);
+}
+
+forge::Device device_flag(const std::string& value) {
+  const std::optional<forge::Device> device = fashion_mnist::parse_device(value);
+  if (!device) usage("--device takes cpu, cuda or cuda:N");
+  return *device;
 }
 
 Flags parse(int argc, char** argv) {
@@ -48,6 +57,8 @@ Flags parse(int argc, char** argv) {
       f.threads = std::stoi(value);
     else if (flag == "--limit")
       f.limit = std::stoll(value);
+    else if (flag == "--device")
+      f.device = device_flag(value);
     else
       usage(("unknown flag " + flag).c_str());
   }
@@ -60,7 +71,8 @@ Flags parse(int argc, char** argv) {
 int main(int argc, char** argv) {
   namespace fm = fashion_mnist;
   const Flags flags = parse(argc, argv);
-  forge::ExecContext ctx({.threads = flags.threads});
+  if (!fm::device_available(flags.device)) return 1;
+  forge::ExecContext ctx({.device = flags.device, .threads = flags.threads});
 
   fm::Cnn model(ctx);
   fm::Split test;
@@ -81,9 +93,9 @@ int main(int argc, char** argv) {
   const double accuracy = fm::evaluate(model, test, flags.batch_size);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const auto n = test.images.size(0);
-  std::printf("%s: %lld test images, accuracy %.2f%%, %.0f images/s (batch %lld, %d threads)\n",
+  std::printf("%s: %lld test images, accuracy %.2f%%, %.0f images/s (batch %lld, on %s, %d threads)\n",
               flags.checkpoint.c_str(), static_cast<long long>(n), 100 * accuracy, static_cast<double>(n) / seconds,
-              static_cast<long long>(flags.batch_size), ctx.threads());
+              static_cast<long long>(flags.batch_size), ctx.device().str().c_str(), ctx.threads());
 
   forge::autograd::NoGradGuard no_grad;
   const std::int64_t shown = std::min<std::int64_t>(8, n);

@@ -21,4 +21,10 @@ int main() {
   forge::Tensor positive = forge::masked_select(x, forge::relu(x).to(forge::DType::boolean), &arena);
   std::cout << positive.numel() << " positive values; pool: " << ctx.stats().system_allocations
             << " system allocations, " << ctx.stats().outstanding << " buffers outstanding\n";
+
+  if (forge::cuda_device_count() > 0) {
+    forge::ExecContext gpu({.device = forge::Device::cuda(0)});  // its tensors live on cuda:0
+    forge::Tensor g = forge::relu(gpu.randn({2, 3}) + 1);        // computed on the GPU
+    std::cout << "computed on " << g.device().str() << ", read back:\n" << g.cpu() << "\n";
+  }
 }

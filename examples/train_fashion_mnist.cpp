@@ -5,9 +5,13 @@
 // Prints a progress bar per epoch and the test accuracy after it, saves a
 // checkpoint, reloads it into a fresh model for a final evaluation, writes the
 // loss and accuracy curves as an SVG, and ends with the pool's stats.
+// --device cuda trains on the GPU: the model, its gradients, the optimizer's
+// state and the activations live there; the DataLoader gathers each batch on
+// the host and moves it to the device; the pool reported is the device's.
 //
 //   build/release/examples/train_fashion_mnist [--epochs 3] [--batch-size 64]
 //       [--lr 1e-3] [--threads 0] [--data DIR] [--out DIR] [--limit N] [--seed S]
+//       [--device cpu|cuda]
 
 #include <forge/data/dataloader.h>
 
@@ -18,6 +22,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,14 +39,22 @@ struct Flags {
   std::string out = ".";
   std::int64_t limit = 0;
   std::uint64_t seed = 1;
+  forge::Device device = forge::Device::cpu();
 };
 
 [[noreturn]] void usage(const char* message) {
   std::fprintf(stderr,
                "%s\nusage: train_fashion_mnist [--epochs N] [--batch-size N] [--lr X] [--threads N]\n"
-               "                           [--data DIR] [--out DIR] [--limit N] [--seed N]\n",
+               "                           [--data DIR] [--out DIR] [--limit N] [--seed N]\n"
+               "                           [--device cpu|cuda]\n",
                message);
   std::exit(2);
+}
+
+forge::Device device_flag(const std::string& value) {
+  const std::optional<forge::Device> device = fashion_mnist::parse_device(value);
+  if (!device) usage("--device takes cpu, cuda or cuda:N");
+  return *device;
 }
 
 Flags parse(int argc, char** argv) {
@@ -67,6 +80,8 @@ Flags parse(int argc, char** argv) {
       f.limit = std::stoll(value);
     else if (flag == "--seed")
       f.seed = std::stoull(value);
+    else if (flag == "--device")
+      f.device = device_flag(value);
     else
       usage(("unknown flag " + flag).c_str());
   }
@@ -184,8 +199,9 @@ void write_curves(const std::string& path, const std::vector<double>& step_loss,
 int main(int argc, char** argv) {
   using Clock = std::chrono::steady_clock;
   const Flags flags = parse(argc, argv);
-  forge::ExecContext ctx({.threads = flags.threads, .seed = flags.seed});
   namespace fm = fashion_mnist;
+  if (!fm::device_available(flags.device)) return 1;
+  forge::ExecContext ctx({.device = flags.device, .threads = flags.threads, .seed = flags.seed});
 
   fm::Split train, test;
   try {
@@ -196,10 +212,10 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::printf(
-      "Fashion-MNIST: %lld training and %lld test images; %d threads, batch %lld, Adam lr %g "
+      "Fashion-MNIST: %lld training and %lld test images; on %s, %d threads, batch %lld, Adam lr %g "
       "(cosine)\n",
-      static_cast<long long>(train.images.size(0)), static_cast<long long>(test.images.size(0)), ctx.threads(),
-      static_cast<long long>(flags.batch_size), flags.lr);
+      static_cast<long long>(train.images.size(0)), static_cast<long long>(test.images.size(0)),
+      ctx.device().str().c_str(), ctx.threads(), static_cast<long long>(flags.batch_size), flags.lr);
 
   fm::Cnn model(ctx);
   forge::optim::Adam adam(model.parameters(), {.lr = flags.lr});
@@ -222,9 +238,10 @@ int main(int argc, char** argv) {
     double loss_sum = 0;
     std::int64_t samples = 0;
     auto last_draw = start;
-    // System allocations are counted from the end of one step to the end of
-    // the next (gathering the batch included, the evaluation between epochs not).
-    std::uint64_t allocations_mark = ctx.stats().system_allocations;
+    // System allocations of the model's pool (the device's for --device
+    // cuda) are counted from the end of one step to the end of the next
+    // (gathering the batch included, the evaluation between epochs not).
+    std::uint64_t allocations_mark = ctx.stats(ctx.device()).system_allocations;
     for (const forge::data::Batch& batch : loader.epoch(epoch - 1)) {
       adam.set_lr(lr_at(global_step));
       {
@@ -235,7 +252,7 @@ int main(int argc, char** argv) {
         adam.zero_grad();
         step_loss.push_back(loss.item<float>());
       }
-      const std::uint64_t allocations = ctx.stats().system_allocations;
+      const std::uint64_t allocations = ctx.stats(ctx.device()).system_allocations;
       if (++global_step > 1 && allocations != allocations_mark) {
         allocations_after_step1 += allocations - allocations_mark;
         allocating_steps.push_back(global_step);
@@ -275,12 +292,12 @@ int main(int argc, char** argv) {
   write_curves(curves, step_loss, accuracy);
   std::printf("curves: %s\n", curves.c_str());
 
-  const forge::PoolStats s = ctx.stats();
+  const forge::PoolStats s = ctx.stats(ctx.device());
   std::printf(
-      "pool: %llu acquires, %.2f%% hits, %llu system allocations in all, %llu in the %lld steps "
+      "pool (%s): %llu acquires, %.2f%% hits, %llu system allocations in all, %llu in the %lld steps "
       "after "
       "step 1; peak live %.1f MiB, cached %.1f MiB\n",
-      static_cast<unsigned long long>(s.acquires),
+      ctx.device().str().c_str(), static_cast<unsigned long long>(s.acquires),
       s.acquires ? 100.0 * static_cast<double>(s.hits) / static_cast<double>(s.acquires) : 0.0,
       static_cast<unsigned long long>(s.system_allocations), static_cast<unsigned long long>(allocations_after_step1),
       static_cast<long long>(global_step - 1), static_cast<double>(s.peak_live_bytes) / (1 << 20),

@@ -23,9 +23,11 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <random>
 #include <sstream>
@@ -33,6 +35,7 @@
 #include <utility>
 #include <vector>
 
+#include "backend/device_runtime.h"
 #include "forge/forge.h"
 #include "support.h"
 
@@ -52,22 +55,34 @@ struct Target {
 // The reference every target is compared with.
 inline Target reference_target() { return {"cpu, 1 thread, contiguous", forge::Device::cpu(), 1, Layout::contiguous}; }
 
-// The targets under test. Only the host backend is built today, so these are
-// the host under other conditions: more threads (the parallel paths split the
-// work), strided inputs (the strided paths), and both.
-//
-// A device backend plugs in here: add {"cuda:0, contiguous", Device::cuda(0),
-// 1, Layout::contiguous} and its strided twin when forge::cuda_built() and
-// forge::cuda_device_count() > 0. Its contexts then get the same host-drawn
-// values (from_vector uploads them), and read_back() must first copy a device
-// tensor to the host. A different device never promises the host's bits, so
-// compare_results holds it to the tolerance.
-inline std::vector<Target> targets_under_test() {
+// The host under other conditions: more threads (the parallel paths split
+// the work), strided inputs (the strided paths), and both.
+inline std::vector<Target> host_targets() {
   return {
       {"cpu, 4 threads, contiguous", forge::Device::cpu(), 4, Layout::contiguous},
       {"cpu, 1 thread, strided", forge::Device::cpu(), 1, Layout::strided},
       {"cpu, 4 threads, strided", forge::Device::cpu(), 4, Layout::strided},
   };
+}
+
+// cuda:0, packed and strided, when this build has the CUDA backend and a
+// device is visible; none otherwise. Its contexts get the same host-drawn
+// values (from_vector uploads them) and read_back() downloads its results. A
+// different device never promises the host's bits, so compare_results holds
+// it to the tolerance.
+inline std::vector<Target> device_targets() {
+  if (!forge::cuda_built() || forge::cuda_device_count() == 0) return {};
+  return {
+      {"cuda:0, contiguous", forge::Device::cuda(0), 1, Layout::contiguous},
+      {"cuda:0, strided", forge::Device::cuda(0), 1, Layout::strided},
+  };
+}
+
+// The targets under test: the host's, then the device's.
+inline std::vector<Target> targets_under_test() {
+  std::vector<Target> targets = host_targets();
+  for (Target& t : device_targets()) targets.push_back(std::move(t));
+  return targets;
 }
 
 // Which differences between two targets leave floating results bit for bit
@@ -206,6 +221,21 @@ inline double filler(forge::DType dtype) {
   }
 }
 
+// The bytes a device tensor's view spans, downloaded as they lie (no kernel
+// packs them first) into `into`; returns where its first element landed.
+inline const std::byte* download_view(const forge::Tensor& t, std::vector<std::byte>& into) {
+  std::int64_t lo = 0, hi = 0;  // the lowest and highest element offsets from the first element
+  for (int d = 0; d < t.dim(); ++d) {
+    const std::int64_t reach = (t.size(d) - 1) * t.stride(d);
+    (reach < 0 ? lo : hi) += reach;
+  }
+  const auto size = static_cast<std::int64_t>(t.element_size());
+  into.resize(static_cast<std::size_t>((hi - lo + 1) * size));
+  const std::byte* first = t.buffer()->data() + t.offset() * size;
+  t.impl()->device_runtime()->download(into.data(), first + lo * size, into.size(), /*non_blocking=*/false);
+  return into.data() - lo * size;
+}
+
 inline std::string index_str(const forge::Shape& shape, std::int64_t flat) {
   std::vector<std::int64_t> idx(static_cast<std::size_t>(shape.rank()));
   for (int d = shape.rank() - 1; d >= 0; --d) {
@@ -222,8 +252,8 @@ inline std::string index_str(const forge::Shape& shape, std::int64_t flat) {
 }  // namespace detail
 
 // Reads t back element by element from its memory: no kernel runs, so a
-// planted kernel cannot hide in the read. A device tensor would come to the
-// host first.
+// planted kernel cannot hide in the read. A device tensor's memory comes to
+// the host first, as it lies.
 inline Output read_back(std::string label, const forge::Tensor& t, bool gradient) {
   Output out{std::move(label), gradient, t.defined()};
   if (!t.defined()) return out;
@@ -231,8 +261,9 @@ inline Output read_back(std::string label, const forge::Tensor& t, bool gradient
   out.dtype = t.dtype();
   const std::int64_t n = t.numel();
   if (n == 0) return out;
-  REQUIRE(t.device().is_cpu());
-  const auto* base = static_cast<const std::byte*>(t.raw_data("read_back"));
+  std::vector<std::byte> downloaded;
+  const std::byte* base = t.device().is_cpu() ? static_cast<const std::byte*>(t.raw_data("read_back"))
+                                              : detail::download_view(t, downloaded);
   const std::size_t size = t.element_size();
   const int rank = t.dim();
   std::vector<std::int64_t> idx(static_cast<std::size_t>(rank), 0);
@@ -550,6 +581,36 @@ inline std::vector<std::string> compare_case(const OpCase& c, forge::DType dtype
   const Results want = run_case(c, dtype, reference, reference_ctx);
   const Results got = run_case(c, dtype, target, target_ctx);
   return compare_results(c, dtype, reference, target, want, got);
+}
+
+// Runs each case in each of its dtypes on the reference and on each target
+// (every one on a context of its own); every disagreement is a failed CHECK
+// naming the case, the dtype and the target. Returns the number of target
+// runs compared.
+inline int check_cases(const std::vector<const OpCase*>& cases, const std::vector<Target>& targets) {
+  const Target reference = reference_target();
+  TestContext reference_ctx(context_options(reference.threads, {}, {}, reference.device));
+  std::vector<std::unique_ptr<TestContext>> contexts;
+  for (const Target& t : targets)
+    contexts.push_back(std::make_unique<TestContext>(context_options(t.threads, {}, {}, t.device)));
+  int runs = 0;
+  for (const OpCase* c : cases) {
+    for (const forge::DType dtype : c->dtypes) {
+      const Results want = run_case(*c, dtype, reference, reference_ctx);
+      INFO("case " << c->name << " (" << c->entry << ") in " << forge::dtype_name(dtype));
+      CHECK(want.error == "");
+      CHECK(!want.outputs.empty());
+      for (std::size_t t = 0; t < targets.size(); ++t) {
+        const Results got = run_case(*c, dtype, targets[t], *contexts[t]);
+        for (const std::string& m : compare_results(*c, dtype, reference, targets[t], want, got)) {
+          INFO(m);
+          CHECK(false);
+        }
+        ++runs;
+      }
+    }
+  }
+  return runs;
 }
 
 }  // namespace forge_test::backend_ops

@@ -1016,32 +1016,10 @@ std::string family_of(const OpCase& c) { return c.entry.substr(0, c.entry.find('
 // Runs every case of `family` on the reference and on each target under
 // test; every disagreement is a failed CHECK naming case, dtype and target.
 void check_family(const std::string& family) {
-  const Target reference = bo::reference_target();
-  TestContext reference_ctx(forge_test::context_options(reference.threads, {}, {}, reference.device));
-  std::vector<Target> targets = bo::targets_under_test();
-  std::vector<std::unique_ptr<TestContext>> contexts;
-  for (const Target& t : targets)
-    contexts.push_back(std::make_unique<TestContext>(forge_test::context_options(t.threads, {}, {}, t.device)));
-  int runs = 0;
-  for (const OpCase& c : op_cases()) {
-    if (family_of(c) != family) continue;
-    for (const DType dtype : c.dtypes) {
-      const bo::Results want = bo::run_case(c, dtype, reference, reference_ctx);
-      INFO("case " << c.name << " (" << c.entry << ") in " << forge::dtype_name(dtype));
-      CHECK(want.error == "");
-      CHECK(!want.outputs.empty());
-      for (std::size_t t = 0; t < targets.size(); ++t) {
-        const bo::Results got = bo::run_case(c, dtype, targets[t], *contexts[t]);
-        const std::vector<std::string> mismatches = bo::compare_results(c, dtype, reference, targets[t], want, got);
-        for (const std::string& m : mismatches) {
-          INFO(m);
-          CHECK(false);
-        }
-        ++runs;
-      }
-    }
-  }
-  CHECK(runs > 0);
+  std::vector<const OpCase*> cases;
+  for (const OpCase& c : op_cases())
+    if (family_of(c) == family) cases.push_back(&c);
+  CHECK(bo::check_cases(cases, bo::targets_under_test()) > 0);
 }
 
 }  // namespace
@@ -1089,7 +1067,7 @@ void copy_cast_off_by_one(forge::detail::DeviceRuntime& dev, const Shape& shape,
 TEST_CASE("backend ops: a wrong copy_cast planted on one context is caught and named, and agrees once restored",
           "[backend]") {
   const Target reference = bo::reference_target();
-  const Target target = bo::targets_under_test().back();  // 4 threads, strided: compared within tolerance
+  const Target target = bo::host_targets().back();  // 4 threads, strided: compared within tolerance
   TestContext reference_ctx(forge_test::context_options(reference.threads));
   TestContext ctx(forge_test::context_options(target.threads));
 
@@ -1251,7 +1229,7 @@ TEST_CASE("backend ops: the cases reach every entry of the kernel table", "[back
   forge::backend::for_each_entry(table, [&](const char* family, const char* name, auto& entry) {
     probe(entry, &reached[std::string(family) + "." + name]);
   });
-  for (const Target& target : {bo::reference_target(), bo::targets_under_test()[1]}) {
+  for (const Target& target : {bo::reference_target(), bo::host_targets()[1]}) {
     TestContext ctx(forge_test::context_options(target.threads, {}, {}, target.device));
     ctx.runtime().host().replace_kernels_for_testing(&table);
     for (const OpCase& c : op_cases()) {
