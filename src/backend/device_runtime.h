@@ -77,6 +77,9 @@ class DeviceRuntime {
   // Host memory the device copies to and from asynchronously (page-locked),
   // or nullptr (the host).
   virtual BufferPool* pinned_pool() noexcept { return nullptr; }
+  // Keeps `buffer` from being released until the work queued on the current
+  // stream so far has completed (a non-blocking download's destination).
+  virtual void keep_until_done(Ref<Buffer>) {}
 
   // Runs fn(begin, end) over [0, n): inline (one call, no task) when
   // n <= grain or the device runs one thread, else on the executor.

@@ -105,7 +105,10 @@ void EmulatedDevice::destroy_stream(StreamId id) noexcept {
 
 void EmulatedDevice::enqueue(StreamId id, std::function<void()> work) { stream(id).push(std::move(work)); }
 
-void EmulatedDevice::synchronize(StreamId id) noexcept { stream(id).drain(); }
+bool EmulatedDevice::synchronize(StreamId id) noexcept {
+  stream(id).drain();
+  return true;
+}
 bool EmulatedDevice::stream_done(StreamId id) noexcept { return stream(id).idle(); }
 
 void EmulatedDevice::synchronize_all() noexcept {
@@ -167,8 +170,9 @@ bool EmulatedDevice::event_done(EventId event) noexcept {
   return static_cast<Event*>(event)->done.load(std::memory_order_acquire);
 }
 
-void EmulatedDevice::wait_event(EventId event) noexcept {
+bool EmulatedDevice::wait_event(EventId event) noexcept {
   while (!event_done(event)) std::this_thread::yield();
+  return true;
 }
 
 void EmulatedDevice::destroy_event(EventId event) noexcept {

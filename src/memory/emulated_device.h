@@ -36,10 +36,10 @@ class EmulatedDevice final : public StreamDriver {
   void free(void* block, std::size_t bytes) noexcept override;
   EventId record_event(StreamId stream) noexcept override;
   bool event_done(EventId event) noexcept override;
-  void wait_event(EventId event) noexcept override;
+  bool wait_event(EventId event) noexcept override;
   void destroy_event(EventId event) noexcept override;
   bool stream_done(StreamId stream) noexcept override;
-  void synchronize(StreamId stream) noexcept override;
+  bool synchronize(StreamId stream) noexcept override;
   bool stream_wait(StreamId stream, EventId event) noexcept override;
   void* allocate_async(std::size_t bytes, StreamId stream) noexcept override;
   void free_async(void* block, std::size_t bytes, StreamId stream) noexcept override;

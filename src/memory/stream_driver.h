@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <string>
 
 #include "memory/block_source.h"
 
@@ -36,14 +37,19 @@ class StreamDriver : public BlockSource {
   virtual EventId record_event(StreamId stream) noexcept = 0;
   // Whether `event` has completed (true for an event that failed).
   virtual bool event_done(EventId event) noexcept = 0;
-  // Blocks the calling thread until `event` has completed.
-  virtual void wait_event(EventId event) noexcept = 0;
+  // Blocks the calling thread until `event` has completed; false when the
+  // work before it failed (take_error() says how).
+  virtual bool wait_event(EventId event) noexcept = 0;
   // Gives an event back (completed or not).
   virtual void destroy_event(EventId event) noexcept = 0;
   // Whether the work queued on `stream` has all completed.
   virtual bool stream_done(StreamId stream) noexcept = 0;
-  // Blocks until the work queued on `stream` has completed.
-  virtual void synchronize(StreamId stream) noexcept = 0;
+  // Blocks until the work queued on `stream` has completed; false when it
+  // failed (take_error() says how).
+  virtual bool synchronize(StreamId stream) noexcept = 0;
+  // The last failure a call above swallowed, described, and forgets it
+  // (empty when none).
+  virtual std::string take_error() { return {}; }
   // Makes `stream` wait for `event` (recorded on another stream) before the
   // work queued after this call; false when it cannot.
   virtual bool stream_wait(StreamId stream, EventId event) noexcept = 0;

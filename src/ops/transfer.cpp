@@ -34,9 +34,10 @@ Tensor Tensor::to(Device target, bool non_blocking) const try {
   BufferPool* pinned = non_blocking && target.is_cpu() ? src_dev.pinned_pool() : nullptr;
   Tensor out = pinned != nullptr ? detail::allocate_in(rt, *pinned, shape(), dtype(), op)
                                  : detail::allocate_in(rt, dst_dev.pool(), shape(), dtype(), op);
-  if (target.is_cpu())
+  if (target.is_cpu()) {
     src_dev.download(detail::first_element(out), detail::first_element(src), src.nbytes(), non_blocking);
-  else
+    if (non_blocking) src_dev.keep_until_done(out.buffer());
+  } else
     dst_dev.upload(detail::first_element(out), detail::first_element(src), src.nbytes());
   detail::adopt_output(out);
   return out;

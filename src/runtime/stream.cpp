@@ -21,8 +21,16 @@ detail::StreamDriver* driver_of(const Ref<Runtime>& rt, Device device) {
 }
 }  // namespace
 
+namespace {
+// A failure a wait reports: the device error of the work queued before it.
+[[noreturn]] void fail_wait(detail::StreamDriver& d, const char* op, Device device) {
+  FORGE_FAIL(device, op, "work queued on ", device.str(), " failed: ", d.take_error());
+}
+}  // namespace
+
 void Stream::synchronize() const {
-  if (detail::StreamDriver* d = driver_of(runtime_, device_)) d->synchronize(handle_);
+  if (detail::StreamDriver* d = driver_of(runtime_, device_))
+    if (!d->synchronize(handle_)) fail_wait(*d, "Stream::synchronize", device_);
 }
 
 bool Stream::query() const {
@@ -68,7 +76,9 @@ bool Event::query() const {
   return handle_ == nullptr || runtime_->find_device_runtime(device_)->streams()->event_done(handle_);
 }
 void Event::synchronize() const {
-  if (handle_ != nullptr) runtime_->find_device_runtime(device_)->streams()->wait_event(handle_);
+  if (handle_ == nullptr) return;
+  detail::StreamDriver& d = *runtime_->find_device_runtime(device_)->streams();
+  if (!d.wait_event(handle_)) fail_wait(d, "Event::synchronize", device_);
 }
 
 StreamGuard::StreamGuard(const Stream& stream) : stream_(stream) {

@@ -1,6 +1,8 @@
 #include "backend/cuda/cuda_driver.h"
 
 #include <cstdint>
+#include <string>
+#include <utility>
 
 namespace forge::cuda {
 
@@ -10,9 +12,15 @@ cudaEvent_t native_event(detail::EventId event) noexcept { return static_cast<cu
 }  // namespace
 
 CudaDriver::CudaDriver(int ordinal) : ordinal_(ordinal) {
-  // The arenas' stream-ordered pool: the device's default pool, told to keep
-  // what is freed in stream order (an arena rewinds and regrows often).
-  if (set_device() && cudaDeviceGetDefaultMemPool(&arena_pool_, ordinal_) == cudaSuccess) {
+  // The arenas' stream-ordered pool: a private one (the device's default pool
+  // serves everyone else's cudaMallocAsync), told to keep what is freed in
+  // stream order, since an arena rewinds and regrows often. allocate() trims
+  // it when cudaMalloc is refused, so neither allocator strands the other.
+  cudaMemPoolProps props{};
+  props.allocType = cudaMemAllocationTypePinned;
+  props.location.type = cudaMemLocationTypeDevice;
+  props.location.id = ordinal_;
+  if (set_device() && cudaMemPoolCreate(&arena_pool_, &props) == cudaSuccess) {
     std::uint64_t keep = UINT64_MAX;
     cudaMemPoolSetAttribute(arena_pool_, cudaMemPoolAttrReleaseThreshold, &keep);
   } else {
@@ -24,6 +32,26 @@ CudaDriver::CudaDriver(int ordinal) : ordinal_(ordinal) {
 CudaDriver::~CudaDriver() {
   std::lock_guard lock(mu_);
   for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
+  if (arena_pool_ != nullptr) cudaMemPoolDestroy(arena_pool_);
+  cudaGetLastError();
+}
+
+// A failed call's CUDA error, kept for the error a caller throws; clears it.
+void CudaDriver::note_error(cudaError_t error) noexcept {
+  cudaGetLastError();
+  if (error == cudaSuccess || error == cudaErrorNotReady) return;
+  std::lock_guard lock(mu_);
+  last_error_ = error;
+}
+
+std::string CudaDriver::take_error() {
+  cudaError_t error;
+  {
+    std::lock_guard lock(mu_);
+    error = std::exchange(last_error_, cudaSuccess);
+  }
+  if (error == cudaSuccess) return {};
+  return std::string(cudaGetErrorName(error)) + ": " + cudaGetErrorString(error);
 }
 
 bool CudaDriver::set_device() const noexcept {
@@ -34,8 +62,17 @@ bool CudaDriver::set_device() const noexcept {
 
 void* CudaDriver::allocate(std::size_t bytes) noexcept {
   void* block = nullptr;
-  if (!set_device() || cudaMalloc(&block, bytes) != cudaSuccess) {
-    cudaGetLastError();  // a refusal is reported by the pool, with its figures
+  if (!set_device()) return nullptr;
+  cudaError_t status = cudaMalloc(&block, bytes);
+  if (status == cudaErrorMemoryAllocation && arena_pool_ != nullptr) {
+    // Memory the arenas freed in stream order may be what is missing.
+    cudaGetLastError();
+    cudaDeviceSynchronize();
+    cudaMemPoolTrimTo(arena_pool_, 0);
+    status = cudaMalloc(&block, bytes);
+  }
+  if (status != cudaSuccess) {
+    note_error(status);  // a refusal is reported by the pool, with its figures
     return nullptr;
   }
   std::lock_guard lock(mu_);
@@ -75,15 +112,19 @@ detail::EventId CudaDriver::record_event(detail::StreamId stream) noexcept {
   return event;
 }
 
+// cudaErrorNotReady is cleared too, so that no later launch check reports it.
 bool CudaDriver::event_done(detail::EventId event) noexcept {
   const cudaError_t status = cudaEventQuery(native_event(event));
-  if (status == cudaErrorNotReady) return false;
-  if (status != cudaSuccess) cudaGetLastError();  // a failed event gates nothing
-  return true;
+  if (status == cudaSuccess) return true;
+  note_error(status);
+  return status != cudaErrorNotReady;  // a failed event gates nothing
 }
 
-void CudaDriver::wait_event(detail::EventId event) noexcept {
-  if (cudaEventSynchronize(native_event(event)) != cudaSuccess) cudaGetLastError();
+bool CudaDriver::wait_event(detail::EventId event) noexcept {
+  const cudaError_t status = cudaEventSynchronize(native_event(event));
+  if (status == cudaSuccess) return true;
+  note_error(status);
+  return false;
 }
 
 void CudaDriver::destroy_event(detail::EventId event) noexcept {
@@ -97,13 +138,16 @@ void CudaDriver::destroy_event(detail::EventId event) noexcept {
 
 bool CudaDriver::stream_done(detail::StreamId stream) noexcept {
   const cudaError_t status = cudaStreamQuery(native(stream));
-  if (status == cudaErrorNotReady) return false;
-  if (status != cudaSuccess) cudaGetLastError();
-  return true;
+  if (status == cudaSuccess) return true;
+  note_error(status);
+  return status != cudaErrorNotReady;
 }
 
-void CudaDriver::synchronize(detail::StreamId stream) noexcept {
-  if (cudaStreamSynchronize(native(stream)) != cudaSuccess) cudaGetLastError();
+bool CudaDriver::synchronize(detail::StreamId stream) noexcept {
+  const cudaError_t status = cudaStreamSynchronize(native(stream));
+  if (status == cudaSuccess) return true;
+  note_error(status);
+  return false;
 }
 
 bool CudaDriver::stream_wait(detail::StreamId stream, detail::EventId event) noexcept {

@@ -9,6 +9,7 @@
 #include <cuda_runtime_api.h>
 
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "memory/stream_driver.h"
@@ -25,10 +26,11 @@ class CudaDriver final : public detail::StreamDriver {
   void free(void* block, std::size_t bytes) noexcept override;
   detail::EventId record_event(detail::StreamId stream) noexcept override;
   bool event_done(detail::EventId event) noexcept override;
-  void wait_event(detail::EventId event) noexcept override;
+  bool wait_event(detail::EventId event) noexcept override;
   void destroy_event(detail::EventId event) noexcept override;
   bool stream_done(detail::StreamId stream) noexcept override;
-  void synchronize(detail::StreamId stream) noexcept override;
+  bool synchronize(detail::StreamId stream) noexcept override;
+  std::string take_error() override;
   bool stream_wait(detail::StreamId stream, detail::EventId event) noexcept override;
   detail::StreamId create_stream() noexcept override;
   void destroy_stream(detail::StreamId stream) noexcept override;
@@ -41,12 +43,14 @@ class CudaDriver final : public detail::StreamDriver {
 
  private:
   bool set_device() const noexcept;
+  void note_error(cudaError_t error) noexcept;
 
   const int ordinal_;
   cudaMemPool_t arena_pool_ = nullptr;
   mutable std::mutex mu_;
   std::vector<cudaEvent_t> free_events_;
   std::uint64_t device_allocations_ = 0;
+  cudaError_t last_error_ = cudaSuccess;
 };
 
 }  // namespace forge::cuda

@@ -53,8 +53,6 @@ class PinnedSource final : public detail::BlockSource {
   void free(void* block, std::size_t) noexcept override { cudaFreeHost(block); }
 };
 
-constexpr std::size_t kPinnedMaxCachedBytes = std::size_t{256} << 20;
-
 }  // namespace
 
 // Staging buffers whose copies are still queued (Note [Staged uploads]).
@@ -92,8 +90,14 @@ CudaRuntime::CudaRuntime(int ordinal, std::size_t max_cached_bytes, CudaDriver* 
   }
 }
 
+// Never throws: after a sticky device error, or at process exit when the
+// static CUDA runtime is already unloading, every call fails, and the
+// context must still go away quietly.
 CudaRuntime::~CudaRuntime() {
-  synchronize();
+  cudaSetDevice(ordinal_);
+  if (compute_stream_ != nullptr) cudaStreamSynchronize(compute_stream_);
+  cudaGetLastError();
+  poll_in_flight(true);
   release_handles();
 }
 
@@ -142,14 +146,43 @@ void CudaRuntime::upload(std::byte* dst, const std::byte* src, std::size_t bytes
   if (bytes == 0) return;
   make_current();
   poll_in_flight(false);
-  Ref<Buffer> staging = pinned_.acquire(bytes, "upload");
+  // Beyond the staging cap, or when no pinned memory is left, copy from the
+  // caller's pageable bytes: cudaMemcpyAsync returns once it has staged them
+  // itself, so the caller may still reuse them at once (only slower).
+  Ref<Buffer> staging;
+  if (bytes <= kPinnedMaxCachedBytes) {
+    try {
+      staging = pinned_.acquire(bytes, "upload");
+    } catch (const Error&) {
+    }
+  }
+  if (!staging) {
+    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream()), "upload",
+          "queuing the host-to-device copy");
+    return;
+  }
   std::memcpy(staging->data(), src, bytes);
   check(cudaMemcpyAsync(dst, staging->data(), bytes, cudaMemcpyHostToDevice, stream()), "upload",
         "queuing the host-to-device copy");
-  detail::EventId event = driver_->record_event(stream());
-  if (event == nullptr) driver_->synchronize(stream());  // no event: finish the copy now
-  in_flight_->entries.push_back({std::move(staging), event});
+  hold(std::move(staging));
 }
+
+void CudaRuntime::hold(Ref<Buffer> buffer) noexcept {
+  detail::EventId event = driver_->record_event(stream());
+  if (event == nullptr) driver_->synchronize(stream());  // no event: finish the work now
+  try {
+    in_flight_->entries.push_back({std::move(buffer), event});
+  } catch (...) {
+    if (event != nullptr) {
+      driver_->wait_event(event);
+      driver_->destroy_event(event);
+    }
+  }
+}
+
+// A non-blocking download's pinned output: its block must not go back to the
+// pinned pool (and be staged into) while the copy into it is queued.
+void CudaRuntime::keep_until_done(Ref<Buffer> buffer) { hold(std::move(buffer)); }
 
 void CudaRuntime::download(std::byte* dst, const std::byte* src, std::size_t bytes, bool non_blocking) {
   if (bytes == 0) return;

@@ -45,8 +45,12 @@ class CudaRuntime final : public detail::DeviceRuntime {
   // device buffer of kLtWorkspaceBytes.
   cublasHandle_t cublas();
   cublasLtHandle_t cublas_lt();
-  void* lt_workspace() noexcept { return lt_workspace_; }
+  // The Lt workspace of the compute stream; nullptr (run without one) on any
+  // other stream, whose matmuls could run at once with the compute stream's.
+  void* lt_workspace() noexcept { return stream() == compute_stream_ ? lt_workspace_ : nullptr; }
   static constexpr std::size_t kLtWorkspaceBytes = std::size_t{32} << 20;
+  // The pinned staging pool's cache cap; larger uploads skip staging.
+  static constexpr std::size_t kPinnedMaxCachedBytes = std::size_t{256} << 20;
   // The device driver behind the pool (streams, events, stream-ordered blocks).
   CudaDriver& driver() noexcept { return *driver_; }
 
@@ -55,11 +59,14 @@ class CudaRuntime final : public detail::DeviceRuntime {
   void download(std::byte* dst, const std::byte* src, std::size_t bytes, bool non_blocking) override;
   void synchronize() override;
   BufferPool* pinned_pool() noexcept override { return &pinned_; }
+  void keep_until_done(Ref<Buffer> buffer) override;
 
  private:
   struct InFlight;
   CudaRuntime(int ordinal, std::size_t max_cached_bytes, CudaDriver* driver);
   void release_handles() noexcept;
+  // Holds `buffer` until the work queued on the current stream so far is done.
+  void hold(Ref<Buffer> buffer) noexcept;
   // Releases staging buffers whose copies completed (all, waiting, when `wait`).
   void poll_in_flight(bool wait) noexcept;
 
