@@ -26,5 +26,9 @@ int main() {
     forge::ExecContext gpu({.device = forge::Device::cuda(0)});  // its tensors live on cuda:0
     forge::Tensor g = forge::relu(gpu.randn({2, 3}) + 1);        // computed on the GPU
     std::cout << "computed on " << g.device().str() << ", read back:\n" << g.cpu() << "\n";
+    forge::Arena device_arena{gpu};  // stream-ordered device memory; a call returns once queued
+    forge::Tensor kept = forge::masked_select(g, g > 1.0, &device_arena);
+    device_arena.wait();  // its outputs are final once the stream has run the call
+    std::cout << kept.numel() << " values above 1, in " << device_arena.describe().str() << " memory\n";
   }
 }

@@ -48,14 +48,30 @@ struct Buf {
   void set(std::size_t i, double v) {
     std::byte* p = bytes.data() + i * forge::dtype_size(dtype);
     switch (dtype) {
-      case DType::f32: put(p, forge::from_double<float>(v)); break;
-      case DType::f64: put(p, v); break;
-      case DType::f16: put(p, forge::from_double<forge::Half>(v)); break;
-      case DType::bf16: put(p, forge::from_double<forge::BFloat16>(v)); break;
-      case DType::i32: put(p, forge::from_double<std::int32_t>(v)); break;
-      case DType::i64: put(p, forge::from_double<std::int64_t>(v)); break;
-      case DType::u8: put(p, forge::from_double<std::uint8_t>(v)); break;
-      case DType::boolean: put(p, forge::from_double<bool>(v)); break;
+      case DType::f32:
+        put(p, forge::from_double<float>(v));
+        break;
+      case DType::f64:
+        put(p, v);
+        break;
+      case DType::f16:
+        put(p, forge::from_double<forge::Half>(v));
+        break;
+      case DType::bf16:
+        put(p, forge::from_double<forge::BFloat16>(v));
+        break;
+      case DType::i32:
+        put(p, forge::from_double<std::int32_t>(v));
+        break;
+      case DType::i64:
+        put(p, forge::from_double<std::int64_t>(v));
+        break;
+      case DType::u8:
+        put(p, forge::from_double<std::uint8_t>(v));
+        break;
+      case DType::boolean:
+        put(p, forge::from_double<bool>(v));
+        break;
     }
   }
   void set_i64(std::size_t i, std::int64_t v) {  // integers beyond 2^53 exactly
@@ -70,14 +86,22 @@ struct Buf {
   double get(std::size_t i) const {
     const std::byte* p = bytes.data() + i * forge::dtype_size(dtype);
     switch (dtype) {
-      case DType::f32: return take<float>(p);
-      case DType::f64: return take<double>(p);
-      case DType::f16: return static_cast<float>(take<forge::Half>(p));
-      case DType::bf16: return static_cast<float>(take<forge::BFloat16>(p));
-      case DType::i32: return take<std::int32_t>(p);
-      case DType::i64: return static_cast<double>(take<std::int64_t>(p));
-      case DType::u8: return take<std::uint8_t>(p);
-      case DType::boolean: return static_cast<double>(take<std::uint8_t>(p));
+      case DType::f32:
+        return take<float>(p);
+      case DType::f64:
+        return take<double>(p);
+      case DType::f16:
+        return static_cast<float>(take<forge::Half>(p));
+      case DType::bf16:
+        return static_cast<float>(take<forge::BFloat16>(p));
+      case DType::i32:
+        return take<std::int32_t>(p);
+      case DType::i64:
+        return static_cast<double>(take<std::int64_t>(p));
+      case DType::u8:
+        return take<std::uint8_t>(p);
+      case DType::boolean:
+        return static_cast<double>(take<std::uint8_t>(p));
     }
     return 0;
   }
@@ -103,9 +127,33 @@ std::vector<double> values_for(DType t, int randoms, std::uint64_t seed) {
   if (forge::is_floating(t)) {
     const double denormal = t == DType::f64 ? 4.9e-320 : t == DType::f32 ? 1e-40 : t == DType::f16 ? 3e-7 : 1e-39;
     const double big = t == DType::f64 ? 1.7e308 : t == DType::f16 ? 65504 : 3.3e38;
-    v = {0.0,  -0.0,  1.0,   -1.0, 0.5,      -2.5,      3.0,       1e-3, 20.0, -20.0,  88.5, -88.5,
-         1e10, -1e10, 100.0, 7.0,  denormal, -denormal, big,       -big, 2.0,  -3.0,   -0.5, 1.5,
-         -1e-3, std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity(),
+    v = {0.0,
+         -0.0,
+         1.0,
+         -1.0,
+         0.5,
+         -2.5,
+         3.0,
+         1e-3,
+         20.0,
+         -20.0,
+         88.5,
+         -88.5,
+         1e10,
+         -1e10,
+         100.0,
+         7.0,
+         denormal,
+         -denormal,
+         big,
+         -big,
+         2.0,
+         -3.0,
+         -0.5,
+         1.5,
+         -1e-3,
+         std::numeric_limits<double>::infinity(),
+         -std::numeric_limits<double>::infinity(),
          std::numeric_limits<double>::quiet_NaN()};
   } else if (t == DType::boolean) {
     v = {0, 1};
@@ -144,12 +192,18 @@ void add_int_extremes(Buf& buf, std::size_t& n, DType t) {
 template <typename Fn>
 void with_compute(DType t, Fn&& fn) {
   switch (t) {
-    case DType::f64: return fn(double{});
-    case DType::i32: return fn(std::int32_t{});
-    case DType::i64: return fn(std::int64_t{});
-    case DType::u8: return fn(std::uint8_t{});
-    case DType::boolean: return fn(bool{});
-    default: return fn(float{});
+    case DType::f64:
+      return fn(double{});
+    case DType::i32:
+      return fn(std::int32_t{});
+    case DType::i64:
+      return fn(std::int64_t{});
+    case DType::u8:
+      return fn(std::uint8_t{});
+    case DType::boolean:
+      return fn(bool{});
+    default:
+      return fn(float{});
   }
 }
 
@@ -172,20 +226,23 @@ bool close(double got, double want, double rel, double abs) {
 
 // The tolerance of f32-computed math the cpu takes from its vector forms
 // (vec_math.h): a few ulp, widened by the 16-bit rounding that can follow.
-double vector_rel(DType compute) {
-  return compute == DType::f16 ? 2e-3 : compute == DType::bf16 ? 1.6e-2 : 1e-4;
-}
+double vector_rel(DType compute) { return compute == DType::f16 ? 2e-3 : compute == DType::bf16 ? 1.6e-2 : 1e-4; }
 double tiny(DType compute) { return compute == DType::f64 ? 1e-300 : 1e-30; }
 // The tolerance of the formulas both sides compute alike: the compiler may
 // fuse a multiply-add on one side and not the other (a few ulp), which a
 // 16-bit rounding can turn into one 16-bit ulp. Integers and bool: exact.
 double exact_rel(DType compute) {
   switch (compute) {
-    case DType::f32: return 1e-6;
-    case DType::f64: return 1e-14;
-    case DType::f16: return 1e-3;
-    case DType::bf16: return 8e-3;
-    default: return 0;
+    case DType::f32:
+      return 1e-6;
+    case DType::f64:
+      return 1e-14;
+    case DType::f16:
+      return 1e-3;
+    case DType::bf16:
+      return 8e-3;
+    default:
+      return 0;
   }
 }
 
@@ -313,10 +370,10 @@ TEST_CASE("cuda math: every binary op matches the cpu kernel in every compute dt
             cu::binary_element<C>(op, compute, got.data(), out_dtype, i, cu::load_as<C>(a.data(), in_dtype, i),
                                   cu::load_as<C>(b.data(), in_dtype, i));
         });
-        check_all(got, want, m, exact_rel(compute), forge::is_floating(compute) ? tiny(compute) : 0,
-                  std::string("binary op ") + std::to_string(o) + " in " + name_of(compute) + " to " +
-                      name_of(out_dtype),
-                  va, &vb);
+        check_all(
+            got, want, m, exact_rel(compute), forge::is_floating(compute) ? tiny(compute) : 0,
+            std::string("binary op ") + std::to_string(o) + " in " + name_of(compute) + " to " + name_of(out_dtype), va,
+            &vb);
       }
     }
   }
@@ -334,7 +391,9 @@ bool vector_unary(be::Unary op) {
 
 be::UnaryParams params_for(be::Unary op, DType compute, int variant) {
   be::UnaryParams p;
-  const auto round = [&](double v) { return forge::is_floating(compute) ? double(cu::round_to(compute, float(v))) : v; };
+  const auto round = [&](double v) {
+    return forge::is_floating(compute) ? double(cu::round_to(compute, float(v))) : v;
+  };
   if (op == be::Unary::leaky_relu) p.p0 = round(variant ? 0.2 : 0.01);
   if (op == be::Unary::softplus) p.p0 = round(variant ? 2.0 : 1.0), p.p1 = round(variant ? 3.0 : 20.0);
   if (op == be::Unary::elu) p.p0 = round(variant ? 0.5 : 1.0);

@@ -4,8 +4,8 @@
 // policy's logic is checked on every machine and under TSan. The same pool
 // runs over cudaMalloc on a GPU (tests/cuda_test.cpp).
 
-#include <catch2/catch.hpp>
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <cstdint>
 #include <cstring>
 #include <future>
@@ -78,7 +78,8 @@ TEST_CASE("device pool: a block released on its own stream is reused at once on 
   CHECK(p.pool.stats().pending_blocks == 0);
 }
 
-TEST_CASE("device pool: a block another stream used is reused only after that stream's event", "[device-pool][concurrent]") {
+TEST_CASE("device pool: a block another stream used is reused only after that stream's event",
+          "[device-pool][concurrent]") {
   DevicePool p;
   const StreamId a = p.dev->create_stream();
   const StreamId b = p.dev->create_stream();

@@ -4,8 +4,10 @@
 // transfers go through the device runtime, streams through its driver. The
 // same paths run on a GPU in tests/cuda/.
 
-#include <catch2/catch.hpp>
+#include "backend/device_runtime.h"
+
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <cstdint>
 #include <future>
 #include <memory>
@@ -14,7 +16,6 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/host_executor.h"
-#include "backend/device_runtime.h"
 #include "forge/forge.h"
 #include "memory/emulated_device.h"
 #include "support.h"
@@ -32,9 +33,9 @@ std::size_t g_capacity = SIZE_MAX;  // of the emulated devices made from now on
 std::unique_ptr<forge::detail::DeviceRuntime> emulated_runtime(Device device, std::size_t max_cached_bytes) {
   FORGE_CHECK(device.index == 0, device, "ExecContext", "device ", device.str(),
               " requested, but 1 emulated device is visible");
-  return std::make_unique<forge::detail::DeviceRuntime>(
-      forge::backend::cpu_backend(), 1, std::make_unique<forge::detail::EmulatedDevice>(g_capacity, 0),
-      forge::cpu::host_executor(1), max_cached_bytes);
+  return std::make_unique<forge::detail::DeviceRuntime>(forge::backend::cpu_backend(), 1,
+                                                        std::make_unique<forge::detail::EmulatedDevice>(g_capacity, 0),
+                                                        forge::cpu::host_executor(1), max_cached_bytes);
 }
 
 forge::detail::EmulatedDevice& emulated_device(forge::ExecContext& ctx) {

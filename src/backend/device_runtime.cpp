@@ -1,9 +1,8 @@
 #include "backend/device_runtime.h"
 
-#include <cstring>
-
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
@@ -33,8 +32,9 @@ DeviceRuntime::~DeviceRuntime() {
 
 Ref<Buffer> DeviceRuntime::allocate_owned(std::size_t bytes, const char* op) {
   std::shared_ptr<BlockSource> source = pool_.block_source(internal);
-  const std::size_t rounded = std::max<std::size_t>(
-      Buffer::kAlignmentBytes, (bytes + Buffer::kAlignmentBytes - 1) / Buffer::kAlignmentBytes * Buffer::kAlignmentBytes);
+  const std::size_t rounded =
+      std::max<std::size_t>(Buffer::kAlignmentBytes,
+                            (bytes + Buffer::kAlignmentBytes - 1) / Buffer::kAlignmentBytes * Buffer::kAlignmentBytes);
   void* block = source->allocate(rounded);
   FORGE_CHECK(block != nullptr, out_of_memory, op, device_.str(), " refused ", rounded, " bytes of owned memory");
   try {

@@ -8,10 +8,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <string>
 #include <iomanip>
 #include <ostream>
 #include <sstream>
+#include <string>
 #include <vector>
 
 #include "forge/tensor.h"

@@ -21,13 +21,13 @@
 // throws goes back to ahead_ (after the worker is idle) with ready_ naming it,
 // so the next call hands it out again.
 
-#include "core/tensor_internal.h"
 #include "forge/data/dataloader.h"
 
 #include <cstring>
 #include <limits>
 #include <random>
 
+#include "core/tensor_internal.h"
 #include "forge/exec_context.h"
 
 namespace forge::data {

@@ -3,7 +3,6 @@
 // copies anything else through unchanged; the 1f 8b magic, checked here
 // first, only decides which size bound applies before allocating.
 
-#include "core/tensor_internal.h"
 #include "forge/io/idx.h"
 
 #include <unistd.h>
@@ -17,6 +16,7 @@
 #include <memory>
 #include <new>
 
+#include "core/tensor_internal.h"
 #include "forge/exec_context.h"
 #include "io/regular_file.h"
 

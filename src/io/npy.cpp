@@ -9,7 +9,6 @@
 // integers) with a bounded header length, and requires exactly the three keys
 // and exactly the data bytes the shape calls for.
 
-#include "core/tensor_internal.h"
 #include "forge/io/npy.h"
 
 #include <bit>
@@ -21,6 +20,7 @@
 #include <string_view>
 #include <utility>
 
+#include "core/tensor_internal.h"
 #include "io/atomic_file.h"
 #include "io/mapped_file.h"
 

@@ -11,7 +11,6 @@
 // byte ranges must tile the data exactly (no overlap, no hole, nothing
 // after), as the format requires. Only then are tensors made over the mapping.
 
-#include "core/tensor_internal.h"
 #include "forge/io/safetensors.h"
 
 #include <algorithm>
@@ -29,6 +28,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/tensor_internal.h"
 #include "io/atomic_file.h"
 #include "io/mapped_file.h"
 

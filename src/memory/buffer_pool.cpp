@@ -132,8 +132,8 @@ class PoolCore final : public BufferOwner {
   void* allocate_block(std::size_t rounded, std::size_t& flushed) noexcept;
   std::size_t empty_cache() noexcept;
   void release_used_elsewhere(Buffer* buffer) noexcept;
-  Buffer* collect_pending() noexcept;  // under mu_; returns blocks to free
-  std::vector<Pending> take_pending() noexcept;  // under mu_
+  Buffer* collect_pending() noexcept;                           // under mu_; returns blocks to free
+  std::vector<Pending> take_pending() noexcept;                 // under mu_
   void finish_pending(std::vector<Pending>& pending) noexcept;  // waits, then frees
   void free_chain(Buffer* chain) noexcept;
   Buffer* evict_until(std::size_t limit) noexcept;  // under mu_
@@ -185,8 +185,7 @@ class PoolCore final : public BufferOwner {
 Buffer* PoolCore::take_cached(StreamId stream, std::size_t rounded) noexcept {
   auto it = std::lower_bound(buckets_.begin(), buckets_.end(), rounded,
                              [stream](const Bucket& b, std::size_t n) { return before(b, stream, n); });
-  for (; it != buckets_.end() && it->stream == stream && it->bytes <= rounded * BufferPool::kMaxOversizeFactor;
-       ++it) {
+  for (; it != buckets_.end() && it->stream == stream && it->bytes <= rounded * BufferPool::kMaxOversizeFactor; ++it) {
     if (it->head == nullptr) continue;
     Buffer* b = it->head;
     it->head = b->next_free_;
@@ -579,9 +578,7 @@ BufferPool::~BufferPool() { core_->orphan(); }
 
 Ref<Buffer> BufferPool::acquire(std::size_t nbytes, const char* op) { return core_->acquire(nbytes, op); }
 void BufferPool::trim() { core_->trim(); }
-std::shared_ptr<detail::BlockSource> BufferPool::block_source(const detail::Internal&) const {
-  return core_->source();
-}
+std::shared_ptr<detail::BlockSource> BufferPool::block_source(const detail::Internal&) const { return core_->source(); }
 void BufferPool::record_stream(Buffer& buffer, void* stream) {
   FORGE_CHECK(buffer.owner() == core_, invalid_argument, "record_stream", "the buffer is not one of this pool's");
   core_->record_stream(buffer, stream);

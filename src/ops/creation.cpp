@@ -122,8 +122,9 @@ Tensor ExecContext::from_host_checked(const void* data, std::size_t count, const
   FORGE_CHECK(static_cast<std::size_t>(n) == count, shape, "from_vector", count, " values do not fill shape ", shape,
               " (", n, " elements)");
   Tensor t = detail::allocate(runtime(), shape, dtype, "from_vector");
-  if (n > 0) detail::device_runtime(t).upload(detail::first_element(t), static_cast<const std::byte*>(data),
-                                              count * dtype_size(dtype));
+  if (n > 0)
+    detail::device_runtime(t).upload(detail::first_element(t), static_cast<const std::byte*>(data),
+                                     count * dtype_size(dtype));
   detail::adopt_output(t);
   return t;
 }
@@ -144,8 +145,8 @@ Tensor detail::blob_tensor(ExecContext& ctx, Device device, void* data, const Sh
   Ref<Buffer> buffer =
       detail::borrow_unarmed(data, static_cast<std::size_t>(n) * dtype_size(dtype), device, std::move(on_release));
   Buffer& bytes = *buffer.get();
-  Tensor t(Ref<TensorImpl>::adopt(new TensorImpl(detail::internal, Ref<Runtime>::share(&ctx.runtime()), std::move(buffer),
-                                                 shape, contiguous_strides(shape), 0, dtype)));
+  Tensor t(Ref<TensorImpl>::adopt(new TensorImpl(detail::internal, Ref<Runtime>::share(&ctx.runtime()),
+                                                 std::move(buffer), shape, contiguous_strides(shape), 0, dtype)));
   detail::arm_borrowed(bytes);
   return t;
 }

@@ -203,7 +203,8 @@ class ArenaCore final : public RefCounted<ArenaCore>, public BufferOwner {
     std::size_t bytes = std::max(need, high_water_);
     if (call_bytes_ > 0 && current_) bytes = std::max(need, current_->bytes() * 2);  // mid-call: keep the old chunk
     void* block = nullptr;
-    if (!should_fail()) block = streams_ != nullptr ? streams_->allocate_async(bytes, stream_) : allocate_host_block(bytes);
+    if (!should_fail())
+      block = streams_ != nullptr ? streams_->allocate_async(bytes, stream_) : allocate_host_block(bytes);
     FORGE_CHECK(block != nullptr, out_of_memory, op, "the arena cannot grow to ", bytes, " bytes",
                 streams_ != nullptr ? ": " : "", streams_ != nullptr ? device().str() : "",
                 streams_ != nullptr ? " refused them" : "");

@@ -40,8 +40,9 @@ Runtime::Runtime(const RuntimeOptions& options)
     : device_(options.device),
       threads_(options.threads),
       host_(cpu::host_runtime(options.threads, options.max_cached_bytes)),
-      accelerator_(options.device.is_cpu() ? nullptr
-                                           : detail::make_accelerator_runtime(options.device, options.max_cached_bytes)),
+      accelerator_(options.device.is_cpu()
+                       ? nullptr
+                       : detail::make_accelerator_runtime(options.device, options.max_cached_bytes)),
       host_pool_(&host_->pool()),
       compute_(accelerator_ ? accelerator_.get() : host_.get()),
       scopes_(std::make_unique<detail::ScopeStack>(this)),

@@ -14,7 +14,7 @@
 namespace forge::cuda {
 
 // for (i in [0, n) assigned to this thread of a grid-stride loop)
-#define FORGE_GRID_LOOP(i, n)                                                                            \
+#define FORGE_GRID_LOOP(i, n)                                                                      \
   for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
 

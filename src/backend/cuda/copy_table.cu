@@ -35,9 +35,8 @@ void copy_cast(detail::DeviceRuntime& dev, const Shape& shape, const Operand& ds
   const Strides* const strides[2] = {&dst.strides, &src.strides};
   const StridedIndexer<2> ix(shape, strides);
   cudaStream_t s = stream_of(dev);
-  dispatch_storage(dst.dtype, [&](auto tag) {
-    copy_cast_kernel<decltype(tag)><<<grid_for(n), kThreads, 0, s>>>(n, ix, dst, src);
-  });
+  dispatch_storage(
+      dst.dtype, [&](auto tag) { copy_cast_kernel<decltype(tag)><<<grid_for(n), kThreads, 0, s>>>(n, ix, dst, src); });
   check_launch("copy");
 }
 
@@ -52,7 +51,8 @@ __global__ void fill_kernel(std::int64_t n, StridedIndexer<1> ix, U* dst, U valu
 }
 
 template <typename U>
-void launch_fill(cudaStream_t s, std::int64_t n, const StridedIndexer<1>& ix, std::byte* dst, const std::byte* element) {
+void launch_fill(cudaStream_t s, std::int64_t n, const StridedIndexer<1>& ix, std::byte* dst,
+                 const std::byte* element) {
   U value;
   std::memcpy(&value, element, sizeof value);
   fill_kernel<U><<<grid_for(n), kThreads, 0, s>>>(n, ix, reinterpret_cast<U*>(dst), value);

@@ -542,7 +542,7 @@ FORGE_HD inline C unary_value(Unary op, C x, const UnaryConsts<C>& p) noexcept {
         return x > C(0) ? x : x * p.p0;
       case Unary::gelu:
         return C(0.5) * x * m::erfc(-x * C(kSqrt1_2));  // x Phi(x)
-      case Unary::gelu_tanh: {  // 0.5 x (1 + tanh u) = x sigmoid(2u)
+      case Unary::gelu_tanh: {                          // 0.5 x (1 + tanh u) = x sigmoid(2u)
         const C z = C(2 * kSqrt2OverPi) * (x + C(kGeluKappa) * x * x * x);
         return x * logistic(z).sig;
       }
@@ -638,8 +638,12 @@ struct SgdConsts {
 };
 template <typename T>
 inline SgdConsts<T> sgd_consts(const backend::SgdStep& s) noexcept {
-  return {static_cast<T>(s.lr), static_cast<T>(s.weight_decay), static_cast<T>(s.momentum),
-          static_cast<T>(1 - s.dampening), s.nesterov, s.first};
+  return {static_cast<T>(s.lr),
+          static_cast<T>(s.weight_decay),
+          static_cast<T>(s.momentum),
+          static_cast<T>(1 - s.dampening),
+          s.nesterov,
+          s.first};
 }
 // One SGD update; buf is null without momentum.
 template <typename T>

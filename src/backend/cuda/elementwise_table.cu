@@ -141,8 +141,7 @@ void binary_rows(detail::DeviceRuntime& dev, Binary op, DType compute, std::int6
 // ---- unary ----
 
 template <typename C>
-__global__ void unary_flat_kernel(Unary op, DType compute, UnaryConsts<C> p, std::int64_t n, FlatArg out,
-                                  FlatArg in) {
+__global__ void unary_flat_kernel(Unary op, DType compute, UnaryConsts<C> p, std::int64_t n, FlatArg out, FlatArg in) {
   FORGE_GRID_LOOP(i, n) {
     const C x = load_as<C>(in.data, in.dtype, i * in.stride);
     store_result<C>(out.data, out.dtype, i * out.stride, unary_value<C>(op, x, p), compute);
@@ -255,9 +254,8 @@ void unary_backward_flat(detail::DeviceRuntime& dev, UnaryBackward op, DType dty
   cudaStream_t s = stream_of(dev);
   dispatch_float(dtype, [&](auto tag) {
     using C = decltype(tag);
-    unary_backward_kernel<C><<<grid_for(n), kThreads, 0, s>>>(op, n, reinterpret_cast<C*>(out),
-                                                              reinterpret_cast<const C*>(g),
-                                                              reinterpret_cast<const C*>(saved));
+    unary_backward_kernel<C><<<grid_for(n), kThreads, 0, s>>>(
+        op, n, reinterpret_cast<C*>(out), reinterpret_cast<const C*>(g), reinterpret_cast<const C*>(saved));
   });
   check_launch("unary_backward");
 }

@@ -26,14 +26,12 @@ using backend::RowTake;
 // ---- index checks ----
 
 __global__ void find_bad_kernel(std::int64_t n, StridedIndexer<1> ix, const std::byte* index, DType dtype,
-                                std::int64_t bound, bool has_allowed, std::int64_t allowed,
-                                unsigned long long* first) {
+                                std::int64_t bound, bool has_allowed, std::int64_t allowed, unsigned long long* first) {
   FORGE_GRID_LOOP(i, n) {
     std::int64_t off[1];
     ix.offsets(i, off);
     const std::int64_t v = load_as<std::int64_t>(index, dtype, off[0]);
-    if (!((v >= 0 && v < bound) || (has_allowed && v == allowed)))
-      atomicMin(first, static_cast<unsigned long long>(i));
+    if (!((v >= 0 && v < bound) || (has_allowed && v == allowed))) atomicMin(first, static_cast<unsigned long long>(i));
   }
 }
 
@@ -124,9 +122,9 @@ void take_rows(detail::DeviceRuntime& dev, const RowTake& g, DType dtype, const 
   cudaStream_t s = stream_of(dev);
   dispatch_width(dtype_size(dtype), [&](auto tag) {
     using U = decltype(tag);
-    take_rows_kernel<U><<<grid_for(total), kThreads, 0, s>>>(total, g.row_len, lead, g.out_col_stride,
-                                                             g.src_row_stride, g.src_col_stride, rows,
-                                                             reinterpret_cast<U*>(out), reinterpret_cast<const U*>(src));
+    take_rows_kernel<U><<<grid_for(total), kThreads, 0, s>>>(total, g.row_len, lead, g.out_col_stride, g.src_row_stride,
+                                                             g.src_col_stride, rows, reinterpret_cast<U*>(out),
+                                                             reinterpret_cast<const U*>(src));
   });
   check_launch("embedding");
 }
@@ -245,7 +243,7 @@ void one_hot(detail::DeviceRuntime& dev, const Shape& out_shape, const Operand& 
   const Strides* const strides[1] = {&out.strides};
   const StridedIndexer<1> ix(out_shape, strides);
   one_hot_kernel<<<grid_for(n), kThreads, 0, stream_of(dev)>>>(n, c, ix, reinterpret_cast<std::int64_t*>(out.data),
-                                                                 classes);
+                                                               classes);
   check_launch("one_hot");
 }
 

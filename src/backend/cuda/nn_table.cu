@@ -25,8 +25,7 @@ using backend::MseLoss;
 using backend::NormBackward;
 
 // Rows a block walks: blockIdx.x, blockIdx.x + gridDim.x, ...
-#define FORGE_ROW_LOOP(r, rows) \
-  for (std::int64_t r = blockIdx.x; r < (rows); r += gridDim.x)
+#define FORGE_ROW_LOOP(r, rows) for (std::int64_t r = blockIdx.x; r < (rows); r += gridDim.x)
 
 // Element offset of row i's first class (ClassRows::offset, on the device).
 __device__ std::int64_t row_offset(const ClassRows& rows, std::int64_t i) {
@@ -44,12 +43,13 @@ __device__ std::int64_t row_offset(const ClassRows& rows, std::int64_t i) {
 // Rows of the [outer, n, inner] block: (o, k) for o < outer, k < inner, the
 // row's elements `inner` apart.
 template <typename C>
-__global__ void softmax_kernel(DType dtype, std::int64_t outer, std::int64_t n, std::int64_t inner,
-                               const std::byte* in, std::byte* out, bool log) {
+__global__ void softmax_kernel(DType dtype, std::int64_t outer, std::int64_t n, std::int64_t inner, const std::byte* in,
+                               std::byte* out, bool log) {
   FORGE_ROW_LOOP(r, outer * inner) {
     const std::int64_t base = (r / inner) * n * inner + r % inner;
     C mx = -INFINITY;
-    for (std::int64_t j = threadIdx.x; j < n; j += blockDim.x) mx = MaxNanOp<C>{}(mx, load_as<C>(in, dtype, base + j * inner));
+    for (std::int64_t j = threadIdx.x; j < n; j += blockDim.x)
+      mx = MaxNanOp<C>{}(mx, load_as<C>(in, dtype, base + j * inner));
     mx = block_reduce(mx, MaxNanOp<C>{});
     double sum = 0;
     for (std::int64_t j = threadIdx.x; j < n; j += blockDim.x)
@@ -266,8 +266,8 @@ void class_loss(detail::DeviceRuntime& dev, const ClassLoss& p, bool cross_entro
   const char* op = cross_entropy ? "cross_entropy" : "nll_loss";
   cudaStream_t s = stream_of(dev);
   const std::int64_t rows = p.rows.rows;
-  LossArgs a{p.rows, p.x, p.out.dtype, p.targets, p.ignore_index, p.label_smoothing, p.reduce, {}, p.out.data,
-             p.out.dtype, nullptr};
+  LossArgs a{p.rows,   p.x, p.out.dtype, p.targets,   p.ignore_index, p.label_smoothing,
+             p.reduce, {},  p.out.data,  p.out.dtype, nullptr};
   Ref<Buffer> scratch;
   if (p.reduce) {
     scratch = dev.pool().acquire(static_cast<std::size_t>(rows > 0 ? rows : 1) * sizeof(double), op);
@@ -279,7 +279,8 @@ void class_loss(detail::DeviceRuntime& dev, const ClassLoss& p, bool cross_entro
   if (rows > 0) {
     if (cross_entropy) {
       const RowSplit split = row_split(rows, p.rows.classes);
-      dispatch_float(a.dtype, [&](auto tag) { cross_entropy_kernel<decltype(tag)><<<split.blocks, split.threads, 0, s>>>(a); });
+      dispatch_float(a.dtype,
+                     [&](auto tag) { cross_entropy_kernel<decltype(tag)><<<split.blocks, split.threads, 0, s>>>(a); });
     } else {
       nll_kernel<<<grid_for(rows), kThreads, 0, s>>>(a);
     }
@@ -510,8 +511,7 @@ void class_loss_backward(detail::DeviceRuntime& dev, const ClassLossBackward& p,
   cudaStream_t s = stream_of(dev);
   const std::int64_t rows = p.dx_rows.rows, classes = p.dx_rows.classes;
   if (!cross_entropy && rows * classes > 0)  // dx is dense: zeros, then the targets' entries
-    check(cudaMemsetAsync(p.dx, 0, static_cast<std::size_t>(rows * classes) * dtype_size(p.dtype), s), op,
-          "memset");
+    check(cudaMemsetAsync(p.dx, 0, static_cast<std::size_t>(rows * classes) * dtype_size(p.dtype), s), op, "memset");
   if (rows <= 0 || classes <= 0) return;
   Ref<Buffer> scratch = dev.pool().acquire(sizeof(double), op);
   auto* inv = reinterpret_cast<double*>(scratch->data());

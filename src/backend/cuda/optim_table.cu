@@ -89,13 +89,12 @@ double norm(detail::DeviceRuntime& dev, DType dtype, std::int64_t n, const void*
   auto* partial = reinterpret_cast<double*>(scratch->data());
   dispatch_float(dtype, [&](auto tag) {
     using T = decltype(tag);
-    norm_chunks_kernel<T><<<static_cast<unsigned>(chunks.count), kThreads, 0, stream>>>(
-        n, static_cast<const T*>(x), p, inf, partial);
+    norm_chunks_kernel<T>
+        <<<static_cast<unsigned>(chunks.count), kThreads, 0, stream>>>(n, static_cast<const T*>(x), p, inf, partial);
   });
   check_launch("norm_power_sum");
   std::vector<double> host(static_cast<std::size_t>(chunks.count));
-  check(cudaMemcpyAsync(host.data(), partial, bytes, cudaMemcpyDeviceToHost, stream), "norm_power_sum",
-        "copy to host");
+  check(cudaMemcpyAsync(host.data(), partial, bytes, cudaMemcpyDeviceToHost, stream), "norm_power_sum", "copy to host");
   check(cudaStreamSynchronize(stream), "norm_power_sum", "stream synchronize");
   double total = 0;
   for (double v : host) total = inf ? nan_max(total, v) : total + v;

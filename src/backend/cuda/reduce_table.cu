@@ -333,8 +333,7 @@ __device__ bool better(V v, V best) {
 }
 
 template <typename V, bool kMax>
-__global__ void arg_reduce_kernel(Lines l, const std::byte* in, DType dtype, std::byte* values,
-                                  std::int64_t* indices) {
+__global__ void arg_reduce_kernel(Lines l, const std::byte* in, DType dtype, std::byte* values, std::int64_t* indices) {
   FORGE_GRID_LOOP(line, l.count) {
     std::int64_t off[3];
     l.start.offsets(line, off);
