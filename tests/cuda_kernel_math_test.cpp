@@ -41,14 +41,13 @@ std::byte* bytes(void* p) { return static_cast<std::byte*>(p); }
 
 struct MappedCase {
   const char* name;
-  Shape shape;                                   // out's
+  Shape shape;                                  // out's
   std::vector<std::vector<std::int64_t>> maps;  // per dim, empty: identity
   std::int64_t period;
   bool flip_last;  // src read backwards along the last dim
 };
 
-TEST_CASE("cuda index math: mapped offsets match the cpu mapped_copy (maps, fill, tiled rows, flips)",
-          "[cuda-math]") {
+TEST_CASE("cuda index math: mapped offsets match the cpu mapped_copy (maps, fill, tiled rows, flips)", "[cuda-math]") {
   forge_test::TestContext ctx;
   auto& dev = host_runtime(ctx);
   const std::vector<MappedCase> cases = {
@@ -135,7 +134,8 @@ TEST_CASE("cuda index math: the three-pass scan over scan chunks gives each flag
       for (int t = 0; t < C::kThreadsPerChunk; ++t) {
         std::int64_t first = 0, last = 0;
         c.thread_span(b, t, first, last);
-        for (std::int64_t i = first; i < last; ++i) counts[static_cast<std::size_t>(b)] += flags[static_cast<std::size_t>(i)];
+        for (std::int64_t i = first; i < last; ++i)
+          counts[static_cast<std::size_t>(b)] += flags[static_cast<std::size_t>(i)];
       }
     std::int64_t before = 0;
     for (auto& k : counts) std::swap(k, before), before += k;  // exclusive
@@ -315,8 +315,8 @@ TEST_CASE("cuda dropout math: the mask is the cpu dropout kernel's, bit for bit"
   const Strides s{1};
   for (const double p : {0.1, 0.5, 0.9}) {
     for (const std::uint64_t seed : {std::uint64_t{0}, std::uint64_t{42}, ~std::uint64_t{0}}) {
-      cpu_table().linalg.dropout.fn(dev, Shape{n}, {bytes(out.data()), DType::f32, s},
-                                    {bytes(x.data()), DType::f32, s}, p, seed);
+      cpu_table().linalg.dropout.fn(dev, Shape{n}, {bytes(out.data()), DType::f32, s}, {bytes(x.data()), DType::f32, s},
+                                    p, seed);
       const std::uint64_t threshold = cu::dropout_threshold(p);
       std::int64_t mismatches = 0;
       for (std::int64_t i = 0; i < n; ++i)
@@ -359,8 +359,7 @@ TEST_CASE("cuda dropout math: keep rate, determinism and neighbour independence 
 
 // ---- attention ----
 
-TEST_CASE("cuda attention math: scores are scaled, masked to -inf and shifted by an additive mask",
-          "[cuda-math]") {
+TEST_CASE("cuda attention math: scores are scaled, masked to -inf and shifted by an additive mask", "[cuda-math]") {
   CHECK(cu::attention_score(2.0, 0.5, true, 0.0) == 1.0);
   CHECK(cu::attention_score(2.0, 0.5, true, -3.0) == -2.0);
   CHECK(cu::attention_score(2.0f, 0.25f, true, 1.0f) == 1.5f);

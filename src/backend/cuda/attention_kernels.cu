@@ -100,8 +100,8 @@ void attention_typed(detail::DeviceRuntime& dev, const AttentionProblem& p) {
   a.causal = p.is_causal;
   a.masked = p.mask.data != nullptr;
   const Strides mask_batch = batch_strides_or_zero(p.mask, p.batch.rank());
-  const Strides* const strides[5] = {&p.out.batch_strides, &p.q.batch_strides, &p.k.batch_strides,
-                                     &p.v.batch_strides, &mask_batch};
+  const Strides* const strides[5] = {&p.out.batch_strides, &p.q.batch_strides, &p.k.batch_strides, &p.v.batch_strides,
+                                     &mask_batch};
   a.outer = StridedIndexer<5>(p.batch, strides);
   a.qr = p.q.rs, a.qe = p.q.cs, a.kr = p.k.rs, a.ke = p.k.cs, a.vr = p.v.rs, a.ve = p.v.cs;
   a.orow = p.out.rs, a.oe = p.out.cs, a.mr = p.mask.rs, a.mc = p.mask.cs;
@@ -118,11 +118,11 @@ void attention_typed(detail::DeviceRuntime& dev, const AttentionProblem& p) {
   const A scale = static_cast<A>(p.scale);
   cudaStream_t stream = stream_of(dev);
   if (a.masked && p.mask_dtype == DType::boolean)
-    attention_kernel<T, std::uint8_t, A><<<blocks, threads, 0, stream>>>(
-        a, scale, q, k, v, reinterpret_cast<const std::uint8_t*>(p.mask.data), out, s);
+    attention_kernel<T, std::uint8_t, A>
+        <<<blocks, threads, 0, stream>>>(a, scale, q, k, v, reinterpret_cast<const std::uint8_t*>(p.mask.data), out, s);
   else
-    attention_kernel<T, T, A><<<blocks, threads, 0, stream>>>(a, scale, q, k, v,
-                                                              reinterpret_cast<const T*>(p.mask.data), out, s);
+    attention_kernel<T, T, A>
+        <<<blocks, threads, 0, stream>>>(a, scale, q, k, v, reinterpret_cast<const T*>(p.mask.data), out, s);
   check_launch("scaled_dot_product_attention");
 }
 

@@ -67,8 +67,7 @@ __global__ void scan_counts_kernel(std::int64_t chunks, long long* counts, std::
   if (threadIdx.x == 0) pos[n] = total;
 }
 
-__global__ void positions_kernel(ScanChunks c, const std::uint8_t* flags, const long long* counts,
-                                 std::int64_t* pos) {
+__global__ void positions_kernel(ScanChunks c, const std::uint8_t* flags, const long long* counts, std::int64_t* pos) {
   for (std::int64_t b = blockIdx.x; b < c.count; b += gridDim.x) {
     std::int64_t first = 0, last = 0;
     c.thread_span(b, static_cast<int>(threadIdx.x), first, last);
@@ -172,7 +171,7 @@ void nonzero(detail::DeviceRuntime& dev, const Shape& shape, const std::uint8_t*
   plain.rank = shape.rank();
   for (int d = 0; d < plain.rank; ++d) plain.size[d] = shape[d];
   nonzero_kernel<<<grid_for(n), kThreads, 0, stream_of(dev)>>>(n, plain, flags,
-                                                                reinterpret_cast<const std::int64_t*>(pos->data()), out);
+                                                               reinterpret_cast<const std::int64_t*>(pos->data()), out);
   check_launch(op);
 }
 

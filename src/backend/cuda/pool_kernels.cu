@@ -57,7 +57,8 @@ __global__ void avg_pool_kernel(std::int64_t total, Window2d win, bool include_p
     const Nchw4 o = split(i, win.c, win.out_h, win.out_w);
     const T* plane = x + o.n * xs.s0 + o.c * xs.s1;
     const compute_t<T> mean = avg_pool_at<compute_t<T>>(
-        win, include_pad, o.h, o.w, [&](std::int64_t ih, std::int64_t iw) { return widen(plane[ih * xs.s2 + iw * xs.s3]); });
+        win, include_pad, o.h, o.w,
+        [&](std::int64_t ih, std::int64_t iw) { return widen(plane[ih * xs.s2 + iw * xs.s3]); });
     out[os.at(o.n, o.c, o.h, o.w)] = convert<T>(mean);
   }
 }
@@ -95,8 +96,7 @@ void max_pool2d(detail::DeviceRuntime& dev, const Pool2dProblem& p) {
   dispatch_floating(p.dtype, [&](auto tag) {
     using T = decltype(tag);
     max_pool_kernel<T><<<grid_for(total), kThreads, 0, stream_of(dev)>>>(
-        total, w, reinterpret_cast<const T*>(p.x), Nchw(p.x_strides), reinterpret_cast<T*>(p.out),
-        Nchw(p.out_strides));
+        total, w, reinterpret_cast<const T*>(p.x), Nchw(p.x_strides), reinterpret_cast<T*>(p.out), Nchw(p.out_strides));
   });
   check_launch("max_pool2d");
 }
@@ -108,8 +108,8 @@ void avg_pool2d(detail::DeviceRuntime& dev, const Pool2dProblem& p) {
   dispatch_floating(p.dtype, [&](auto tag) {
     using T = decltype(tag);
     avg_pool_kernel<T><<<grid_for(total), kThreads, 0, stream_of(dev)>>>(
-        total, w, p.count_include_pad, reinterpret_cast<const T*>(p.x), Nchw(p.x_strides),
-        reinterpret_cast<T*>(p.out), Nchw(p.out_strides));
+        total, w, p.count_include_pad, reinterpret_cast<const T*>(p.x), Nchw(p.x_strides), reinterpret_cast<T*>(p.out),
+        Nchw(p.out_strides));
   });
   check_launch("avg_pool2d");
 }

@@ -139,8 +139,8 @@ FORGE_HD inline T max_pool_grad_at(const backend::Window2d& w, std::int64_t ih, 
 // avg_pool2d's gradient at input (ih, iw): the sum, in (oh, ow) order, of
 // grad(oh, ow) / count over the windows that read it.
 template <typename T, typename LoadG>
-FORGE_HD inline T avg_pool_grad_at(const backend::Window2d& w, bool count_include_pad, std::int64_t ih,
-                                   std::int64_t iw, LoadG&& grad) noexcept {
+FORGE_HD inline T avg_pool_grad_at(const backend::Window2d& w, bool count_include_pad, std::int64_t ih, std::int64_t iw,
+                                   LoadG&& grad) noexcept {
   const OutRange rh = covering_outputs(ih, w.stride_h, w.pad_h, w.kernel_h, 1, w.out_h);
   const OutRange rw = covering_outputs(iw, w.stride_w, w.pad_w, w.kernel_w, 1, w.out_w);
   T sum = 0;
