@@ -132,6 +132,14 @@ std::vector<OpCase> conv_cases() {
              const Tensor x = e.leaf({2, 5, 16, 12});
              e.emit("max_pool2d, avg_pool2d", {forge::max_pool2d(x), forge::avg_pool2d(x, {.kernel = {3, 3}})});
            }),
+      make("pooling, padded and strided", "conv.pool", kFloat,
+           [](Env& e) {
+             const Tensor x = e.leaf({2, 3, 11, 9});
+             e.emit("max_pool2d 3x3 stride 2 pad 1, avg_pool2d without pad counts",
+                    {forge::max_pool2d(x, {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}}),
+                     forge::avg_pool2d(x, {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}, .ceil_mode = true,
+                                           .count_include_pad = false})});
+           }),
   };
 }
 
@@ -152,6 +160,16 @@ std::vector<OpCase> linalg_cases() {
             e.emit("[5, 31, 40] @ [5, 40, 9]", {forge::bmm(a, b)});
           },
           kReducedScale),
+      make(
+          "scaled_dot_product_attention and dropout", "linalg.attention", kFloat,
+          [](Env& e) {
+            const Tensor q = e.input({2, 3, 7, 16}), k = e.input({2, 3, 9, 16}), v = e.input({2, 3, 9, 8});
+            const Tensor mask = e.mask({7, 9}), x = e.input({33, 17});
+            e.emit("masked, causal, dropout 0.3",
+                   {forge::scaled_dot_product_attention(q, k, v, mask),
+                    forge::scaled_dot_product_attention(q, k, v, Tensor(), true), forge::dropout(x, 0.3)});
+          },
+          kReducedScale),
   };
 }
 
@@ -169,6 +187,21 @@ std::vector<OpCase> indexing_cases() {
              const Tensor x = e.leaf({10, 8}), src = e.leaf({40, 8});
              e.emit("embedding, scatter_add over 0", {forge::embedding(weight, e.index({6, 9}, 0, 99)),
                                                       forge::scatter_add(x, 0, e.index({40, 8}, 0, 9), src)});
+           }),
+      make("flip, pad and repeat", "indexing.mapped_copy", kNumeric,
+           [](Env& e) {
+             const Tensor x = e.input({6, 5, 4});
+             e.emit("flip (0, 2), constant and reflect pad, repeat",
+                    {x.flip({0, 2}), forge::pad(x, {2, 1, 1, 3}, forge::PadMode::constant, 1.0),
+                     forge::pad(x, {2, 3}, forge::PadMode::reflect), x.repeat({2, 1, 3})});
+           }),
+      make("masked_select, nonzero and rows_where", "indexing.compact_rows", kNumeric,
+           [](Env& e) {
+             const Tensor x = e.input({3000, 3}), mask = e.mask({3000, 3}), rows = e.mask({3000});
+             forge::Arena a(e.ctx()), b(e.ctx()), c(e.ctx()), d(e.ctx());
+             e.emit("masked_select, nonzero, rows_where, nonzero_per_row",
+                    {forge::masked_select(x, mask, &a), forge::nonzero(mask, &b),
+                     forge::rows_where(x, rows, &c).tensor(), forge::nonzero_per_row(mask, &d).values()});
            }),
   };
 }

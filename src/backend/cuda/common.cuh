@@ -44,6 +44,38 @@ decltype(auto) dispatch_float(DType dtype, Fn&& fn) {
   return fn(float{});
 }
 
+// Calls fn(U{}) with an unsigned integer of the element size: kernels that
+// only move elements are compiled once per width.
+template <typename Fn>
+void dispatch_width(std::size_t size, Fn&& fn) {
+  switch (size) {
+    case 1:
+      return fn(std::uint8_t{});
+    case 2:
+      return fn(std::uint16_t{});
+    case 4:
+      return fn(std::uint32_t{});
+    default:
+      return fn(std::uint64_t{});
+  }
+}
+
+// Calls fn(T{}) with the storage type of a floating dtype (f16_t, bf16_t
+// for the 16-bit ones).
+template <typename Fn>
+void dispatch_floating(DType dtype, Fn&& fn) {
+  switch (dtype) {
+    case DType::f64:
+      return fn(double{});
+    case DType::f16:
+      return fn(f16_t{});
+    case DType::bf16:
+      return fn(bf16_t{});
+    default:
+      return fn(float{});
+  }
+}
+
 template <typename T>
 struct SumOp {
   __device__ T operator()(T a, T b) const { return a + b; }

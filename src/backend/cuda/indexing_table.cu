@@ -5,14 +5,15 @@
 // Index tensors (gather's and scatter_add's index, take_rows' rows,
 // one_hot's classes) are device memory; find_bad_index's `allowed` and
 // `value` and the counts returned are host values (the op reads them, so
-// those kernels synchronize the stream). Left out, so that the ops say so
-// (ErrorCode::device): mapped_copy (its maps are built on the host by flip,
-// pad and repeat), compact_rows, nonzero and flag_rows (stream compactions).
+// those kernels synchronize the stream). mapped_copy (host or device maps)
+// is mapped_copy.cu; the stream compactions compact_rows, nonzero and
+// flag_rows are compact_kernels.cu.
 //
 // scatter_add walks each line along `dim` in order in one thread, so sums
 // are deterministic and no two threads write one element.
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/indexing_kernels.h"
 #include "backend/cuda/tables.h"
 #include "forge/buffer_pool.h"
 
@@ -21,22 +22,6 @@ namespace {
 
 using backend::Operand;
 using backend::RowTake;
-
-// Calls fn(U{}) with an unsigned integer of the element size: kernels that
-// only move elements are compiled once per width.
-template <typename Fn>
-void dispatch_width(std::size_t size, Fn&& fn) {
-  switch (size) {
-    case 1:
-      return fn(std::uint8_t{});
-    case 2:
-      return fn(std::uint16_t{});
-    case 4:
-      return fn(std::uint32_t{});
-    default:
-      return fn(std::uint64_t{});
-  }
-}
 
 // ---- index checks ----
 
@@ -299,6 +284,10 @@ void fill_indexing_table(backend::IndexingKernels& k) {
   k.triangle = {triangle, backend::kAllDTypes};
   k.one_hot = {one_hot, backend::mask_of(DType::i64)};
   k.count_flags = {count_flags, backend::mask_of(DType::boolean)};
+  k.mapped_copy = {mapped_copy, backend::kAllDTypes};
+  k.compact_rows = {compact_rows, backend::kAllDTypes};
+  k.nonzero = {nonzero, backend::mask_of(DType::boolean)};
+  k.flag_rows = {flag_rows, backend::mask_of(DType::boolean)};
 }
 
 }  // namespace forge::cuda
