@@ -47,6 +47,7 @@
 #include <memory>
 #include <mutex>
 #include <new>
+#include <string>
 #include <vector>
 
 #include "core/internal.h"
@@ -235,9 +236,13 @@ Ref<Buffer> PoolCore::acquire(std::size_t nbytes, const char* op) {
     b = new (std::nothrow) Buffer(internal, init);
     if (b == nullptr) source_->free(block, rounded);
   }
+  // A device that failed for another reason than memory (a fault of queued
+  // work, a lost device) says so: that is not out_of_memory.
+  const std::string fault = b == nullptr && streams_ != nullptr ? streams_->take_error() : std::string();
   std::lock_guard lock(mu_);
   if (b == nullptr) {
     ++failed_allocations_;
+    FORGE_CHECK(fault.empty(), device, op, device_.str(), " failed to allocate ", rounded, " bytes: ", fault);
     if (streams_ != nullptr)
       FORGE_FAIL(out_of_memory, op, device_.str(), " is out of memory: the system refused ", rounded,
                  " bytes (a request of ", nbytes, " bytes) after emptying a cache of ", flushed, " bytes; ",

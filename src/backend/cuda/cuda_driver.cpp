@@ -72,7 +72,12 @@ void* CudaDriver::allocate(std::size_t bytes) noexcept {
     status = cudaMalloc(&block, bytes);
   }
   if (status != cudaSuccess) {
-    note_error(status);  // a refusal is reported by the pool, with its figures
+    // A refusal is reported by the pool, with its figures; anything else is
+    // kept for the device error it throws instead (take_error).
+    if (status == cudaErrorMemoryAllocation)
+      cudaGetLastError();
+    else
+      note_error(status);
     return nullptr;
   }
   std::lock_guard lock(mu_);
