@@ -137,7 +137,10 @@ std::vector<OpCase> conv_cases() {
              const Tensor x = e.leaf({2, 3, 11, 9});
              e.emit("max_pool2d 3x3 stride 2 pad 1, avg_pool2d without pad counts",
                     {forge::max_pool2d(x, {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}}),
-                     forge::avg_pool2d(x, {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}, .ceil_mode = true,
+                     forge::avg_pool2d(x, {.kernel = {3, 3},
+                                           .stride = {2, 2},
+                                           .padding = {1, 1},
+                                           .ceil_mode = true,
                                            .count_include_pad = false})});
            }),
   };
