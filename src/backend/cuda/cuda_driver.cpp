@@ -20,7 +20,8 @@ CudaDriver::CudaDriver(int ordinal) : ordinal_(ordinal) {
   props.allocType = cudaMemAllocationTypePinned;
   props.location.type = cudaMemLocationTypeDevice;
   props.location.id = ordinal_;
-  if (set_device() && cudaMemPoolCreate(&arena_pool_, &props) == cudaSuccess) {
+  const OnDevice on(ordinal_);
+  if (on.ok() && cudaMemPoolCreate(&arena_pool_, &props) == cudaSuccess) {
     std::uint64_t keep = UINT64_MAX;
     cudaMemPoolSetAttribute(arena_pool_, cudaMemPoolAttrReleaseThreshold, &keep);
   } else {
@@ -54,15 +55,37 @@ std::string CudaDriver::take_error() {
   return std::string(cudaGetErrorName(error)) + ": " + cudaGetErrorString(error);
 }
 
-bool CudaDriver::set_device() const noexcept {
-  int current = -1;
-  if (cudaGetDevice(&current) == cudaSuccess && current == ordinal_) return true;
-  return cudaSetDevice(ordinal_) == cudaSuccess;
-}
+// Makes the driver's device current for one call and restores the caller's:
+// a pool call for device B (a release in the middle of an op on device A)
+// must not leave B current for A's next launch.
+class CudaDriver::OnDevice {
+ public:
+  explicit OnDevice(int ordinal) noexcept {
+    if (cudaGetDevice(&previous_) == cudaSuccess && previous_ == ordinal) {
+      ok_ = true;
+      return;
+    }
+    ok_ = cudaSetDevice(ordinal) == cudaSuccess;
+    switched_ = ok_;
+    if (!ok_) cudaGetLastError();
+  }
+  ~OnDevice() {
+    if (switched_ && previous_ >= 0) cudaSetDevice(previous_);
+  }
+  OnDevice(const OnDevice&) = delete;
+  OnDevice& operator=(const OnDevice&) = delete;
+  bool ok() const noexcept { return ok_; }
+
+ private:
+  int previous_ = -1;
+  bool ok_ = false;
+  bool switched_ = false;
+};
 
 void* CudaDriver::allocate(std::size_t bytes) noexcept {
   void* block = nullptr;
-  if (!set_device()) return nullptr;
+  const OnDevice on(ordinal_);
+  if (!on.ok()) return nullptr;
   cudaError_t status = cudaMalloc(&block, bytes);
   if (status == cudaErrorMemoryAllocation && arena_pool_ != nullptr) {
     // Memory the arenas freed in stream order may be what is missing.
@@ -87,7 +110,7 @@ void* CudaDriver::allocate(std::size_t bytes) noexcept {
 
 // cudaFree waits for the device, so no queued work still uses the block.
 void CudaDriver::free(void* block, std::size_t) noexcept {
-  set_device();
+  const OnDevice on(ordinal_);
   cudaFree(block);
 }
 
@@ -105,7 +128,8 @@ detail::EventId CudaDriver::record_event(detail::StreamId stream) noexcept {
       free_events_.pop_back();
     }
   }
-  if (event == nullptr && (!set_device() || cudaEventCreateWithFlags(&event, cudaEventDisableTiming) != cudaSuccess)) {
+  const OnDevice on(ordinal_);
+  if (event == nullptr && (!on.ok() || cudaEventCreateWithFlags(&event, cudaEventDisableTiming) != cudaSuccess)) {
     cudaGetLastError();
     return nullptr;
   }
@@ -163,7 +187,8 @@ bool CudaDriver::stream_wait(detail::StreamId stream, detail::EventId event) noe
 
 detail::StreamId CudaDriver::create_stream() noexcept {
   cudaStream_t stream = nullptr;
-  if (!set_device() || cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess) {
+  const OnDevice on(ordinal_);
+  if (!on.ok() || cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess) {
     cudaGetLastError();
     return nullptr;
   }

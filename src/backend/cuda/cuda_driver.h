@@ -42,7 +42,7 @@ class CudaDriver final : public detail::StreamDriver {
   std::uint64_t device_allocations() const noexcept;
 
  private:
-  bool set_device() const noexcept;
+  class OnDevice;
   void note_error(cudaError_t error) noexcept;
 
   const int ordinal_;
