@@ -11,6 +11,33 @@ cudaStream_t native(detail::StreamId stream) noexcept { return static_cast<cudaS
 cudaEvent_t native_event(detail::EventId event) noexcept { return static_cast<cudaEvent_t>(event); }
 }  // namespace
 
+// Makes the driver's device current for one call and restores the caller's:
+// a pool call for device B (a release in the middle of an op on device A)
+// must not leave B current for A's next launch.
+class CudaDriver::OnDevice {
+ public:
+  explicit OnDevice(int ordinal) noexcept {
+    if (cudaGetDevice(&previous_) == cudaSuccess && previous_ == ordinal) {
+      ok_ = true;
+      return;
+    }
+    ok_ = cudaSetDevice(ordinal) == cudaSuccess;
+    switched_ = ok_;
+    if (!ok_) cudaGetLastError();
+  }
+  ~OnDevice() {
+    if (switched_ && previous_ >= 0) cudaSetDevice(previous_);
+  }
+  OnDevice(const OnDevice&) = delete;
+  OnDevice& operator=(const OnDevice&) = delete;
+  bool ok() const noexcept { return ok_; }
+
+ private:
+  int previous_ = -1;
+  bool ok_ = false;
+  bool switched_ = false;
+};
+
 CudaDriver::CudaDriver(int ordinal) : ordinal_(ordinal) {
   // The arenas' stream-ordered pool: a private one (the device's default pool
   // serves everyone else's cudaMallocAsync), told to keep what is freed in
@@ -54,33 +81,6 @@ std::string CudaDriver::take_error() {
   if (error == cudaSuccess) return {};
   return std::string(cudaGetErrorName(error)) + ": " + cudaGetErrorString(error);
 }
-
-// Makes the driver's device current for one call and restores the caller's:
-// a pool call for device B (a release in the middle of an op on device A)
-// must not leave B current for A's next launch.
-class CudaDriver::OnDevice {
- public:
-  explicit OnDevice(int ordinal) noexcept {
-    if (cudaGetDevice(&previous_) == cudaSuccess && previous_ == ordinal) {
-      ok_ = true;
-      return;
-    }
-    ok_ = cudaSetDevice(ordinal) == cudaSuccess;
-    switched_ = ok_;
-    if (!ok_) cudaGetLastError();
-  }
-  ~OnDevice() {
-    if (switched_ && previous_ >= 0) cudaSetDevice(previous_);
-  }
-  OnDevice(const OnDevice&) = delete;
-  OnDevice& operator=(const OnDevice&) = delete;
-  bool ok() const noexcept { return ok_; }
-
- private:
-  int previous_ = -1;
-  bool ok_ = false;
-  bool switched_ = false;
-};
 
 void* CudaDriver::allocate(std::size_t bytes) noexcept {
   void* block = nullptr;
