@@ -49,8 +49,10 @@ class Runtime : public RefCounted<Runtime> {
   // The host's pool.
   BufferPool& pool() noexcept { return *host_pool_; }
   const BufferPool& pool() const noexcept { return *host_pool_; }
-  // The runtime of the context's device: where ops allocate and compute.
+  // The runtime of the context's device: where ops allocate and compute;
+  // and its pool, reached inline (every op output comes from it).
   detail::DeviceRuntime& compute() noexcept { return *compute_; }
+  BufferPool& compute_pool() noexcept { return *compute_pool_; }
   // The runtime of `device`: the pool its tensors come from, its executor
   // and its kernel table. ErrorCode::device (naming `op`) for a device this
   // context does not serve.
@@ -86,6 +88,7 @@ class Runtime : public RefCounted<Runtime> {
   std::unique_ptr<detail::DeviceRuntime> accelerator_;  // a CUDA device's, or null
   BufferPool* host_pool_;                               // host_->pool(), reached inline
   detail::DeviceRuntime* compute_;                      // accelerator_, else host_
+  BufferPool* compute_pool_;                            // compute_->pool()
   std::unique_ptr<detail::ScopeStack> scopes_;
   std::unique_ptr<detail::Generator> generator_;
 };

@@ -81,7 +81,7 @@ std::int64_t checked_numel(const char* op, const Shape& shape, DType dtype) {
 }
 
 Tensor allocate(Runtime& rt, const Shape& shape, DType dtype, const char* op) {
-  return allocate_in(rt, rt.compute().pool(), shape, dtype, op);
+  return allocate_in(rt, rt.compute_pool(), shape, dtype, op);
 }
 
 Tensor allocate_in(Runtime& rt, BufferPool& pool, const Shape& shape, DType dtype, const char* op) {

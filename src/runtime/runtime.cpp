@@ -45,6 +45,7 @@ Runtime::Runtime(const RuntimeOptions& options)
                        : detail::make_accelerator_runtime(options.device, options.max_cached_bytes)),
       host_pool_(&host_->pool()),
       compute_(accelerator_ ? accelerator_.get() : host_.get()),
+      compute_pool_(&compute_->pool()),
       scopes_(std::make_unique<detail::ScopeStack>(this)),
       generator_(std::make_unique<detail::Generator>(this, options.seed)) {}
 
