@@ -96,7 +96,7 @@ TEST_CASE("cuda index math: mapped offsets match the cpu mapped_copy (maps, fill
 
 // ---- compactions ----
 
-TEST_CASE("cuda index math: scan chunks give each thread consecutive flags, covering [0, n) once in order",
+TEST_CASE("cuda index math: scan chunks give each thread consecutive flags, covering 0 to n once, in order",
           "[cuda-math]") {
   using C = cu::ScanChunks;
   for (const std::int64_t n : {std::int64_t{0}, std::int64_t{1}, std::int64_t{7}, C::kChunk - 1, C::kChunk,
