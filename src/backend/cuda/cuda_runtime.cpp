@@ -82,7 +82,9 @@ CudaRuntime::CudaRuntime(int ordinal, std::size_t max_cached_bytes, CudaDriver* 
   try {
     check_cublas(cublasCreate(&cublas_), op, "creating the cuBLAS handle");
     check_cublas(cublasLtCreate(&cublas_lt_), op, "creating the cuBLASLt handle");
-    lt_workspace_buffer_ = pool().acquire(kLtWorkspaceBytes, op);
+    // Owned by the runtime, outside the pool: it lives as long as the
+    // context, so the pool's outstanding count stays the program's own.
+    lt_workspace_buffer_ = allocate_owned(kLtWorkspaceBytes, op);
     lt_workspace_ = lt_workspace_buffer_->data();
   } catch (...) {
     release_handles();

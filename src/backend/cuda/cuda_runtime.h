@@ -41,8 +41,8 @@ class CudaRuntime final : public detail::DeviceRuntime {
   // Makes this runtime's device current on the calling thread (cheap when it
   // already is).
   void make_current() const;
-  // cuBLAS and cuBLASLt handles set to stream(); the Lt workspace is a pooled
-  // device buffer of kLtWorkspaceBytes.
+  // cuBLAS and cuBLASLt handles set to stream(); the Lt workspace is a device
+  // buffer of kLtWorkspaceBytes the runtime owns (outside the pool).
   cublasHandle_t cublas();
   cublasLtHandle_t cublas_lt();
   // The Lt workspace of the compute stream; nullptr (run without one) on any
