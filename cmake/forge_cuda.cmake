@@ -14,9 +14,10 @@
 #     none of them is needed by the public headers, so a CPU-only consumer of
 #     a CUDA build only needs the toolkit's libraries at link time;
 #   - cuDNN (cudnn.h and libcudnn, in the toolkit or the system's folders,
-#     or under CUDNN_ROOT) is linked privately, by path, when found, and
-#     src/backend/cuda/cudnn/conv_cudnn.cpp gives the conv entries; when it
-#     is missing, cudnn/no_cudnn.cpp leaves them empty (any FORGE_CUDA mode).
+#     or under CUDNN_ROOT, such as a pip wheel's nvidia/cudnn) is linked
+#     privately, by path, when found, and src/backend/cuda/cudnn/
+#     conv_cudnn.cpp gives the conv entries; when it is missing,
+#     cudnn/no_cudnn.cpp leaves them empty (any FORGE_CUDA mode).
 # Sets FORGE_CUDA_ENABLED and FORGE_CUDNN_FOUND, and defines
 # forge_cuda_configure_target(target).
 
@@ -93,7 +94,9 @@ message(STATUS "forge: CUDA backend ON (CUDA ${CUDAToolkit_VERSION}, nvcc ${CMAK
 find_path(FORGE_CUDNN_INCLUDE_DIR cudnn.h
   HINTS ${CUDNN_ROOT} $ENV{CUDNN_ROOT} ${CUDAToolkit_INCLUDE_DIRS}
   PATH_SUFFIXES include)
-find_library(FORGE_CUDNN_LIBRARY cudnn
+# libcudnn.so.9 too: the pip wheel (nvidia-cudnn-cu*) ships no unversioned
+# link. NAMES_PER_DIR keeps the first folder that has either, CUDNN_ROOT's.
+find_library(FORGE_CUDNN_LIBRARY NAMES cudnn libcudnn.so.9 NAMES_PER_DIR
   HINTS ${CUDNN_ROOT} $ENV{CUDNN_ROOT} ${CUDAToolkit_LIBRARY_DIR}
   PATH_SUFFIXES lib64 lib lib/x86_64-linux-gnu)
 set(FORGE_CUDNN_FOUND OFF)
