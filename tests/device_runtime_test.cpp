@@ -273,3 +273,11 @@ TEST_CASE("device runtime: a device arena the device cannot grow is out_of_memor
   CHECK(arena.stats().system_allocations == 0);
   CHECK(ctx.stats().acquires == 0);  // nothing fell back to the host
 }
+
+TEST_CASE("device runtime: the TF32 switch is off by default and reads back what was set", "[device]") {
+  CHECK_FALSE(forge::cuda_allow_tf32());
+  forge::set_cuda_allow_tf32(true);
+  CHECK(forge::cuda_allow_tf32());
+  forge::set_cuda_allow_tf32(false);
+  CHECK_FALSE(forge::cuda_allow_tf32());
+}

@@ -5,6 +5,7 @@
 #include "forge/autograd.h"
 #include "forge/buffer.h"
 #include "forge/buffer_pool.h"
+#include "forge/cuda.h"
 #include "forge/data/dataloader.h"
 #include "forge/device.h"
 #include "forge/dtype.h"

@@ -6,13 +6,17 @@
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_runtime.h"
+#include "backend/cuda/gemm_options.h"
 #include "backend/cuda/tables.h"
 #include "backend/kernels.h"
+#include "forge/cuda.h"
 #include "forge/error.h"
 
 namespace forge {
 
 bool cuda_built() noexcept { return true; }
+void set_cuda_allow_tf32(bool allow) noexcept { cuda::set_allow_tf32(allow); }
+bool cuda_allow_tf32() noexcept { return cuda::allow_tf32(); }
 
 int cuda_device_count() noexcept {
   int count = 0;

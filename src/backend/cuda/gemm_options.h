@@ -1,6 +1,6 @@
 #pragma once
-// The GEMM switches of the CUDA backend (private: tests and benchmarks set
-// them; no public API yet).
+// The GEMM switches of the CUDA backend; forge::set_cuda_allow_tf32
+// (include/forge/cuda.h) is the public face of the TF32 one.
 
 namespace forge::cuda {
 

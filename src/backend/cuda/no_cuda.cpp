@@ -1,13 +1,22 @@
 // The CUDA backend of a build made without it (FORGE_CUDA=OFF, or no CUDA
 // Toolkit found): the same API, and a clear error for a CUDA device.
 
+#include <atomic>
+
 #include "backend/cuda/cuda_backend.h"
 #include "backend/device_runtime.h"
+#include "forge/cuda.h"
 #include "forge/error.h"
 
 namespace forge {
 
 bool cuda_built() noexcept { return false; }
+
+namespace {
+std::atomic<bool> g_allow_tf32{false};  // kept for cuda_allow_tf32(); no GEMM reads it
+}
+void set_cuda_allow_tf32(bool allow) noexcept { g_allow_tf32.store(allow, std::memory_order_relaxed); }
+bool cuda_allow_tf32() noexcept { return g_allow_tf32.load(std::memory_order_relaxed); }
 int cuda_device_count() noexcept { return 0; }
 
 namespace detail {
