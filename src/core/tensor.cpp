@@ -116,11 +116,9 @@ void check_readable(const char* op, const Tensor& t, const char* name) {
 }
 
 void check_input(const char* op, const Tensor& t, const char* name) {
-  FORGE_CHECK(t.defined(), invalid_argument, op, name, " is an undefined tensor");
+  check_readable(op, t, name);
   if (t.device() != t.runtime().device()) [[unlikely]]
     refuse_host_input(op, t, name);
-  FORGE_CHECK(!t.buffer()->stale(), stale_output, op, name,
-              " views an arena output that a later call has rewound (stale)");
   // The _into forms are not recorded (Note [In-place writes under autograd]).
   if (t.impl()->requires_grad() && grad_mode_enabled() && std::string_view(op).ends_with("_into"))
     FORGE_FAIL(backward, op, name, " requires grad, and _into writes are not recorded by autograd; call ",
@@ -234,8 +232,9 @@ void fill(const char* op, const Tensor& on, const Shape& shape, const backend::O
   fill(op, on, shape, dst, element);
 }
 
+// On t's own device (a host tensor of a device context stays on the host).
 Tensor cast_temporary(const Tensor& t, DType dtype, const char* op) {
-  Tensor out = allocate(t.runtime(), t.shape(), dtype, op);
+  Tensor out = allocate_in(t.runtime(), device_runtime(t).pool(), t.shape(), dtype, op);
   copy_cast(op, out, t.shape(), operand(out), operand(t));
   return out;
 }
@@ -245,10 +244,8 @@ Tensor cast_temporary(const Tensor& t, DType dtype, const char* op) {
 void copy_to_contiguous(const Tensor& src, void* dst, DType dst_dtype) {
   check_readable("to_vector", src, "tensor");
   if (!src.device().is_cpu()) {
-    DeviceRuntime& dev = device_runtime(src);
-    Tensor packed = allocate_in(src.runtime(), dev.pool(), src.shape(), dst_dtype, "to_vector");
-    copy_cast("copy_to_contiguous", packed, src.shape(), operand(packed), operand(src));
-    dev.download(static_cast<std::byte*>(dst), first_element(packed), packed.nbytes(), false);
+    const Tensor packed = cast_temporary(src, dst_dtype, "to_vector");
+    device_runtime(src).download(static_cast<std::byte*>(dst), first_element(packed), packed.nbytes(), false);
     return;
   }
   copy_cast("copy_to_contiguous", src, src.shape(),

@@ -395,13 +395,11 @@ void PoolCore::release_used_elsewhere(Buffer* buffer) noexcept {
     --buffers_used_elsewhere_;
     try {
       if (!orphaned_) pending_.push_back(p);  // room reserved by record_stream, unless a trim took it
+      wait_and_free = orphaned_;
     } catch (...) {
       wait_and_free = true;
     }
-    if (orphaned_ || wait_and_free) {
-      wait_and_free = true;
-      ++system_frees_;
-    }
+    if (wait_and_free) ++system_frees_;
     destroy_core = orphaned_ && outstanding_.load(std::memory_order_relaxed) == 0;
   }
   if (wait_and_free) {

@@ -14,11 +14,7 @@
 namespace forge {
 
 Tensor detail::packed_where_it_is(const Tensor& t, const char* op) {
-  if (t.is_contiguous()) return t;
-  detail::DeviceRuntime& dev = detail::device_runtime(t);
-  Tensor out = detail::allocate_in(t.runtime(), dev.pool(), t.shape(), t.dtype(), op);
-  detail::copy_cast(op, out, t.shape(), detail::operand(out), detail::operand(t));
-  return out;
+  return t.is_contiguous() ? t : detail::cast_temporary(t, t.dtype(), op);
 }
 
 Tensor Tensor::to(Device target, bool non_blocking) const try {
