@@ -4,6 +4,10 @@
 // themselves, compared with a float64 forward pass written out in loops here;
 // padding invariance, pooling options, the arena statuses, and the load errors.
 
+#include "forge/infer/encoder.h"
+
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
@@ -11,11 +15,9 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
-#include <unistd.h>
 #include <vector>
 
 #include "forge/forge.h"
-#include "forge/infer/encoder.h"
 #include "forge/infer/tokenizer.h"
 #include "support.h"
 
@@ -37,9 +39,9 @@ namespace {
 
 using Strings = std::vector<std::string>;
 
-const Strings kVocab = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the",  "cafe",  "naive", "resume", "un",
-                        "##aff", "##able", "!",    ",",     ".",      "hello", "world", "a",     "##b",    "##c",
-                        "中",    "文",     "i",    "ka",    "$",      "dog",   "runs",  "fast",  "##s",    "run"};
+const Strings kVocab = {"[PAD]", "[UNK]",  "[CLS]", "[SEP]", "[MASK]", "the",   "cafe",  "naive", "resume", "un",
+                        "##aff", "##able", "!",     ",",     ".",      "hello", "world", "a",     "##b",    "##c",
+                        "中",    "文",     "i",     "ka",    "$",      "dog",   "runs",  "fast",  "##s",    "run"};
 
 WordPieceTokenizer tokenizer(WordPieceOptions options = {}) { return WordPieceTokenizer(kVocab, options); }
 
@@ -62,8 +64,8 @@ StateDict tiny_weights(forge::ExecContext& ctx, const Tiny& m, const std::string
   normal("embeddings.LayerNorm.bias", {m.hidden}, 0.1);
   for (std::int64_t l = 0; l < m.layers; ++l) {
     const std::string p = "encoder.layer." + std::to_string(l) + ".";
-    for (const char* proj : {"attention.self.query.", "attention.self.key.", "attention.self.value.",
-                             "attention.output.dense."}) {
+    for (const char* proj :
+         {"attention.self.query.", "attention.self.key.", "attention.self.value.", "attention.output.dense."}) {
       normal(p + proj + "weight", {m.hidden, m.hidden}, 0.3);
       normal(p + proj + "bias", {m.hidden}, 0.1);
     }
@@ -84,10 +86,12 @@ std::string config_json(const Tiny& m) {
   return "{\"architectures\": [\"BertModel\"], \"model_type\": \"bert\", \"hidden_act\": \"gelu\", "
          "\"vocab_size\": " +
          std::to_string(m.vocab) + ", \"hidden_size\": " + std::to_string(m.hidden) +
-         ", \"num_hidden_layers\": " + std::to_string(m.layers) + ", \"num_attention_heads\": " +
-         std::to_string(m.heads) + ", \"intermediate_size\": " + std::to_string(m.inner) +
-         ", \"max_position_embeddings\": " + std::to_string(m.positions) + ", \"type_vocab_size\": " +
-         std::to_string(m.types) + ", \"layer_norm_eps\": 1e-12, \"position_embedding_type\": \"absolute\"}";
+         ", \"num_hidden_layers\": " + std::to_string(m.layers) +
+         ", \"num_attention_heads\": " + std::to_string(m.heads) +
+         ", \"intermediate_size\": " + std::to_string(m.inner) +
+         ", \"max_position_embeddings\": " + std::to_string(m.positions) +
+         ", \"type_vocab_size\": " + std::to_string(m.types) +
+         ", \"layer_norm_eps\": 1e-12, \"position_embedding_type\": \"absolute\"}";
 }
 
 void write_text(const fs::path& path, const std::string& text) {
@@ -247,7 +251,7 @@ TEST_CASE("tokenizer: lowercases, strips accents, splits punctuation", "[infer][
   CHECK(tok.tokenize("$hello") == Strings{"$", "hello"});  // an ASCII symbol splits like punctuation
   // Latin-1 and Latin Extended-A letters lose their marks; Hangul decomposes to jamo; kana lose dakuten.
   CHECK(tok.normalize("ÀÉÎÕÜ Ç Ñ Ÿ Ă Ş Ž Ő ŷ") == "aeiou c n y a s z o y");
-  CHECK(tok.normalize("ßøæđ") == "ßøæđ");  // no canonical decomposition: kept
+  CHECK(tok.normalize("ßøæđ") == "ßøæđ");                                          // no canonical decomposition: kept
   CHECK(tok.normalize("\xED\x95\x9C") == "\xE1\x84\x92\xE1\x85\xA1\xE1\x86\xAB");  // 한 -> ᄒ ᅡ ᆫ
   CHECK(tok.normalize("\xE3\x81\x8C") == "\xE3\x81\x8B");                          // が -> か
   CHECK(tok.normalize("ΣΑΣ Ä") == "σασ a");
@@ -261,11 +265,12 @@ TEST_CASE("tokenizer: lowercases, strips accents, splits punctuation", "[infer][
 TEST_CASE("tokenizer: whitespace, control characters, invalid UTF-8 and CJK", "[infer][encoder]") {
   const WordPieceTokenizer tok = tokenizer();
   CHECK(tok.tokenize("\tthe\n\xC2\xA0world\xE3\x80\x80 \r") == Strings{"the", "world"});  // NBSP, ideographic space
-  CHECK(tok.tokenize("hel\x07lo wor\xE2\x80\x8B" "ld") == Strings{"hello", "world"});  // BEL and U+200B dropped
-  CHECK(tok.tokenize("hel\xFFlo") == Strings{"hello"});                                 // a bad byte: U+FFFD, dropped
-  CHECK(tok.tokenize("hel\xC0\xAFlo") == Strings{"hello"});                             // an overlong '/': dropped
-  CHECK(tok.tokenize("the\xE2\x80\xA8world") == Strings{"the", "world"});               // U+2028 separates
-  CHECK(tok.tokenize("中文the") == Strings{"中", "文", "the"});  // each ideograph a word of its own
+  CHECK(tok.tokenize("hel\x07lo wor\xE2\x80\x8B"
+                     "ld") == Strings{"hello", "world"});                  // BEL and U+200B dropped
+  CHECK(tok.tokenize("hel\xFFlo") == Strings{"hello"});                    // a bad byte: U+FFFD, dropped
+  CHECK(tok.tokenize("hel\xC0\xAFlo") == Strings{"hello"});                // an overlong '/': dropped
+  CHECK(tok.tokenize("the\xE2\x80\xA8world") == Strings{"the", "world"});  // U+2028 separates
+  CHECK(tok.tokenize("中文the") == Strings{"中", "文", "the"});            // each ideograph a word of its own
   CHECK(tokenizer({.split_cjk = false}).tokenize("中文") == Strings{"[UNK]"});
   CHECK(tok.tokenize("").empty());
   CHECK(tok.tokenize(" \t\n").empty());
@@ -283,7 +288,8 @@ TEST_CASE("tokenizer: greedy longest-match pieces, [UNK] for unmatched or over-l
   const std::string word100 = "a" + std::string(99, 'b');
   CHECK(tok.tokenize(word100).size() == 100);
   CHECK(tok.tokenize(word100 + "b") == Strings{"[UNK]"});
-  CHECK(tokenizer({.max_input_chars_per_word = 4}).tokenize("abcb abcbc") == Strings{"a", "##b", "##c", "##b", "[UNK]"});
+  CHECK(tokenizer({.max_input_chars_per_word = 4}).tokenize("abcb abcbc") ==
+        Strings{"a", "##b", "##c", "##b", "[UNK]"});
 }
 
 TEST_CASE("tokenizer: [CLS] and [SEP], truncation, batches padded to the longest", "[infer][encoder]") {
@@ -299,8 +305,7 @@ TEST_CASE("tokenizer: [CLS] and [SEP], truncation, batches padded to the longest
   CHECK(b.columns == 6);
   CHECK(b.lengths == std::vector<std::int64_t>{3, 6, 4});
   CHECK(b.ids == std::vector<std::int64_t>{2, 5, 3, 0, 0, 0, 2, 9, 10, 11, 25, 3, 2, 25, 26, 3, 0, 0});
-  CHECK(b.attention_mask ==
-        std::vector<std::uint8_t>{1, 1, 1, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0});
+  CHECK(b.attention_mask == std::vector<std::uint8_t>{1, 1, 1, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0});
   const TokenBatch empty = tok.encode_batch({});
   CHECK(empty.rows == 0);
   CHECK(empty.ids.empty());
@@ -408,13 +413,11 @@ TEST_CASE("encoder: CLS pooling, no normalization, a bert. prefix and bf16 weigh
     CHECK(enc.owned_weight_bytes() == enc.weight_bytes());
     Arena arena{ctx};
     const RowsView rows = enc.embed(arena, kSentences);
-    CHECK(max_abs_diff(row_of(rows, 2), reference_embedding(widened, m, enc.tokenizer().encode(kSentences[2]))) <
-          2e-5);
+    CHECK(max_abs_diff(row_of(rows, 2), reference_embedding(widened, m, enc.tokenizer().encode(kSentences[2]))) < 2e-5);
   }
 }
 
-TEST_CASE("encoder: embed is an arena call: stale after the next call, nothing left by a failure",
-          "[infer][encoder]") {
+TEST_CASE("encoder: embed is an arena call: stale after the next call, nothing left by a failure", "[infer][encoder]") {
   TestContext ctx;
   ModelDir dir(ctx);
   const SentenceEncoder enc = SentenceEncoder::load(ctx, dir.path());

@@ -23,6 +23,7 @@ namespace {
 using json = nlohmann::json;
 
 constexpr const char* kLoad = "encoder.load";
+constexpr const char* kEmbed = "encoder.embed";
 
 // A JSON file's object (or list); ErrorCode::io when it cannot be read or holds something else.
 json read_json(const std::filesystem::path& path, json::value_t kind = json::value_t::object) {
@@ -105,8 +106,8 @@ void read_pooling(const std::filesystem::path& dir, EncoderConfig& config) {
     const bool cls = optional_field<bool>(*j, pc, "pooling_mode_cls_token").value_or(false);
     for (const char* other : {"pooling_mode_max_tokens", "pooling_mode_mean_sqrt_len_tokens",
                               "pooling_mode_weightedmean_tokens", "pooling_mode_lasttoken"})
-      FORGE_CHECK(!optional_field<bool>(*j, pc, other).value_or(false), not_implemented, kLoad, pc.string(),
-                  ": ", other, " is not supported (mean or CLS pooling only)");
+      FORGE_CHECK(!optional_field<bool>(*j, pc, other).value_or(false), not_implemented, kLoad, pc.string(), ": ",
+                  other, " is not supported (mean or CLS pooling only)");
     FORGE_CHECK(mean != cls, not_implemented, kLoad, pc.string(), ": exactly one of mean and CLS pooling is supported");
     config.pooling = mean ? Pooling::mean : Pooling::cls;
   }
@@ -153,16 +154,14 @@ EncoderConfig EncoderConfig::from_json(const std::filesystem::path& path) {
 }
 
 void EncoderConfig::validate(const char* op) const {
-  for (auto [name, v] : {std::pair{"vocab_size", vocab_size}, std::pair{"hidden_size", hidden_size},
-                         std::pair{"num_layers", num_layers}, std::pair{"num_heads", num_heads},
-                         std::pair{"intermediate_size", intermediate_size},
-                         std::pair{"max_position_embeddings", max_position_embeddings},
-                         std::pair{"type_vocab_size", type_vocab_size}})
+  for (auto [name, v] :
+       {std::pair{"vocab_size", vocab_size}, std::pair{"hidden_size", hidden_size}, std::pair{"num_layers", num_layers},
+        std::pair{"num_heads", num_heads}, std::pair{"intermediate_size", intermediate_size},
+        std::pair{"max_position_embeddings", max_position_embeddings}, std::pair{"type_vocab_size", type_vocab_size}})
     FORGE_CHECK(v >= 1, invalid_argument, op, "config ", name, " must be positive, got ", v);
   FORGE_CHECK(hidden_size % num_heads == 0, invalid_argument, op, "config hidden_size ", hidden_size,
               " is not a multiple of num_heads ", num_heads);
-  FORGE_CHECK(layer_norm_eps > 0, invalid_argument, op, "config layer_norm_eps must be positive, got ",
-              layer_norm_eps);
+  FORGE_CHECK(layer_norm_eps > 0, invalid_argument, op, "config layer_norm_eps must be positive, got ", layer_norm_eps);
 }
 
 // ---- loading ----
@@ -202,16 +201,16 @@ SentenceEncoder::SentenceEncoder(EncoderConfig config, const StateDict& weights,
     : config_(config), tokenizer_(std::move(tokenizer)) {
   const char* op = kLoad;
   config_.validate(op);
-  FORGE_CHECK(tokenizer_.vocab_size() == config_.vocab_size, shape, op, "the vocabulary has ",
-              tokenizer_.vocab_size(), " tokens but the config's vocab_size is ", config_.vocab_size);
+  FORGE_CHECK(tokenizer_.vocab_size() == config_.vocab_size, shape, op, "the vocabulary has ", tokenizer_.vocab_size(),
+              " tokens but the config's vocab_size is ", config_.vocab_size);
   FORGE_CHECK(tokenizer_.options().max_length <= config_.max_position_embeddings, invalid_argument, op,
               "the tokenizer's max_length ", tokenizer_.options().max_length, " exceeds max_position_embeddings ",
               config_.max_position_embeddings);
   const std::string prefix = weights.count("bert.embeddings.word_embeddings.weight") ? "bert." : "";
   const std::int64_t h = config_.hidden_size, f = config_.intermediate_size;
   word_ = take(op, weights, prefix, "embeddings.word_embeddings.weight", Shape{config_.vocab_size, h});
-  position_ = take(op, weights, prefix, "embeddings.position_embeddings.weight",
-                   Shape{config_.max_position_embeddings, h});
+  position_ =
+      take(op, weights, prefix, "embeddings.position_embeddings.weight", Shape{config_.max_position_embeddings, h});
   token_type_ = take(op, weights, prefix, "embeddings.token_type_embeddings.weight", Shape{config_.type_vocab_size, h});
   emb_ln_w_ = take(op, weights, prefix, "embeddings.LayerNorm.weight", Shape{h});
   emb_ln_b_ = take(op, weights, prefix, "embeddings.LayerNorm.bias", Shape{h});
@@ -254,8 +253,8 @@ Tensor SentenceEncoder::layer_forward(const Layer& l, const Tensor& x, const Ten
   Tensor context = detail::allocate(x.runtime(), Shape{b, t, h}, DType::f32, "encoder.forward");
   {
     Tensor heads_view = context.view(split).transpose(1, 2);
-    scaled_dot_product_attention_into(heads_view, project(l.q_w, l.q_b), project(l.k_w, l.k_b),
-                                      project(l.v_w, l.v_b), key_mask);
+    scaled_dot_product_attention_into(heads_view, project(l.q_w, l.q_b), project(l.k_w, l.k_b), project(l.v_w, l.v_b),
+                                      key_mask);
   }
   Tensor y = linear(context, l.o_w, l.o_b);
   context = Tensor();
@@ -296,10 +295,10 @@ Tensor SentenceEncoder::forward(const Tensor& ids, const Tensor& attention_mask)
 
 void SentenceEncoder::check_batch(const char* op, const TokenBatch& batch) const {
   const auto cells = static_cast<std::size_t>(batch.rows * batch.columns);
-  FORGE_CHECK(batch.rows >= 0 && batch.columns >= 0 && batch.ids.size() == cells &&
-                  batch.attention_mask.size() == cells,
-              invalid_argument, op, "the batch's ids (", batch.ids.size(), ") and attention_mask (",
-              batch.attention_mask.size(), ") must both hold rows ", batch.rows, " x columns ", batch.columns);
+  FORGE_CHECK(
+      batch.rows >= 0 && batch.columns >= 0 && batch.ids.size() == cells && batch.attention_mask.size() == cells,
+      invalid_argument, op, "the batch's ids (", batch.ids.size(), ") and attention_mask (",
+      batch.attention_mask.size(), ") must both hold rows ", batch.rows, " x columns ", batch.columns);
   FORGE_CHECK(batch.columns <= config_.max_position_embeddings, invalid_argument, op, "the batch has ", batch.columns,
               " columns, more than max_position_embeddings ", config_.max_position_embeddings);
   for (std::int64_t r = 0; r < batch.rows; ++r) {
@@ -310,13 +309,20 @@ void SentenceEncoder::check_batch(const char* op, const TokenBatch& batch) const
   }
 }
 
-RowsView SentenceEncoder::embed(Arena& arena, std::span<const std::string> sentences) const {
-  return embed(arena, tokenizer_.encode_batch(sentences));
+RowsView SentenceEncoder::embed(Arena& arena, std::span<const std::string> sentences) const try {
+  ArenaCall call(kEmbed, &arena, {word_});  // first: it checks and rewinds the arena
+  return embed_into(call, tokenizer_.encode_batch(sentences));
 }
+FORGE_CATCH_OOM(kEmbed)
 
 RowsView SentenceEncoder::embed(Arena& arena, const TokenBatch& batch) const try {
-  const char* op = "encoder.embed";
-  ArenaCall call(op, &arena, {word_});
+  ArenaCall call(kEmbed, &arena, {word_});
+  return embed_into(call, batch);
+}
+FORGE_CATCH_OOM(kEmbed)
+
+RowsView SentenceEncoder::embed_into(ArenaCall& call, const TokenBatch& batch) const {
+  const char* op = kEmbed;
   check_batch(op, batch);
   const std::int64_t b = batch.rows, t = batch.columns, h = config_.hidden_size;
   Tensor out = call.allocate(Shape{b, h}, DType::f32);
@@ -329,8 +335,7 @@ RowsView SentenceEncoder::embed(Arena& arena, const TokenBatch& batch) const try
   Tensor ids = detail::allocate(rt, Shape{b, t}, DType::i64, op);
   std::copy(batch.ids.begin(), batch.ids.end(), ids.data_ptr<std::int64_t>());
   Tensor mask = detail::allocate(rt, Shape{b, t}, DType::boolean, op);
-  std::copy(batch.attention_mask.begin(), batch.attention_mask.end(),
-            static_cast<std::uint8_t*>(mask.raw_data(op)));
+  std::copy(batch.attention_mask.begin(), batch.attention_mask.end(), static_cast<std::uint8_t*>(mask.raw_data(op)));
   Tensor hidden = forward(ids, mask);
   ids = Tensor();
   Tensor pooled;
@@ -352,6 +357,5 @@ RowsView SentenceEncoder::embed(Arena& arena, const TokenBatch& batch) const try
   call.commit();
   return RowsView(std::move(out));
 }
-FORGE_CATCH_OOM("encoder.embed")
 
 }  // namespace forge::infer

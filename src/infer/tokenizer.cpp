@@ -209,8 +209,8 @@ WordPieceTokenizer::WordPieceTokenizer(std::vector<std::string> vocab, WordPiece
   }
   const auto special = [&](const std::string& token) {
     const std::int64_t id = token_to_id(token);
-    FORGE_CHECK(id >= 0, invalid_argument, kOp, "special token '", token, "' is not in the vocabulary (",
-                vocab_.size(), " entries)");
+    FORGE_CHECK(id >= 0, invalid_argument, kOp, "special token '", token, "' is not in the vocabulary (", vocab_.size(),
+                " entries)");
     return id;
   };
   unk_id_ = special(options_.unk_token);

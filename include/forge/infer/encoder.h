@@ -93,9 +93,9 @@ class SentenceEncoder {
  private:
   struct Layer {
     Tensor q_w, q_b, k_w, k_b, v_w, v_b;  // attention.self.{query,key,value}
-    Tensor o_w, o_b, ln1_w, ln1_b;         // attention.output.{dense,LayerNorm}
-    Tensor i_w, i_b;                       // intermediate.dense
-    Tensor f_w, f_b, ln2_w, ln2_b;         // output.{dense,LayerNorm}
+    Tensor o_w, o_b, ln1_w, ln1_b;        // attention.output.{dense,LayerNorm}
+    Tensor i_w, i_b;                      // intermediate.dense
+    Tensor f_w, f_b, ln2_w, ln2_b;        // output.{dense,LayerNorm}
   };
 
   // Checks and takes `name` (under the prefix) of shape `shape`, as f32.
@@ -103,6 +103,8 @@ class SentenceEncoder {
               const Shape& shape);
   Tensor layer_forward(const Layer& l, const Tensor& x, const Tensor& key_mask) const;
   void check_batch(const char* op, const TokenBatch& batch) const;
+  // embed's body once its ArenaCall is open.
+  RowsView embed_into(ArenaCall& call, const TokenBatch& batch) const;
 
   EncoderConfig config_;
   WordPieceTokenizer tokenizer_;
