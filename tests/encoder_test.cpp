@@ -14,6 +14,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -311,6 +312,26 @@ TEST_CASE("tokenizer: [CLS] and [SEP], truncation, batches padded to the longest
   CHECK(empty.ids.empty());
 }
 
+TEST_CASE("tokenizer: arbitrary bytes give bounded, valid ids", "[infer][encoder]") {
+  const WordPieceTokenizer tok = tokenizer({.max_length = 24});
+  std::mt19937 rng(15);
+  // Bytes drawn from ASCII letters and punctuation, UTF-8 lead and continuation bytes, and anything.
+  const std::string alphabet = "abcdefghijklmnopqrstuvwxyz THE.,!$\t\n\x80\xBF\xC3\xA9\xE4\xB8\xAD\xF0\x9F\xFF";
+  for (int i = 0; i < 1500; ++i) {
+    std::string text(rng() % 48, '\0');
+    for (char& c : text) c = rng() % 4 == 0 ? static_cast<char>(rng()) : alphabet[rng() % alphabet.size()];
+    INFO("text bytes " << text.size() << " round " << i);
+    const std::vector<std::int64_t> ids = tok.encode(text);
+    REQUIRE(ids.size() >= 2);
+    REQUIRE(ids.size() <= 24);
+    REQUIRE(ids.front() == tok.cls_id());
+    REQUIRE(ids.back() == tok.sep_id());
+    for (std::int64_t id : ids) REQUIRE((id >= 0 && id < tok.vocab_size()));
+    const std::string normal = tok.normalize(text);  // well-formed UTF-8: it tokenizes the same
+    REQUIRE(tok.tokenize(normal) == tok.tokenize(text));
+  }
+}
+
 TEST_CASE("tokenizer: vocabulary files and bad vocabularies", "[infer][encoder]") {
   TestContext ctx;
   ModelDir dir(ctx);
@@ -530,40 +551,35 @@ TEST_CASE("encoder: load refuses missing or damaged files", "[infer][encoder]") 
 TEST_CASE("encoder: load refuses a config whose sizes disagree with the tensors", "[infer][encoder]") {
   TestContext ctx;
   ModelDir dir(ctx);
-  Tiny m;
-  SECTION("hidden size") {
-    m.hidden = 48;
+  struct Case {
+    const char* what;
+    void (*edit)(Tiny&);
+    forge::ErrorCode code;
+    const char* named;  // in the message
+  };
+  const Case cases[] = {
+      {"hidden size", [](Tiny& m) { m.hidden = 48; }, forge::ErrorCode::shape, "embeddings.word_embeddings.weight"},
+      {"intermediate size", [](Tiny& m) { m.inner = 128; }, forge::ErrorCode::shape, "intermediate.dense.weight"},
+      {"fewer layers than the checkpoint", [](Tiny& m) { m.layers = 1; }, forge::ErrorCode::shape, "layers"},
+      {"more layers than the checkpoint", [](Tiny& m) { m.layers = 3; }, forge::ErrorCode::io, "encoder.layer.2."},
+      {"a vocabulary of another size", [](Tiny& m) { m.vocab = 31; }, forge::ErrorCode::shape, "vocab_size"},
+      {"heads that do not divide hidden", [](Tiny& m) { m.heads = 5; }, forge::ErrorCode::io, "num_attention_heads"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.what);
+    Tiny m;
+    c.edit(m);
     write_text(dir / "config.json", config_json(m));
-    const std::string msg = FORGE_REQUIRE_ERROR(shape, "encoder.load", SentenceEncoder::load(ctx, dir.path()));
-    CHECK(msg.find("embeddings.word_embeddings.weight") != std::string::npos);
+    try {
+      (void)SentenceEncoder::load(ctx, dir.path());
+      FAIL("loaded");
+    } catch (const forge::Error& e) {
+      CHECK(e.code() == c.code);
+      CHECK(std::string(e.what()).rfind("[encoder.load]", 0) == 0);
+      CHECK(std::string(e.what()).find(c.named) != std::string::npos);
+    }
   }
-  SECTION("intermediate size") {
-    m.inner = 128;
-    write_text(dir / "config.json", config_json(m));
-    FORGE_REQUIRE_ERROR(shape, "encoder.load", SentenceEncoder::load(ctx, dir.path()));
-  }
-  SECTION("fewer layers than the checkpoint holds") {
-    m.layers = 1;
-    write_text(dir / "config.json", config_json(m));
-    FORGE_REQUIRE_ERROR(shape, "encoder.load", SentenceEncoder::load(ctx, dir.path()));
-  }
-  SECTION("more layers than the checkpoint holds") {
-    m.layers = 3;
-    write_text(dir / "config.json", config_json(m));
-    FORGE_REQUIRE_ERROR(io, "encoder.load", SentenceEncoder::load(ctx, dir.path()));
-  }
-  SECTION("a vocabulary of another size") {
-    m.vocab = 31;
-    write_text(dir / "config.json", config_json(m));
-    FORGE_REQUIRE_ERROR(shape, "encoder.load", SentenceEncoder::load(ctx, dir.path()));
-  }
-  SECTION("heads that do not divide the hidden size") {
-    m.heads = 5;
-    write_text(dir / "config.json", config_json(m));
-    FORGE_REQUIRE_ERROR(io, "encoder.load", SentenceEncoder::load(ctx, dir.path()));
-  }
-  SECTION("max_seq_length past the positions") {
-    write_text(dir / "sentence_bert_config.json", "{\"max_seq_length\": 17}");
-    FORGE_REQUIRE_ERROR(io, "encoder.load", SentenceEncoder::load(ctx, dir.path()));
-  }
+  write_text(dir / "config.json", config_json(Tiny{}));
+  write_text(dir / "sentence_bert_config.json", "{\"max_seq_length\": 17}");  // past the 16 positions
+  FORGE_REQUIRE_ERROR(io, "encoder.load", SentenceEncoder::load(ctx, dir.path()));
 }

@@ -197,6 +197,13 @@ Tensor SentenceEncoder::take(const char* op, const StateDict& weights, const std
   return owned;
 }
 
+SentenceEncoder::Affine SentenceEncoder::take_affine(const char* op, const StateDict& weights,
+                                                     const std::string& prefix, const std::string& name,
+                                                     const Shape& weight_shape) {
+  return {take(op, weights, prefix, name + ".weight", weight_shape),
+          take(op, weights, prefix, name + ".bias", Shape{weight_shape[0]})};
+}
+
 SentenceEncoder::SentenceEncoder(EncoderConfig config, const StateDict& weights, WordPieceTokenizer tokenizer)
     : config_(config), tokenizer_(std::move(tokenizer)) {
   const char* op = kLoad;
@@ -212,28 +219,19 @@ SentenceEncoder::SentenceEncoder(EncoderConfig config, const StateDict& weights,
   position_ =
       take(op, weights, prefix, "embeddings.position_embeddings.weight", Shape{config_.max_position_embeddings, h});
   token_type_ = take(op, weights, prefix, "embeddings.token_type_embeddings.weight", Shape{config_.type_vocab_size, h});
-  emb_ln_w_ = take(op, weights, prefix, "embeddings.LayerNorm.weight", Shape{h});
-  emb_ln_b_ = take(op, weights, prefix, "embeddings.LayerNorm.bias", Shape{h});
+  embedding_norm_ = take_affine(op, weights, prefix, "embeddings.LayerNorm", Shape{h});
   for (std::int64_t i = 0; i < config_.num_layers; ++i) {
     const std::string p = prefix + "encoder.layer." + std::to_string(i) + ".";
-    const auto w = [&](const std::string& name, const Shape& shape) { return take(op, weights, p, name, shape); };
+    const auto affine = [&](const char* name, const Shape& shape) { return take_affine(op, weights, p, name, shape); };
     Layer l;
-    l.q_w = w("attention.self.query.weight", Shape{h, h});
-    l.q_b = w("attention.self.query.bias", Shape{h});
-    l.k_w = w("attention.self.key.weight", Shape{h, h});
-    l.k_b = w("attention.self.key.bias", Shape{h});
-    l.v_w = w("attention.self.value.weight", Shape{h, h});
-    l.v_b = w("attention.self.value.bias", Shape{h});
-    l.o_w = w("attention.output.dense.weight", Shape{h, h});
-    l.o_b = w("attention.output.dense.bias", Shape{h});
-    l.ln1_w = w("attention.output.LayerNorm.weight", Shape{h});
-    l.ln1_b = w("attention.output.LayerNorm.bias", Shape{h});
-    l.i_w = w("intermediate.dense.weight", Shape{f, h});
-    l.i_b = w("intermediate.dense.bias", Shape{f});
-    l.f_w = w("output.dense.weight", Shape{h, f});
-    l.f_b = w("output.dense.bias", Shape{h});
-    l.ln2_w = w("output.LayerNorm.weight", Shape{h});
-    l.ln2_b = w("output.LayerNorm.bias", Shape{h});
+    l.query = affine("attention.self.query", Shape{h, h});
+    l.key = affine("attention.self.key", Shape{h, h});
+    l.value = affine("attention.self.value", Shape{h, h});
+    l.attention_out = affine("attention.output.dense", Shape{h, h});
+    l.attention_norm = affine("attention.output.LayerNorm", Shape{h});
+    l.intermediate = affine("intermediate.dense", Shape{f, h});
+    l.out = affine("output.dense", Shape{h, f});
+    l.out_norm = affine("output.LayerNorm", Shape{h});
     layers_.push_back(std::move(l));
   }
   // A checkpoint with more layers than the config says is a config that disagrees with it.
@@ -247,25 +245,22 @@ Tensor SentenceEncoder::layer_forward(const Layer& l, const Tensor& x, const Ten
   const std::int64_t b = x.size(0), t = x.size(1), h = config_.hidden_size, heads = config_.num_heads;
   const Shape split{b, t, heads, h / heads};
   // [B, T, H] -> [B, heads, T, head_dim] views: attention reads them through their strides.
-  const auto project = [&](const Tensor& w, const Tensor& bias) {
-    return linear(x, w, bias).view(split).transpose(1, 2);
-  };
+  const auto project = [&](const Affine& a) { return linear(x, a.weight, a.bias).view(split).transpose(1, 2); };
   Tensor context = detail::allocate(x.runtime(), Shape{b, t, h}, DType::f32, "encoder.forward");
   {
     Tensor heads_view = context.view(split).transpose(1, 2);
-    scaled_dot_product_attention_into(heads_view, project(l.q_w, l.q_b), project(l.k_w, l.k_b), project(l.v_w, l.v_b),
-                                      key_mask);
+    scaled_dot_product_attention_into(heads_view, project(l.query), project(l.key), project(l.value), key_mask);
   }
-  Tensor y = linear(context, l.o_w, l.o_b);
+  Tensor y = linear(context, l.attention_out.weight, l.attention_out.bias);
   context = Tensor();
   add_into(y, y, x);
-  y = layer_norm(y, Shape{h}, l.ln1_w, l.ln1_b, config_.layer_norm_eps);
-  Tensor inner = linear(y, l.i_w, l.i_b);
+  y = layer_norm(y, Shape{h}, l.attention_norm.weight, l.attention_norm.bias, config_.layer_norm_eps);
+  Tensor inner = linear(y, l.intermediate.weight, l.intermediate.bias);
   gelu_into(inner, inner, config_.activation);
-  Tensor out = linear(inner, l.f_w, l.f_b);
+  Tensor out = linear(inner, l.out.weight, l.out.bias);
   inner = Tensor();
   add_into(out, out, y);
-  return layer_norm(out, Shape{h}, l.ln2_w, l.ln2_b, config_.layer_norm_eps);
+  return layer_norm(out, Shape{h}, l.out_norm.weight, l.out_norm.bias, config_.layer_norm_eps);
 }
 
 Tensor SentenceEncoder::forward(const Tensor& ids, const Tensor& attention_mask) const {
@@ -284,7 +279,7 @@ Tensor SentenceEncoder::forward(const Tensor& ids, const Tensor& attention_mask)
   Tensor x = embedding(word_, ids);  // out_of_range for an id outside the vocabulary
   add_into(x, x, token_type_.select(0, 0));
   add_into(x, x, position_.narrow(0, 0, t));
-  x = layer_norm(x, Shape{config_.hidden_size}, emb_ln_w_, emb_ln_b_, config_.layer_norm_eps);
+  x = layer_norm(x, Shape{config_.hidden_size}, embedding_norm_.weight, embedding_norm_.bias, config_.layer_norm_eps);
   // Every query attends to its sentence's tokens only: [B, 1, 1, T] over heads and queries.
   const Tensor key_mask = attention_mask.view(Shape{b, 1, 1, t});
   for (const Layer& l : layers_) x = layer_forward(l, x, key_mask);

@@ -91,16 +91,20 @@ class SentenceEncoder {
   std::size_t owned_weight_bytes() const noexcept { return owned_weight_bytes_; }
 
  private:
+  struct Affine {  // a Linear's or a LayerNorm's weight and bias
+    Tensor weight, bias;
+  };
   struct Layer {
-    Tensor q_w, q_b, k_w, k_b, v_w, v_b;  // attention.self.{query,key,value}
-    Tensor o_w, o_b, ln1_w, ln1_b;        // attention.output.{dense,LayerNorm}
-    Tensor i_w, i_b;                      // intermediate.dense
-    Tensor f_w, f_b, ln2_w, ln2_b;        // output.{dense,LayerNorm}
+    Affine query, key, value, attention_out, attention_norm;  // attention.{self.*, output.dense, output.LayerNorm}
+    Affine intermediate, out, out_norm;                       // intermediate.dense, output.{dense, LayerNorm}
   };
 
   // Checks and takes `name` (under the prefix) of shape `shape`, as f32.
   Tensor take(const char* op, const StateDict& weights, const std::string& prefix, const std::string& name,
               const Shape& shape);
+  // `name`.weight of `weight_shape` and `name`.bias [weight_shape[0]].
+  Affine take_affine(const char* op, const StateDict& weights, const std::string& prefix, const std::string& name,
+                     const Shape& weight_shape);
   Tensor layer_forward(const Layer& l, const Tensor& x, const Tensor& key_mask) const;
   void check_batch(const char* op, const TokenBatch& batch) const;
   // embed's body once its ArenaCall is open.
@@ -108,7 +112,8 @@ class SentenceEncoder {
 
   EncoderConfig config_;
   WordPieceTokenizer tokenizer_;
-  Tensor word_, position_, token_type_, emb_ln_w_, emb_ln_b_;
+  Tensor word_, position_, token_type_;
+  Affine embedding_norm_;
   std::vector<Layer> layers_;
   std::size_t weight_bytes_ = 0;
   std::size_t owned_weight_bytes_ = 0;
