@@ -267,9 +267,13 @@ TEST_CASE("tokenizer: whitespace, control characters, invalid UTF-8 and CJK", "[
   const WordPieceTokenizer tok = tokenizer();
   CHECK(tok.tokenize("\tthe\n\xC2\xA0world\xE3\x80\x80 \r") == Strings{"the", "world"});  // NBSP, ideographic space
   CHECK(tok.tokenize("hel\x07lo wor\xE2\x80\x8B"
-                     "ld") == Strings{"hello", "world"});                  // BEL and U+200B dropped
-  CHECK(tok.tokenize("hel\xFFlo") == Strings{"hello"});                    // a bad byte: U+FFFD, dropped
-  CHECK(tok.tokenize("hel\xC0\xAFlo") == Strings{"hello"});                // an overlong '/': dropped
+                     "ld") == Strings{"hello", "world"});  // BEL and U+200B dropped
+  CHECK(tok.tokenize("a\xEE\x80\x80"
+                     "b") == Strings{"a", "##b"});  // private use (Co): dropped
+  CHECK(tok.tokenize("a\xCD\xB8"
+                     "b") == Strings{"[UNK]"});              // unassigned U+0378: kept, as the reference does
+  CHECK(tok.tokenize("hel\xFFlo") == Strings{"hello"});      // a bad byte: U+FFFD, dropped
+  CHECK(tok.tokenize("hel\xC0\xAFlo") == Strings{"hello"});  // an overlong '/': dropped
   CHECK(tok.tokenize("the\xE2\x80\xA8world") == Strings{"the", "world"});  // U+2028 separates
   CHECK(tok.tokenize("中文the") == Strings{"中", "文", "the"});            // each ideograph a word of its own
   CHECK(tokenizer({.split_cjk = false}).tokenize("中文") == Strings{"[UNK]"});

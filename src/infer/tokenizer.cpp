@@ -33,7 +33,7 @@ bool is_ascii_punctuation(char32_t c) {
   return (c >= 33 && c <= 47) || (c >= 58 && c <= 64) || (c >= 91 && c <= 96) || (c >= 123 && c <= 126);
 }
 
-// What clean-up removes: NUL, U+FFFD, and C* but tab, newline and carriage return.
+// What clean-up removes: NUL, U+FFFD, and Cc, Cf and Co but tab, newline and carriage return.
 bool is_removed(char32_t c) {
   if (c == 0 || c == 0xFFFD) return true;
   if (c == '\t' || c == '\n' || c == '\r') return false;
