@@ -140,8 +140,8 @@ bool inside_mapping_of(const void* p, const fs::path& path) {
 
 TEST_CASE("quant: format names round-trip and an unknown name lists the choices", "[infer][quant]") {
   for (WeightFormat f : kFormats) CHECK(forge::infer::parse_weight_format(forge::infer::format_name(f)) == f);
-  const std::string msg = FORGE_REQUIRE_ERROR(invalid_argument, "parse_weight_format",
-                                              forge::infer::parse_weight_format("q5_1"));
+  const std::string msg =
+      FORGE_REQUIRE_ERROR(invalid_argument, "parse_weight_format", forge::infer::parse_weight_format("q5_1"));
   CHECK_THAT(msg, Catch::Contains("q5_1") && Catch::Contains("f32, bf16, q8_0 and q4_0"));
   CHECK(forge::infer::packed_row_bytes(WeightFormat::q8_0, 64) == 68);
   CHECK(forge::infer::packed_row_bytes(WeightFormat::q4_0, 64) == 36);
@@ -190,7 +190,7 @@ TEST_CASE("quant: q4_0 blocks of a hand-quantized row hold ggml's bytes and nibb
   const PackedMatrix m = PackedMatrix::pack(ctx.from_vector(row, {1, 64}), WeightFormat::q4_0);
   REQUIRE(m.storage().shape() == Shape{1, 2 * 18});
   const std::vector<std::uint8_t> b = bytes_of(m.storage());
-  CHECK((b[0] | (b[1] << 8)) == 0x3c00);   // f16 1.0
+  CHECK((b[0] | (b[1] << 8)) == 0x3c00);    // f16 1.0
   CHECK((b[18] | (b[19] << 8)) == 0xc000);  // f16 -2.0
   for (int j = 0; j < 16; ++j) {
     const int lo = static_cast<int>(row[j]) + 8, hi = static_cast<int>(row[j + 16]) + 8;
@@ -270,32 +270,34 @@ TEST_CASE("quant: linear equals the f64 product of its rounded operands, and the
   for (WeightFormat f : kFormats) {
     const PackedMatrix packed = PackedMatrix::pack(weight, f);
     const std::vector<double> deq = as_double(packed.dequantize().to_vector<float>());
-    for (std::int64_t m : {1, 4, 16}) {
-      CAPTURE(forge::infer::format_name(f), m);
-      const std::vector<float> x = gaussian(static_cast<std::size_t>(m * k), static_cast<std::uint32_t>(m));
-      const Tensor y = forge::infer::linear(ctx.from_vector(x, {m, k}), packed, ctx.from_vector(bias));
-      REQUIRE(y.shape() == Shape{m, n});
-      const std::vector<float> got = y.to_vector<float>();
-      const std::vector<double> xr = rounded_activations(x, k, f);
-      const Product tight = reference(xr, deq, m, n, k);
-      const Product exact = reference(as_double(x), as_double(w), m, n, k);
-      double err2 = 0, ref2 = 0;
-      for (std::int64_t i = 0; i < m * n; ++i) {
-        const double b = bias[static_cast<std::size_t>(i % n)];
-        const double yi = got[static_cast<std::size_t>(i)];
-        CHECK(std::abs(yi - (tight.value[i] + b)) <= 1e-5 * (tight.magnitude[i] + std::abs(b)) + 1e-6);
-        // x w - x~ w~ = x (w - w~) + (x - x~) w~, term by term.
-        double bound = 0;
-        for (std::int64_t l = 0; l < k; ++l) {
-          const std::size_t xi = static_cast<std::size_t>((i / n) * k + l), wi = static_cast<std::size_t>((i % n) * k + l);
-          bound += std::abs(x[xi]) * std::abs(w[wi] - deq[wi]) + std::abs(x[xi] - xr[xi]) * std::abs(deq[wi]);
+    for (std::int64_t m : {1, 4, 16})
+      for (qd::LinearKernel kernel : {qd::LinearKernel::portable, qd::best_kernel(f)}) {
+        CAPTURE(forge::infer::format_name(f), m, kernel == qd::LinearKernel::native);
+        const std::vector<float> x = gaussian(static_cast<std::size_t>(m * k), static_cast<std::uint32_t>(m));
+        const Tensor y = qd::linear_using(kernel, ctx.from_vector(x, {m, k}), packed, ctx.from_vector(bias));
+        REQUIRE(y.shape() == Shape{m, n});
+        const std::vector<float> got = y.to_vector<float>();
+        const std::vector<double> xr = rounded_activations(x, k, f);
+        const Product tight = reference(xr, deq, m, n, k);
+        const Product exact = reference(as_double(x), as_double(w), m, n, k);
+        double err2 = 0, ref2 = 0;
+        for (std::int64_t i = 0; i < m * n; ++i) {
+          const double b = bias[static_cast<std::size_t>(i % n)];
+          const double yi = got[static_cast<std::size_t>(i)];
+          CHECK(std::abs(yi - (tight.value[i] + b)) <= 1e-5 * (tight.magnitude[i] + std::abs(b)) + 1e-6);
+          // x w - x~ w~ = x (w - w~) + (x - x~) w~, term by term.
+          double bound = 0;
+          for (std::int64_t l = 0; l < k; ++l) {
+            const std::size_t xi = static_cast<std::size_t>((i / n) * k + l),
+                              wi = static_cast<std::size_t>((i % n) * k + l);
+            bound += std::abs(x[xi]) * std::abs(w[wi] - deq[wi]) + std::abs(x[xi] - xr[xi]) * std::abs(deq[wi]);
+          }
+          CHECK(std::abs(yi - (exact.value[i] + b)) <= bound + 1e-5 * (exact.magnitude[i] + std::abs(b)) + 1e-6);
+          err2 += (yi - b - exact.value[i]) * (yi - b - exact.value[i]);
+          ref2 += exact.value[i] * exact.value[i];
         }
-        CHECK(std::abs(yi - (exact.value[i] + b)) <= bound + 1e-5 * (exact.magnitude[i] + std::abs(b)) + 1e-6);
-        err2 += (yi - b - exact.value[i]) * (yi - b - exact.value[i]);
-        ref2 += exact.value[i] * exact.value[i];
+        CHECK(std::sqrt(err2 / ref2) < stated[static_cast<int>(f)]);
       }
-      CHECK(std::sqrt(err2 / ref2) < stated[static_cast<int>(f)]);
-    }
   }
 }
 
@@ -343,7 +345,8 @@ TEST_CASE("quant: the native kernels equal the portable kernel on odd shapes", "
     }
     CHECK(qd::best_kernel(f) == qd::LinearKernel::native);
     const bool blocks = f == WeightFormat::q8_0 || f == WeightFormat::q4_0;
-    for (std::int64_t k : blocks ? std::vector<std::int64_t>{0, 32, 96, 288} : std::vector<std::int64_t>{1, 17, 45, 64, 288})
+    for (std::int64_t k :
+         blocks ? std::vector<std::int64_t>{0, 32, 96, 288} : std::vector<std::int64_t>{1, 17, 45, 64, 288})
       for (std::int64_t n : {1, 5, 33})
         for (std::int64_t m : {1, 2, 3, 4, 5, 8, 16, 17}) {
           CAPTURE(k, n, m);
@@ -355,8 +358,8 @@ TEST_CASE("quant: the native kernels equal the portable kernel on odd shapes", "
           const std::vector<float> native = qd::linear_using(qd::LinearKernel::native, x, w, bias).to_vector<float>();
           const std::vector<float> portable =
               qd::linear_using(qd::LinearKernel::portable, x, w, bias).to_vector<float>();
-          const Product mag = reference(rounded_activations(xv, k, f), as_double(w.dequantize().to_vector<float>()), m,
-                                        n, k);
+          const Product mag =
+              reference(rounded_activations(xv, k, f), as_double(w.dequantize().to_vector<float>()), m, n, k);
           for (std::size_t i = 0; i < native.size(); ++i)
             CHECK(std::abs(native[i] - portable[i]) <= 2e-6 * (mag.magnitude[i] + 4) + 1e-6);
         }
@@ -368,9 +371,11 @@ TEST_CASE("quant: bad matrices, operands and outputs are refused, leaking nothin
   const Tensor w64 = ctx.ones({4, 64});
   const PackedMatrix w = PackedMatrix::pack(w64, WeightFormat::q8_0);
   // Packing and wrapping.
-  CHECK_THAT(FORGE_REQUIRE_ERROR(shape, "PackedMatrix::pack", PackedMatrix::pack(ctx.ones({4, 33}), WeightFormat::q4_0)),
-             Catch::Contains("33 cols"));
-  FORGE_REQUIRE_ERROR(dtype, "PackedMatrix::pack", PackedMatrix::pack(ctx.ones({4, 32}, DType::i32), WeightFormat::q8_0));
+  CHECK_THAT(
+      FORGE_REQUIRE_ERROR(shape, "PackedMatrix::pack", PackedMatrix::pack(ctx.ones({4, 33}), WeightFormat::q4_0)),
+      Catch::Contains("33 cols"));
+  FORGE_REQUIRE_ERROR(dtype, "PackedMatrix::pack",
+                      PackedMatrix::pack(ctx.ones({4, 32}, DType::i32), WeightFormat::q8_0));
   FORGE_REQUIRE_ERROR(shape, "PackedMatrix::pack", PackedMatrix::pack(ctx.ones({4, 32, 1}), WeightFormat::q8_0));
   FORGE_REQUIRE_ERROR(invalid_argument, "PackedMatrix::pack", PackedMatrix::pack(Tensor(), WeightFormat::f32));
   std::vector<float> bad(64, 1.0f);
@@ -379,18 +384,21 @@ TEST_CASE("quant: bad matrices, operands and outputs are refused, leaking nothin
   bad[40] = 1e7f;  // d = 1e7 / 127 overflows f16
   const Tensor huge_weight = ctx.from_vector(bad, {2, 32});
   const auto before = ctx.stats().outstanding;
-  CHECK_THAT(FORGE_REQUIRE_ERROR(invalid_argument, "PackedMatrix::pack", PackedMatrix::pack(nan_weight, WeightFormat::q4_0)),
-             Catch::Contains("row 1"));
+  CHECK_THAT(
+      FORGE_REQUIRE_ERROR(invalid_argument, "PackedMatrix::pack", PackedMatrix::pack(nan_weight, WeightFormat::q4_0)),
+      Catch::Contains("row 1"));
   FORGE_REQUIRE_ERROR(invalid_argument, "PackedMatrix::pack", PackedMatrix::pack(huge_weight, WeightFormat::q8_0));
   CHECK(ctx.stats().outstanding == before);  // the row scratch went back
   CHECK_THAT(FORGE_REQUIRE_ERROR(invalid_argument, "PackedMatrix::wrap",
                                  PackedMatrix::wrap(ctx.zeros({4 * 34 - 1}, DType::u8), WeightFormat::q8_0, 4, 32)),
              Catch::Contains("135 bytes") && Catch::Contains("136 bytes"));
   FORGE_REQUIRE_ERROR(dtype, "PackedMatrix::wrap", PackedMatrix::wrap(ctx.zeros({4, 32}), WeightFormat::bf16, 4, 32));
-  FORGE_REQUIRE_ERROR(shape, "PackedMatrix::wrap", PackedMatrix::wrap(ctx.zeros({4 * 18}, DType::u8), WeightFormat::q4_0, 4, 16 + 16 + 1));
+  FORGE_REQUIRE_ERROR(shape, "PackedMatrix::wrap",
+                      PackedMatrix::wrap(ctx.zeros({4 * 18}, DType::u8), WeightFormat::q4_0, 4, 16 + 16 + 1));
   FORGE_REQUIRE_ERROR(invalid_argument, "PackedMatrix::wrap",
                       PackedMatrix::wrap(ctx.zeros({32, 4}).t(), WeightFormat::f32, 4, 32));
-  FORGE_REQUIRE_ERROR(invalid_argument, "PackedMatrix::wrap", PackedMatrix::wrap(ctx.zeros({4}), WeightFormat::f32, -1, 4));
+  FORGE_REQUIRE_ERROR(invalid_argument, "PackedMatrix::wrap",
+                      PackedMatrix::wrap(ctx.zeros({4}), WeightFormat::f32, -1, 4));
   // linear's operands.
   const Tensor x = ctx.ones({2, 64});
   FORGE_REQUIRE_ERROR(dtype, "infer::linear", forge::infer::linear(x.to(DType::f64), w));
@@ -452,10 +460,10 @@ TEST_CASE("quant: quantize writes a packed checkpoint that read_packed maps with
   const Tensor bias = ctx.from_vector(gaussian(48, 23));
   const Tensor odd = ctx.from_vector(gaussian(8 * 33, 24), {8, 33});  // cols % 32 != 0: stays f32
   const Tensor ids = ctx.arange(5, DType::i64);
-  forge::io::save_safetensors(dir / "plain.safetensors",
-                              {{"layer.weight", w}, {"head.weight", head}, {"layer.bias", bias}, {"odd.weight", odd},
-                               {"ids", ids}},
-                              {{"model", "tiny"}});
+  forge::io::save_safetensors(
+      dir / "plain.safetensors",
+      {{"layer.weight", w}, {"head.weight", head}, {"layer.bias", bias}, {"odd.weight", odd}, {"ids", ids}},
+      {{"model", "tiny"}});
   for (WeightFormat f : kFormats) {
     CAPTURE(forge::infer::format_name(f));
     const fs::path path = dir / (std::string("packed_") + forge::infer::format_name(f) + ".safetensors");
@@ -498,7 +506,8 @@ TEST_CASE("quant: quantize writes a packed checkpoint that read_packed maps with
   const forge::infer::PackedCheckpoint again = forge::infer::read_packed(ctx, dir / "again.safetensors");
   CHECK(again.packed.at("layer.weight").format() == WeightFormat::q4_0);
   CHECK(bytes_of(again.packed.at("layer.weight").storage()) ==
-        bytes_of(PackedMatrix::pack(PackedMatrix::pack(w, WeightFormat::q8_0).dequantize(), WeightFormat::q4_0).storage()));
+        bytes_of(
+            PackedMatrix::pack(PackedMatrix::pack(w, WeightFormat::q8_0).dequantize(), WeightFormat::q4_0).storage()));
   // A selected tensor that cannot convert is named.
   CHECK_THAT(FORGE_REQUIRE_ERROR(invalid_argument, "quantize",
                                  forge::quantize(dir / "plain.safetensors", dir / "bad.safetensors", WeightFormat::q4_0,

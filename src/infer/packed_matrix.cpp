@@ -117,16 +117,15 @@ bool shareable_f32(const Tensor& weight) {
 
 PackedMatrix PackedMatrix::pack(const Tensor& weight, WeightFormat format) try {
   detail::check_host(kPackOp, weight, "weight");
-  FORGE_CHECK(is_floating(weight.dtype()), dtype, kPackOp, "weight must be floating, got ",
-              dtype_name(weight.dtype()));
+  FORGE_CHECK(is_floating(weight.dtype()), dtype, kPackOp, "weight must be floating, got ", dtype_name(weight.dtype()));
   FORGE_CHECK(weight.dim() == 2, shape, kPackOp, "weight must be [rows, cols], got shape ", weight.shape());
   const std::int64_t rows = weight.shape()[0], cols = weight.shape()[1];
   detail::check_matrix_extents(kPackOp, format, rows, cols);
   if (format == WeightFormat::f32 && shareable_f32(weight)) return {weight.detach(), format, rows, cols};
 
   Runtime& rt = weight.runtime();
-  Tensor storage = detail::owned_host(rt, {rows, detail::storage_cols(format, cols)}, detail::storage_dtype(format),
-                                      kPackOp);
+  Tensor storage =
+      detail::owned_host(rt, {rows, detail::storage_cols(format, cols)}, detail::storage_dtype(format), kPackOp);
   if (format == WeightFormat::f32 || format == WeightFormat::bf16) {
     forge::detail::copy_to_contiguous(weight, storage.raw_data(kPackOp), storage.dtype());
     return {std::move(storage), format, rows, cols};
@@ -163,8 +162,8 @@ PackedMatrix PackedMatrix::wrap(Tensor storage, WeightFormat format, std::int64_
   FORGE_CHECK(storage.is_contiguous(), invalid_argument, kWrapOp, "storage must be contiguous, got shape ",
               storage.shape(), " with strides ", storage.strides());
   const std::size_t need = static_cast<std::size_t>(rows) * packed_row_bytes(format, cols);
-  FORGE_CHECK(storage.nbytes() == need, invalid_argument, kWrapOp, "storage holds ", storage.nbytes(),
-              " bytes, but a ", format_name(format), " [", rows, ", ", cols, "] matrix is ", need, " bytes");
+  FORGE_CHECK(storage.nbytes() == need, invalid_argument, kWrapOp, "storage holds ", storage.nbytes(), " bytes, but a ",
+              format_name(format), " [", rows, ", ", cols, "] matrix is ", need, " bytes");
   Tensor view = storage.detach().view({rows, detail::storage_cols(format, cols)});
   return {std::move(view), format, rows, cols};
 }

@@ -121,8 +121,8 @@ PackedCheckpoint read_packed(ExecContext& ctx, const std::filesystem::path& path
                  "\" (the formats are f32, bf16, q8_0 and q4_0)");
     }
     const auto shape = contents.metadata.find(std::string(kShapeKey) + name);
-    FORGE_CHECK(shape != contents.metadata.end(), io, op, path, ": tensor '", name, "' is marked ", value,
-                " but no \"", kShapeKey, name, "\" gives its shape");
+    FORGE_CHECK(shape != contents.metadata.end(), io, op, path, ": tensor '", name, "' is marked ", value, " but no \"",
+                kShapeKey, name, "\" gives its shape");
     std::int64_t rows = 0, cols = 0;
     FORGE_CHECK(parse_shape(shape->second, rows, cols), io, op, path, ": tensor '", name, "' has shape \"",
                 shape->second, "\", not \"<rows>,<cols>\" of two non-negative integers");

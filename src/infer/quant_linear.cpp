@@ -61,7 +61,8 @@ void compute(const char* op, detail::LinearKernel kernel, const Tensor& out, con
   p.format = w.format();
   p.w = static_cast<const std::byte*>(w.storage().raw_data(op));
   p.w_row_bytes = packed_row_bytes(w.format(), w.cols());
-  const Tensor bc = bias.defined() && !bias.is_contiguous() ? forge::detail::cast_temporary(bias, DType::f32, op) : bias;
+  const Tensor bc =
+      bias.defined() && !bias.is_contiguous() ? forge::detail::cast_temporary(bias, DType::f32, op) : bias;
   p.bias = bc.defined() ? static_cast<const float*>(bc.raw_data(op)) : nullptr;
   p.y = static_cast<float*>(out.raw_data(op));
 
@@ -71,9 +72,8 @@ void compute(const char* op, detail::LinearKernel kernel, const Tensor& out, con
   if (scratch_bytes > 0) scratch = host.pool().scratch<std::byte>(scratch_bytes);
   detail::prepare_activations(kernel, p, scratch.data());
   const std::int64_t grain = std::max<std::int64_t>(16, kGrainMacs / std::max<std::int64_t>(1, p.m * p.k));
-  host.parallel_for(p.n, grain, [&](std::int64_t n0, std::int64_t n1) {
-    detail::compute_rows(kernel, p, scratch.data(), n0, n1);
-  });
+  host.parallel_for(p.n, grain,
+                    [&](std::int64_t n0, std::int64_t n1) { detail::compute_rows(kernel, p, scratch.data(), n0, n1); });
 }
 
 Tensor linear_impl(const char* op, detail::LinearKernel kernel, const Tensor& x, const PackedMatrix& w,
@@ -89,8 +89,8 @@ Tensor linear_impl(const char* op, detail::LinearKernel kernel, const Tensor& x,
 }  // namespace
 
 Tensor linear(const Tensor& x, const PackedMatrix& w, const Tensor& bias) try {
-  return linear_impl("infer::linear", w.defined() ? detail::best_kernel(w.format()) : detail::LinearKernel::portable,
-                     x, w, bias);
+  return linear_impl("infer::linear", w.defined() ? detail::best_kernel(w.format()) : detail::LinearKernel::portable, x,
+                     w, bias);
 }
 FORGE_CATCH_OOM("infer::linear")
 
