@@ -366,6 +366,44 @@ TEST_CASE("quant: the native kernels equal the portable kernel on odd shapes", "
   }
 }
 
+TEST_CASE("quant: rows split across threads give the bits of one thread", "[infer][quant]") {
+  TestContext two;  // 2 threads
+  TestContext one(forge::ExecContextOptions{.threads = 1});
+  const std::int64_t m = 3, n = 1001, k = 512;  // ~85 rows a task: a dozen uneven tasks
+  const std::vector<float> w = gaussian(static_cast<std::size_t>(n * k), 31);
+  const std::vector<float> x = gaussian(static_cast<std::size_t>(m * k), 32);
+  for (WeightFormat f : kFormats) {
+    CAPTURE(forge::infer::format_name(f));
+    const PackedMatrix w2 = PackedMatrix::pack(two.from_vector(w, {n, k}), f);
+    const PackedMatrix w1 = PackedMatrix::pack(one.from_vector(w, {n, k}), f);
+    CHECK(forge::infer::linear(two.from_vector(x, {m, k}), w2).to_vector<float>() ==
+          forge::infer::linear(one.from_vector(x, {m, k}), w1).to_vector<float>());
+  }
+}
+
+TEST_CASE("quant: after the first call, linear takes no memory from the system", "[infer][quant]") {
+  TestContext ctx;
+  const std::int64_t n = 300, k = 256;
+  const Tensor weight = ctx.from_vector(gaussian(static_cast<std::size_t>(n * k), 41), {n, k});
+  const Tensor x = ctx.from_vector(gaussian(8 * k, 42), {8, k});
+  Tensor out = ctx.empty({8, n});
+  for (WeightFormat f : kFormats) {
+    CAPTURE(forge::infer::format_name(f));
+    const PackedMatrix w = PackedMatrix::pack(weight, f);
+    (void)forge::infer::linear(x, w);  // warm-up: the output's and the scratch's blocks
+    forge::infer::linear_into(out, x, w);
+    const forge::PoolStats before = ctx.stats();
+    for (int step = 0; step < 3; ++step) {
+      const Tensor y = forge::infer::linear(x, w);
+      forge::infer::linear_into(out, x, w);
+      CHECK(y.to_vector<float>() == out.to_vector<float>());
+    }
+    const forge::PoolStats after = ctx.stats();
+    CHECK(after.system_allocations == before.system_allocations);
+    CHECK(after.acquires > before.acquires);  // the pool served them
+  }
+}
+
 TEST_CASE("quant: bad matrices, operands and outputs are refused, leaking nothing", "[infer][quant]") {
   TestContext ctx;
   const Tensor w64 = ctx.ones({4, 64});

@@ -11,13 +11,15 @@
 // and from L1 for the other tiles. Accumulators stay in registers: kRows x
 // kTileM vectors, reduced once per output.
 //
-// q8_0 / q4_0: dpbusd multiplies unsigned bytes by signed ones. The weights
-// become signed bytes (q4_0: nibble - 8), the activations unsigned ones
-// (q + 128, Note [Activation rounding] in quant_kernels.cpp), and the excess
-// 128 * sum(w) is taken off by starting each sum at -128 * sum(w), computed
-// once per weight block (one more dpbusd against ones) and shared by every row
-// of x. Two blocks fill a 512-bit register; each lane's int32 sum is scaled by
-// its block's d_w * d_x and accumulated in f32.
+// q8_0 / q4_0: dpbusd multiplies unsigned bytes by signed ones, 4 to a lane.
+//   q8_0: the weights stay signed and the activations become unsigned
+//   (q + 128, Note [Activation rounding] in quant_kernels.cpp); each sum
+//   starts at -128 * sum(w), computed once per weight block (one dpbusd
+//   against ones) and shared by every row of x.
+//   q4_0: the nibbles stay unsigned (0..15, value + 8) and the activations
+//   signed; each sum starts at -8 * sum(x), computed once per call.
+// Two blocks fill a 512-bit register; each lane's int32 sum is scaled by its
+// block's d_w * d_x and accumulated in f32.
 
 #include <algorithm>
 #include <cfloat>
@@ -50,10 +52,6 @@ namespace forge::infer::detail::native {
 #ifdef FORGE_QUANT_AVX512
 namespace {
 
-constexpr int kTileM = 4;  // rows of x per tile
-
-constexpr std::size_t align64(std::size_t bytes) noexcept { return (bytes + 63) / 64 * 64; }
-
 // Horizontal sum and max of 16 lanes.
 inline __m512 fold(__m512 v, __m512 (*op)(__m512, __m512)) noexcept {
   v = op(v, _mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(1, 0, 3, 2)));
@@ -77,27 +75,22 @@ inline void store(const LinearProblem& p, std::int64_t n, std::int64_t m0, __m51
   }
 }
 
-// Walks rows [n0, n1) in groups of K::kRows (then one at a time) and, in
-// each, every tile of x.
+// Rows [m0, m0 + mt) of x against rows [n, n + NR) of W: the tile<MT, NR>
+// of K with MT = mt (1 <= mt <= K::kTileM).
+template <class K, int NR, int... I>
+void tile_of_height(const K& k, const LinearProblem& p, std::int64_t n, std::int64_t m0, std::int64_t mt,
+                    std::integer_sequence<int, I...>) noexcept {
+  (void)((mt == I + 1 && (k.template tile<I + 1, NR>(p, n, m0), true)) || ...);
+}
+
+// Walks rows [n0, n1) of W in groups of K::kRows (then one at a time) and,
+// for each group, every tile of up to K::kTileM rows of x.
 template <class K>
 void drive(const K& k, const LinearProblem& p, std::int64_t n0, std::int64_t n1) noexcept {
   auto group = [&]<int NR>(std::integral_constant<int, NR>, std::int64_t n) {
-    for (std::int64_t m0 = 0; m0 < p.m; m0 += kTileM) {
-      switch (std::min<std::int64_t>(kTileM, p.m - m0)) {
-        case 1:
-          k.template tile<1, NR>(p, n, m0);
-          break;
-        case 2:
-          k.template tile<2, NR>(p, n, m0);
-          break;
-        case 3:
-          k.template tile<3, NR>(p, n, m0);
-          break;
-        default:
-          k.template tile<4, NR>(p, n, m0);
-          break;
-      }
-    }
+    for (std::int64_t m0 = 0; m0 < p.m; m0 += K::kTileM)
+      tile_of_height<K, NR>(k, p, n, m0, std::min<std::int64_t>(K::kTileM, p.m - m0),
+                            std::make_integer_sequence<int, K::kTileM>{});
   };
   std::int64_t n = n0;
   for (; n + K::kRows <= n1; n += K::kRows) group(std::integral_constant<int, K::kRows>{}, n);
@@ -106,7 +99,7 @@ void drive(const K& k, const LinearProblem& p, std::int64_t n0, std::int64_t n1)
 
 // ---- f32: y = x . w over 16 lanes, the tail masked ----
 struct F32Kernel {
-  static constexpr int kRows = 4;
+  static constexpr int kRows = 4, kTileM = 4;
   template <int MT, int NR>
   void tile(const LinearProblem& p, std::int64_t n, std::int64_t m0) const noexcept {
     __m512 acc[NR][MT];
@@ -133,7 +126,7 @@ struct F32Kernel {
 std::int64_t bf16_stride(std::int64_t k) noexcept { return (k + 31) / 32 * 32; }
 
 struct Bf16Kernel {
-  static constexpr int kRows = 4;
+  static constexpr int kRows = 4, kTileM = 4;
   const std::uint16_t* xb;
   template <int MT, int NR>
   void tile(const LinearProblem& p, std::int64_t n, std::int64_t m0) const noexcept {
@@ -176,48 +169,66 @@ void prepare_bf16(const LinearProblem& p, std::byte* scratch) noexcept {
 
 #ifdef FORGE_QUANT_VNNI
 // ---- q8_0 / q4_0 ----
-// Scratch: x as u8 (q + 128) [m][pairs * 64], then each block's d_x
-// repeated over its 8 lanes [m][pairs * 16]; an odd last block is paired
-// with zeros.
+// Scratch, per pair of blocks and row of x (an odd last block is paired with
+// zeros, which contribute 0): 64 bytes of rounded x, 16 lanes of d_x, and
+// for q4_0 16 int32 lanes of -8 * sum(x). Pair-major, so that a tile's
+// vectors for one pair lie side by side (one pointer for all its rows).
+//   q8_0: x as u8 (q + 128) in order; lanes 0-7 hold block 0's d_x, 8-15 block 1's.
+//   q4_0: x as s8 in the order the nibbles unpack to ([0:16] of both blocks,
+//   then [16:32] of both); lanes 0-3 and 8-11 block 0's d_x, 4-7 and 12-15 block 1's.
+// q4_0 leaves the nibbles unsigned (0..15) and takes 8 * sum(x) off instead.
 std::int64_t block_pairs(std::int64_t k) noexcept { return (k / kBlockValues + 1) / 2; }
 
-struct BlockKernel {
-  static constexpr int kRows = 2;
-  bool q4 = false;
-  const std::uint8_t* xu;
-  const float* xd;
+struct BlockScratch {
+  std::uint8_t* xq;
+  float* xd;
+  std::int32_t* xc;
+};
 
-  float scale(const std::byte* row, std::int64_t b) const noexcept {
-    const std::size_t bytes = q4 ? sizeof(BlockQ4) : sizeof(BlockQ8);
+BlockScratch block_scratch(const LinearProblem& p, const std::byte* scratch) noexcept {
+  const auto vectors = static_cast<std::size_t>(p.m * block_pairs(p.k));
+  auto* base = const_cast<std::byte*>(scratch);
+  return {reinterpret_cast<std::uint8_t*>(base), reinterpret_cast<float*>(base + vectors * 64),
+          reinterpret_cast<std::int32_t*>(base + vectors * 128)};
+}
+
+template <bool Q4>
+struct BlockKernel {
+  static constexpr int kRows = 2, kTileM = 8;
+  BlockScratch x;
+
+  static float scale(const std::byte* row, std::int64_t b) noexcept {
+    constexpr std::size_t bytes = Q4 ? sizeof(BlockQ4) : sizeof(BlockQ8);
     return _cvtsh_ss(reinterpret_cast<const BlockScale*>(row + b * bytes)->d());
   }
 
-  // Blocks 2 * bp and 2 * bp + 1 of `row` as signed bytes, their scales over
-  // 8 lanes each, and -128 * the sum of each lane's 4 weights.
-  void load(const std::byte* row, std::int64_t nb, std::int64_t bp, __m512i& w, __m512& dw,
-            __m512i& start) const noexcept {
+  // Blocks 2 bp and 2 bp + 1 of `row` (the second zero past the end): the
+  // bytes (q8_0: signed; q4_0: nibbles), each lane's d_w, and for q8_0 the
+  // start of each sum, -128 * its lane's 4 weights.
+  static void load(const std::byte* row, std::int64_t nb, std::int64_t bp, __m512i& w, __m512& dw,
+                   __m512i& start) noexcept {
     const std::int64_t b = 2 * bp;
     const bool pair = b + 1 < nb;
-    if (q4) {
+    const float d0 = scale(row, b), d1 = pair ? scale(row, b + 1) : 0.0f;
+    if constexpr (Q4) {
       const auto* blk = reinterpret_cast<const BlockQ4*>(row) + b;
       const __m128i v0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[0].qs));
       const __m128i v1 = pair ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[1].qs)) : _mm_setzero_si128();
       const __m256i both = _mm256_inserti128_si256(_mm256_castsi128_si256(v0), v1, 1);
       const __m256i low = _mm256_set1_epi8(0x0f);
       const __m256i lo = _mm256_and_si256(both, low), hi = _mm256_and_si256(_mm256_srli_epi16(both, 4), low);
-      // [lo0 lo1 hi0 hi1] -> [lo0 hi0 lo1 hi1]: values 0..31 of each block in order.
-      const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-      w = _mm512_sub_epi8(_mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0)), _mm512_set1_epi8(8));
+      w = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+      dw = _mm512_broadcast_f32x8(_mm256_insertf128_ps(_mm256_set1_ps(d0), _mm_set1_ps(d1), 1));
     } else {
       const auto* blk = reinterpret_cast<const BlockQ8*>(row) + b;
       const __m256i v0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[0].qs));
       const __m256i v1 =
           pair ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[1].qs)) : _mm256_setzero_si256();
       w = _mm512_inserti64x4(_mm512_castsi256_si512(v0), v1, 1);
+      dw = _mm512_insertf32x8(_mm512_set1_ps(d0), _mm256_set1_ps(d1), 1);
+      const __m512i sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(1), w);
+      start = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sum, 7));
     }
-    dw = _mm512_insertf32x8(_mm512_set1_ps(scale(row, b)), _mm256_set1_ps(pair ? scale(row, b + 1) : 0.0f), 1);
-    const __m512i sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(1), w);
-    start = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sum, 7));
   }
 
   template <int MT, int NR>
@@ -226,17 +237,20 @@ struct BlockKernel {
     for (auto& row : acc)
       for (auto& a : row) a = _mm512_setzero_ps();
     const std::int64_t nb = p.k / kBlockValues, pairs = block_pairs(p.k);
-    const std::uint8_t* x = xu + m0 * pairs * 64;
-    const float* d = xd + m0 * pairs * 16;
     for (std::int64_t bp = 0; bp < pairs; ++bp) {
       __m512i w[NR], start[NR];
       __m512 dw[NR];
       for (int r = 0; r < NR; ++r) load(p.w + (n + r) * p.w_row_bytes, nb, bp, w[r], dw[r], start[r]);
+      // This pair's vectors for rows m0.. of x, side by side.
+      const std::uint8_t* xq = x.xq + (bp * p.m + m0) * 64;
+      const float* xd = x.xd + (bp * p.m + m0) * 16;
+      const std::int32_t* xc = x.xc + (bp * p.m + m0) * 16;
       for (int i = 0; i < MT; ++i) {
-        const __m512i xv = _mm512_load_si512(x + (i * pairs + bp) * 64);
-        const __m512 dx = _mm512_load_ps(d + (i * pairs + bp) * 16);
+        const __m512i xv = _mm512_load_si512(xq + i * 64);
+        const __m512 dx = _mm512_load_ps(xd + i * 16);
         for (int r = 0; r < NR; ++r) {
-          const __m512i s = _mm512_dpbusd_epi32(start[r], xv, w[r]);
+          const __m512i s = Q4 ? _mm512_dpbusd_epi32(_mm512_load_si512(xc + i * 16), w[r], xv)
+                               : _mm512_dpbusd_epi32(start[r], xv, w[r]);
           acc[r][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw[r], dx), acc[r][i]);
         }
       }
@@ -246,46 +260,53 @@ struct BlockKernel {
 };
 
 // One block of 32 activations: the same d and q as quantize_activation_block.
-void prepare_block(const float* x, std::uint8_t* u, float* d8) noexcept {
+float round_block(const float* x, __m128i& q_lo, __m128i& q_hi) noexcept {
   const __m512 a = _mm512_loadu_ps(x), b = _mm512_loadu_ps(x + 16);
   constexpr int kNanOrInf = 0x01 | 0x08 | 0x10 | 0x80;
   const bool finite = (_mm512_fpclass_ps_mask(a, kNanOrInf) | _mm512_fpclass_ps_mask(b, kNanOrInf)) == 0;
   const float amax = max16(_mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(b)));
-  float d = amax / 127.0f;
+  const float d = amax / 127.0f;
   if (!finite || !(d >= FLT_MIN)) {
-    std::memset(u, 0x80, kBlockValues);
-    d = finite ? 0.0f : NAN;
-  } else {
-    const __m512 id = _mm512_set1_ps(1.0f / d);
-    const __m128i qa = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(a, id)));
-    const __m128i qb = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(b, id)));
-    const __m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(qa), qb, 1);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(u), _mm256_xor_si256(q, _mm256_set1_epi8(static_cast<char>(0x80))));
+    q_lo = q_hi = _mm_setzero_si128();
+    return finite ? 0.0f : NAN;
   }
-  _mm256_storeu_ps(d8, _mm256_set1_ps(d));
+  const __m512 id = _mm512_set1_ps(1.0f / d);
+  q_lo = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(a, id)));
+  q_hi = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(b, id)));
+  return d;
 }
 
 void prepare_blocks(const LinearProblem& p, std::byte* scratch) noexcept {
+  const bool q4 = p.format == WeightFormat::q4_0;
   const std::int64_t nb = p.k / kBlockValues, pairs = block_pairs(p.k);
-  auto* xu = reinterpret_cast<std::uint8_t*>(scratch);
-  auto* xd = reinterpret_cast<float*>(scratch + align64(static_cast<std::size_t>(p.m * pairs * 64)));
+  const BlockScratch x = block_scratch(p, scratch);
+  const __m128i bias128 = _mm_set1_epi8(static_cast<char>(0x80));
   for (std::int64_t i = 0; i < p.m; ++i) {
-    for (std::int64_t b = 0; b < nb; ++b)
-      prepare_block(p.x + i * p.k + b * kBlockValues, xu + i * pairs * 64 + b * 32, xd + i * pairs * 16 + b * 8);
-    if (nb % 2) {  // the odd block's partner: contributes 0
-      std::memset(xu + i * pairs * 64 + nb * 32, 0, 32);
-      std::fill_n(xd + i * pairs * 16 + nb * 8, 8, 0.0f);
+    for (std::int64_t bp = 0; bp < pairs; ++bp) {
+      const std::int64_t v = bp * p.m + i;
+      std::uint8_t* q = x.xq + v * 64;
+      float* d = x.xd + v * 16;
+      for (int h = 0; h < 2; ++h) {  // the pair's two blocks
+        const std::int64_t b = 2 * bp + h;
+        __m128i lo = _mm_setzero_si128(), hi = _mm_setzero_si128();
+        const float db = b < nb ? round_block(p.x + i * p.k + b * kBlockValues, lo, hi) : 0.0f;
+        if (q4) {
+          _mm_store_si128(reinterpret_cast<__m128i*>(q + 16 * h), lo);
+          _mm_store_si128(reinterpret_cast<__m128i*>(q + 32 + 16 * h), hi);
+          std::fill_n(d + 4 * h, 4, db);
+          std::fill_n(d + 8 + 4 * h, 4, db);
+        } else {
+          _mm_store_si128(reinterpret_cast<__m128i*>(q + 32 * h), _mm_xor_si128(lo, bias128));
+          _mm_store_si128(reinterpret_cast<__m128i*>(q + 32 * h + 16), _mm_xor_si128(hi, bias128));
+          std::fill_n(d + 8 * h, 8, db);
+        }
+      }
+      if (q4) {
+        const __m512i sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(1), _mm512_load_si512(q));
+        _mm512_store_si512(x.xc + v * 16, _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sum, 3)));
+      }
     }
   }
-}
-
-BlockKernel block_kernel(const LinearProblem& p, const std::byte* scratch) noexcept {
-  const std::int64_t pairs = block_pairs(p.k);
-  BlockKernel k;
-  k.q4 = p.format == WeightFormat::q4_0;
-  k.xu = reinterpret_cast<const std::uint8_t*>(scratch);
-  k.xd = reinterpret_cast<const float*>(scratch + align64(static_cast<std::size_t>(p.m * pairs * 64)));
-  return k;
 }
 #endif  // FORGE_QUANT_VNNI
 
@@ -318,8 +339,7 @@ std::size_t scratch_bytes([[maybe_unused]] const LinearProblem& p) noexcept {
 #endif
 #ifdef FORGE_QUANT_VNNI
   if (p.format == WeightFormat::q8_0 || p.format == WeightFormat::q4_0) {
-    const auto per_m = static_cast<std::size_t>(block_pairs(p.k));
-    return align64(static_cast<std::size_t>(p.m) * per_m * 64) + static_cast<std::size_t>(p.m) * per_m * 64;
+    return static_cast<std::size_t>(p.m * block_pairs(p.k)) * 192;  // 64 bytes each of xq, xd, xc
   }
 #endif
   return 0;
@@ -349,8 +369,10 @@ void compute_rows([[maybe_unused]] const LinearProblem& p, [[maybe_unused]] cons
 #endif
 #ifdef FORGE_QUANT_VNNI
     case WeightFormat::q8_0:
+      drive(BlockKernel<false>{block_scratch(p, scratch)}, p, n0, n1);
+      return;
     case WeightFormat::q4_0:
-      drive(block_kernel(p, scratch), p, n0, n1);
+      drive(BlockKernel<true>{block_scratch(p, scratch)}, p, n0, n1);
       return;
 #endif
     default:
