@@ -14,9 +14,6 @@
 
 #include <benchmark/benchmark.h>
 
-#include <algorithm>
-#include <vector>
-
 #include "forge/forge.h"
 #include "forge/infer/quant.h"
 
@@ -54,13 +51,7 @@ void shapes(benchmark::internal::Benchmark* b) {
     for (std::int64_t m : {1, 4, 8, 16})
       for (int kind = 0; kind < 5; ++kind) b->Args({kind, m, s[0], s[1]});
 }
-// The fastest repetition beside the median: on a machine shared with other
-// jobs the minimum is the figure least disturbed by them.
-BENCHMARK(BM_Linear)
-    ->Apply(shapes)
-    ->ComputeStatistics("min", [](const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); })
-    ->Unit(benchmark::kMicrosecond)
-    ->UseRealTime();
+BENCHMARK(BM_Linear)->Apply(shapes)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 }  // namespace
 

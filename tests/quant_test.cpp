@@ -29,12 +29,14 @@
 #include "infer/quant_kernels.h"
 #include "memory/emulated_device.h"
 #include "support.h"
+#include "temp_dir.h"
 
 using forge::DType;
 using forge::Shape;
 using forge::Tensor;
 using forge::infer::PackedMatrix;
 using forge::infer::WeightFormat;
+using forge_test::TempDir;
 using forge_test::TestContext;
 namespace fs = std::filesystem;
 namespace qd = forge::infer::detail;
@@ -97,28 +99,6 @@ Product reference(const std::vector<double>& x, const std::vector<double>& w, st
 }
 
 std::vector<double> as_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
-
-// A fresh directory under /tmp, removed with everything in it when the case ends.
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path_ = fs::temp_directory_path() /
-            ("forge_quant_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter.fetch_add(1)));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  fs::path operator/(const std::string& name) const { return path_ / name; }
-
- private:
-  fs::path path_;
-};
 
 // Whether `p` lies inside a mapping of `path` (Linux lists them in /proc/self/maps).
 bool inside_mapping_of(const void* p, const fs::path& path) {
