@@ -171,54 +171,92 @@ void portable_prepare(const LinearProblem& p, std::byte* scratch) noexcept {
   }
 }
 
-// One output: row `m` of x against row `n` of W.
+// Sums of products over runs of kLanes independent partial sums, which the
+// compiler may keep in vector registers (a single running sum forbids it).
+constexpr int kLanes = 16;
+
+template <typename Load>
+float lane_dot(std::int64_t k, Load&& product) noexcept {
+  float part[kLanes] = {};
+  std::int64_t j = 0;
+  for (; j + kLanes <= k; j += kLanes)
+    for (int l = 0; l < kLanes; ++l) part[l] += product(j + l);
+  for (int l = 0; j < k; ++j, ++l) part[l] += product(j);
+  float acc = 0.0f;
+  for (float v : part) acc += v;
+  return acc;
+}
+
+float bf16_bits_to_float(std::uint16_t bits) noexcept { return BFloat16::to_float(bits); }
+
+// One output: row `m` of x against row `n` of an f32 or bf16 W.
 float portable_dot(const LinearProblem& p, const std::byte* scratch, std::int64_t m, std::int64_t n) noexcept {
   const std::byte* row = p.w + static_cast<std::size_t>(n) * p.w_row_bytes;
-  float acc = 0.0f;
   switch (p.format) {
     case WeightFormat::f32: {
       const float* x = p.x + m * p.k;
-      for (std::int64_t j = 0; j < p.k; ++j) {
+      return lane_dot(p.k, [&](std::int64_t j) {
         float w;
         std::memcpy(&w, row + 4 * j, 4);
-        acc += x[j] * w;
-      }
-      break;
+        return x[j] * w;
+      });
     }
     case WeightFormat::bf16: {
       const auto* x = reinterpret_cast<const std::uint16_t*>(scratch) + m * p.k;
-      for (std::int64_t j = 0; j < p.k; ++j) {
+      return lane_dot(p.k, [&](std::int64_t j) {
         std::uint16_t w;
         std::memcpy(&w, row + 2 * j, 2);
-        acc += BFloat16::to_float(x[j]) * BFloat16::to_float(w);
-      }
-      break;
+        return bf16_bits_to_float(x[j]) * bf16_bits_to_float(w);
+      });
     }
     case WeightFormat::q8_0:
-    case WeightFormat::q4_0: {
-      const std::int64_t nb = p.k / kBlockValues;
-      const auto* xq = reinterpret_cast<const std::int8_t*>(scratch) + m * p.k;
-      const auto* xd = reinterpret_cast<const float*>(scratch + align64(static_cast<std::size_t>(p.m * p.k))) + m * nb;
-      for (std::int64_t b = 0; b < nb; ++b) {
-        const std::int8_t* q = xq + b * kBlockValues;
-        std::int32_t isum = 0;
-        float dw;
-        if (p.format == WeightFormat::q8_0) {
-          const auto& blk = reinterpret_cast<const BlockQ8*>(row)[b];
-          dw = f16_to_f32(blk.d());
-          for (int j = 0; j < kBlockValues; ++j) isum += blk.qs[j] * q[j];
-        } else {
-          const auto& blk = reinterpret_cast<const BlockQ4*>(row)[b];
-          dw = f16_to_f32(blk.d());
-          for (int j = 0; j < kBlockValues / 2; ++j)
-            isum += ((blk.qs[j] & 0x0f) - 8) * q[j] + ((blk.qs[j] >> 4) - 8) * q[j + kBlockValues / 2];
+    case WeightFormat::q4_0:
+      break;  // portable_block_rows
+  }
+  return 0.0f;
+}
+
+// Rows [m0, m0 + mt) of x (mt <= kTileM) against row `n` of a q8_0 / q4_0
+// W: each weight block is unpacked once for the whole tile.
+constexpr int kTileM = 16;
+
+void portable_block_rows(const LinearProblem& p, const std::byte* scratch, std::int64_t n, std::int64_t m0,
+                         std::int64_t mt) noexcept {
+  const std::byte* row = p.w + static_cast<std::size_t>(n) * p.w_row_bytes;
+  const std::int64_t nb = p.k / kBlockValues;
+  const auto* xq = reinterpret_cast<const std::int8_t*>(scratch);
+  const auto* xd = reinterpret_cast<const float*>(scratch + align64(static_cast<std::size_t>(p.m * p.k)));
+  float acc[kTileM] = {};
+  for (std::int64_t b = 0; b < nb; ++b) {
+    std::int8_t w[kBlockValues];
+    float dw;
+    if (p.format == WeightFormat::q8_0) {
+      const auto& blk = reinterpret_cast<const BlockQ8*>(row)[b];
+      dw = f16_to_f32(blk.d());
+      std::memcpy(w, blk.qs, kBlockValues);
+    } else {
+      const auto& blk = reinterpret_cast<const BlockQ4*>(row)[b];
+      dw = f16_to_f32(blk.d());
+      // Eight nibbles at a time: q - 8 is q ^ 8 read as a 4-bit signed value;
+      // a set bit 3 extends to 0xf8 (8 * 0x1f, no carry between bytes).
+      for (int h = 0; h < 2; ++h) {
+        std::uint64_t v;
+        std::memcpy(&v, blk.qs + 8 * h, 8);
+        for (int half = 0; half < 2; ++half) {
+          const std::uint64_t t = ((half ? v >> 4 : v) & 0x0f0f0f0f0f0f0f0full) ^ 0x0808080808080808ull;
+          const std::uint64_t r = t | ((t & 0x0808080808080808ull) * 0x1f);
+          std::memcpy(w + 16 * half + 8 * h, &r, 8);
         }
-        acc += static_cast<float>(isum) * (dw * xd[b]);
       }
-      break;
+    }
+    for (std::int64_t i = 0; i < mt; ++i) {
+      const std::int8_t* q = xq + (m0 + i) * p.k + b * kBlockValues;
+      std::int32_t isum = 0;
+      for (int j = 0; j < kBlockValues; ++j) isum += w[j] * q[j];
+      acc[i] += static_cast<float>(isum) * (dw * xd[(m0 + i) * nb + b]);
     }
   }
-  return acc;
+  for (std::int64_t i = 0; i < mt; ++i) p.y[(m0 + i) * p.n + n] = acc[i] + (p.bias ? p.bias[n] : 0.0f);
 }
 
 }  // namespace
@@ -246,9 +284,16 @@ void compute_rows(LinearKernel kernel, const LinearProblem& p, const std::byte* 
     native::compute_rows(p, scratch, n0, n1);
     return;
   }
-  for (std::int64_t n = n0; n < n1; ++n)
+  const bool blocks = p.format == WeightFormat::q8_0 || p.format == WeightFormat::q4_0;
+  for (std::int64_t n = n0; n < n1; ++n) {
+    if (blocks) {
+      for (std::int64_t m0 = 0; m0 < p.m; m0 += kTileM)
+        portable_block_rows(p, scratch, n, m0, std::min<std::int64_t>(kTileM, p.m - m0));
+      continue;
+    }
     for (std::int64_t m = 0; m < p.m; ++m)
       p.y[m * p.n + n] = portable_dot(p, scratch, m, n) + (p.bias ? p.bias[n] : 0.0f);
+  }
 }
 
 }  // namespace forge::infer::detail
