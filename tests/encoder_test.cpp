@@ -6,10 +6,7 @@
 
 #include "forge/infer/encoder.h"
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <atomic>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <filesystem>
@@ -21,6 +18,7 @@
 #include "forge/forge.h"
 #include "forge/infer/tokenizer.h"
 #include "support.h"
+#include "temp_dir.h"
 
 using forge::Arena;
 using forge::DType;
@@ -102,35 +100,19 @@ void write_text(const fs::path& path, const std::string& text) {
 
 // A sentence-transformers directory under /tmp with the tiny model, removed
 // when the case ends.
-class ModelDir {
+class ModelDir : public forge_test::TempDir {
  public:
   ModelDir(forge::ExecContext& ctx, const Tiny& m = {}, const std::string& prefix = "") {
-    static std::atomic<int> counter{0};
-    path_ = fs::temp_directory_path() /
-            ("forge_encoder_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter.fetch_add(1)));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
     weights = tiny_weights(ctx, m, prefix);
-    forge::io::save_safetensors(path_ / "model.safetensors", weights);
-    write_text(path_ / "config.json", config_json(m));
+    forge::io::save_safetensors(path() / "model.safetensors", weights);
+    write_text(path() / "config.json", config_json(m));
     std::string vocab;
     for (const std::string& t : kVocab) vocab += t + "\n";
-    write_text(path_ / "vocab.txt", vocab);
-    write_text(path_ / "sentence_bert_config.json", "{\"max_seq_length\": 12, \"do_lower_case\": false}");
+    write_text(path() / "vocab.txt", vocab);
+    write_text(path() / "sentence_bert_config.json", "{\"max_seq_length\": 12, \"do_lower_case\": false}");
   }
-  ~ModelDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  ModelDir(const ModelDir&) = delete;
-  ModelDir& operator=(const ModelDir&) = delete;
-  const fs::path& path() const { return path_; }
-  fs::path operator/(const std::string& name) const { return path_ / name; }
 
   StateDict weights;
-
- private:
-  fs::path path_;
 };
 
 using Matrix = std::vector<std::vector<double>>;  // [rows][cols]
