@@ -26,7 +26,6 @@ using forge::RowsView;
 using forge::Shape;
 using forge::StateDict;
 using forge::Tensor;
-using forge::infer::EncoderConfig;
 using forge::infer::SentenceEncoder;
 using forge::infer::TokenBatch;
 using forge::infer::WordPieceOptions;
