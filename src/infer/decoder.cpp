@@ -96,12 +96,20 @@ WeightSource::WeightSource(ExecContext& ctx, const StateDict* weights,
                            const std::map<std::string, PackedMatrix>* packed, std::optional<WeightFormat> format)
     : ctx_(ctx), weights_(weights), packed_(packed), format_(format) {}
 
+Tensor WeightSource::find(const std::string& name) const {
+  if (weights_ != nullptr)
+    if (const auto it = weights_->find(name); it != weights_->end()) return it->second;
+  if (packed_ != nullptr)
+    if (const auto it = packed_->find(name); it != packed_->end())
+      return it->second.dequantize();  // a table quantize converted (an embedding): looked up in f32
+  return Tensor();
+}
+
 Tensor WeightSource::take(const std::string& name, const Shape& shape, const std::function<Tensor()>& init) {
   const char* op = "Decoder.load";
-  if (weights_ == nullptr) return init();
-  const auto it = weights_->find(name);
-  FORGE_CHECK(it != weights_->end(), invalid_argument, op, "the checkpoint has no tensor '", name, "'");
-  const Tensor& t = it->second;
+  if (weights_ == nullptr && packed_ == nullptr) return init();
+  const Tensor t = find(name);
+  FORGE_CHECK(t.defined(), invalid_argument, op, "the checkpoint has no tensor '", name, "'");
   FORGE_CHECK(t.shape() == shape, shape, op, "tensor '", name, "' has shape ", t.shape(), "; the config needs ",
               shape);
   FORGE_CHECK(is_floating(t.dtype()), dtype, op, "tensor '", name, "' holds ", dtype_name(t.dtype()),
@@ -124,7 +132,7 @@ std::shared_ptr<Projection> WeightSource::projection(const std::string& name, st
       if (!format_ || *format_ == p.format()) return std::make_shared<Projection>(p, b);
       const Tensor plain = p.dequantize();  // another format asked for: through f32
       if (*format_ == WeightFormat::f32) return std::make_shared<Projection>(plain, b);
-      return std::make_shared<Projection>(PackedMatrix::pack(plain, *format_), b);
+      return std::make_shared<Projection>(pack(plain), b);
     }
   }
   Tensor w = take(name + ".weight", Shape{rows, cols}, [&] {
@@ -132,8 +140,15 @@ std::shared_ptr<Projection> WeightSource::projection(const std::string& name, st
     nn::Linear fresh(ctx_, cols, rows, false);
     return fresh.weight();
   });
-  if (format_ && *format_ != WeightFormat::f32) return std::make_shared<Projection>(PackedMatrix::pack(w, *format_), b);
-  return std::make_shared<Projection>(w, b);
+  if (!format_ || *format_ == WeightFormat::f32) return std::make_shared<Projection>(w, b);
+  return std::make_shared<Projection>(pack(w), b);
+}
+
+PackedMatrix WeightSource::pack(const Tensor& w) const {
+  // ggml's blocks need rows of whole 32-value blocks; a matrix without them
+  // stays f32 (as forge::quantize leaves it), still read by infer::linear.
+  const bool blocks = *format_ == WeightFormat::q8_0 || *format_ == WeightFormat::q4_0;
+  return PackedMatrix::pack(w, blocks && w.size(1) % 32 != 0 ? WeightFormat::f32 : *format_);
 }
 
 void WeightSource::check_all_used() const {
@@ -346,7 +361,7 @@ Decoder::Decoder(ExecContext& ctx, const DecoderConfig& config, const StateDict*
     register_module("head", parts_->head);
   } else if (src.packs()) {
     // The tied head packed from the embedding table (which stays plain for the lookup).
-    parts_->head = std::make_shared<Projection>(PackedMatrix::pack(parts_->tok_embed, *src.format()), Tensor());
+    parts_->head = std::make_shared<Projection>(src.pack(parts_->tok_embed), Tensor());
   }
   if (c.positions == PositionKind::rope)
     std::tie(parts_->rope_cos, parts_->rope_sin) = rope_tables(ctx, c.max_seq_len, hd, c.rope_theta);

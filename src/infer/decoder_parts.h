@@ -64,8 +64,12 @@ class WeightSource {
   Tensor take(const std::string& name, const Shape& shape, const std::function<Tensor()>& init);
   // A projection's weight [rows, cols], packed when the source packs.
   std::shared_ptr<Projection> projection(const std::string& name, std::int64_t rows, std::int64_t cols, bool bias);
+  // `w` [rows, cols] in the source's format (f32 where its blocks do not fit).
+  PackedMatrix pack(const Tensor& w) const;
   // invalid_argument listing the tensors of the file no piece took.
   void check_all_used() const;
+  // The tensor called `name` in the checkpoint (a packed one dequantized), or undefined.
+  Tensor find(const std::string& name) const;
   bool packs() const noexcept { return format_.has_value(); }
   std::optional<WeightFormat> format() const noexcept { return format_; }
 
