@@ -12,6 +12,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -107,7 +108,145 @@ std::int64_t argmax_of(const Tensor& logits_row) {
   return std::max_element(v.begin(), v.end()) - v.begin();
 }
 
+
+// ---- an independent reference: the decoder written out in f64 loops from the
+// formulas (HF Llama's rotate-half RoPE, kv head h / group for query head h,
+// GPT-2's tanh GELU), reading the model's state dict ----
+using Vec = std::vector<double>;
+
+struct Reference {
+  const infer::DecoderConfig& c;
+  StateDict w;
+  Vec get(const std::string& name) const { return w.at(name).to_vector<double>(); }
+  bool has(const std::string& name) const { return w.count(name) != 0; }
+
+  // y = W x (+ b), W [rows, cols].
+  Vec linear(const std::string& name, const Vec& x) const {
+    const Vec W = get(name + ".weight");
+    const std::size_t cols = x.size(), rows = W.size() / cols;
+    Vec y(rows, 0.0);
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t k = 0; k < cols; ++k) y[r] += W[r * cols + k] * x[k];
+    if (has(name + ".bias")) {
+      const Vec b = get(name + ".bias");
+      for (std::size_t r = 0; r < rows; ++r) y[r] += b[r];
+    }
+    return y;
+  }
+  Vec norm(const std::string& name, const Vec& x) const {
+    const auto n = static_cast<double>(x.size());
+    const Vec g = get(name + ".weight");
+    Vec y(x.size());
+    if (c.norm == infer::NormKind::rms_norm) {
+      double ms = 0;
+      for (double v : x) ms += v * v / n;
+      for (std::size_t i = 0; i < x.size(); ++i) y[i] = x[i] / std::sqrt(ms + c.norm_eps) * g[i];
+    } else {
+      double mean = 0, var = 0;
+      for (double v : x) mean += v / n;
+      for (double v : x) var += (v - mean) * (v - mean) / n;
+      const Vec b = get(name + ".bias");
+      for (std::size_t i = 0; i < x.size(); ++i) y[i] = (x[i] - mean) / std::sqrt(var + c.norm_eps) * g[i] + b[i];
+    }
+    return y;
+  }
+  // Rotates each head of `x` (heads x hd) for position p.
+  void rope(Vec& x, std::int64_t p) const {
+    const std::int64_t hd = c.head_dim(), half = hd / 2;
+    for (std::size_t h = 0; h < x.size() / static_cast<std::size_t>(hd); ++h) {
+      double* u = x.data() + h * static_cast<std::size_t>(hd);
+      for (std::int64_t i = 0; i < half; ++i) {
+        const double a = static_cast<double>(p) * std::pow(c.rope_theta, -2.0 * static_cast<double>(i) / static_cast<double>(hd));
+        const double lo = u[i], hi = u[i + half];
+        u[i] = lo * std::cos(a) - hi * std::sin(a);
+        u[i + half] = hi * std::cos(a) + lo * std::sin(a);
+      }
+    }
+  }
+  // Logits [T][V] of `tokens`.
+  std::vector<Vec> logits(const std::vector<std::int64_t>& tokens) const {
+    const auto T = static_cast<std::int64_t>(tokens.size());
+    const std::int64_t D = c.d_model, hd = c.head_dim(), H = c.n_heads, G = H / c.kv_heads();
+    const Vec E = get("tok_embed.weight");
+    std::vector<Vec> x(static_cast<std::size_t>(T));
+    for (std::int64_t p = 0; p < T; ++p) {
+      x[p].assign(E.begin() + tokens[p] * D, E.begin() + (tokens[p] + 1) * D);
+      if (c.positions == infer::PositionKind::learned) {
+        const Vec P = get("pos_embed.weight");
+        for (std::int64_t i = 0; i < D; ++i) x[p][i] += P[p * D + i];
+      }
+    }
+    for (std::int64_t l = 0; l < c.n_layers; ++l) {
+      const std::string L = "layers." + std::to_string(l) + ".";
+      std::vector<Vec> q(T), k(T), v(T);
+      for (std::int64_t p = 0; p < T; ++p) {
+        const Vec h = norm(L + "attn_norm", x[p]);
+        q[p] = linear(L + "attn.q", h);
+        k[p] = linear(L + "attn.k", h);
+        v[p] = linear(L + "attn.v", h);
+        if (c.positions == infer::PositionKind::rope) {
+          rope(q[p], p);
+          rope(k[p], p);
+        }
+      }
+      for (std::int64_t p = 0; p < T; ++p) {
+        Vec attn(static_cast<std::size_t>(D), 0.0);
+        for (std::int64_t h = 0; h < H; ++h) {
+          const std::int64_t kvh = h / G;
+          Vec s(static_cast<std::size_t>(p + 1));
+          double m = -1e300, z = 0;
+          for (std::int64_t j = 0; j <= p; ++j) {
+            double d = 0;
+            for (std::int64_t i = 0; i < hd; ++i) d += q[p][h * hd + i] * k[j][kvh * hd + i];
+            s[j] = d / std::sqrt(static_cast<double>(hd));
+            m = std::max(m, s[j]);
+          }
+          for (double& e : s) z += (e = std::exp(e - m));
+          for (std::int64_t j = 0; j <= p; ++j)
+            for (std::int64_t i = 0; i < hd; ++i) attn[h * hd + i] += s[j] / z * v[j][kvh * hd + i];
+        }
+        const Vec o = linear(L + "attn.o", attn);
+        for (std::int64_t i = 0; i < D; ++i) x[p][i] += o[i];
+        const Vec h = norm(L + "mlp_norm", x[p]);
+        Vec up = linear(L + "mlp.up", h);
+        if (c.mlp == infer::MlpKind::swiglu) {
+          const Vec gate = linear(L + "mlp.gate", h);
+          for (std::size_t i = 0; i < up.size(); ++i) up[i] *= gate[i] / (1 + std::exp(-gate[i]));
+        } else {
+          for (double& u : up) u = 0.5 * u * (1 + std::tanh(std::sqrt(2 / M_PI) * (u + 0.044715 * u * u * u)));
+        }
+        const Vec down = linear(L + "mlp.down", up);
+        for (std::int64_t i = 0; i < D; ++i) x[p][i] += down[i];
+      }
+    }
+    std::vector<Vec> out;
+    for (std::int64_t p = 0; p < T; ++p) {
+      const Vec h = norm("norm", x[p]);
+      out.push_back(c.tied_head ? Reference{c, {{"t.weight", w.at("tok_embed.weight")}}}.linear("t", h)
+                                : linear("head", h));
+    }
+    return out;
+  }
+};
+
 }  // namespace
+
+TEST_CASE("decoder: the logits match an f64 reference written from the formulas, for both architectures",
+          "[infer][decoder]") {
+  TestContext ctx;
+  for (const auto& config : {gpt_config(), llama_config()}) {
+    infer::Decoder model(ctx, config);
+    const auto tokens = random_tokens(9, config.vocab_size, 11);
+    const Tensor got = recompute(model, ctx, tokens);
+    const auto expected = Reference{config, model.state_dict()}.logits(tokens);
+    double err = 0;
+    for (std::int64_t p = 0; p < 9; ++p) {
+      const auto row_got = got.select(0, p).to_vector<float>();
+      for (std::size_t v = 0; v < row_got.size(); ++v) err = std::max(err, std::abs(row_got[v] - expected[p][v]));
+    }
+    CHECK(err < 1e-4);
+  }
+}
 
 TEST_CASE("decoder: cached decode gives the recomputed logits at every position, by prefill, chunk and step",
           "[infer][decoder]") {
@@ -512,5 +651,50 @@ TEST_CASE("decoder: bf16, q8_0 and q4_0 weights stay within their stated error o
         CHECK_THROWS_WITH(packed->save(dir / "again.safetensors"), Catch::Contains("quantize"));
       }
     }
+  }
+}
+
+TEST_CASE("decoder: grouped-query gradients equal those of multi-head attention with the kv heads repeated",
+          "[infer][decoder]") {
+  TestContext ctx;
+  const auto gqa_config = llama_config();  // 4 query heads over 2 kv heads
+  auto mha_config = gqa_config;
+  mha_config.n_kv_heads = 0;
+  infer::Decoder gqa(ctx, gqa_config);
+  const std::int64_t hd = gqa_config.head_dim(), G = 2;
+  StateDict weights;
+  for (const auto& [name, t] : gqa.state_dict()) {
+    const bool kv = name.find("attn.k.") != std::string::npos || name.find("attn.v.") != std::string::npos;
+    if (!kv) {
+      weights.emplace(name, t.clone());
+      continue;
+    }
+    std::vector<Tensor> heads;  // query head h reads kv head h / G
+    for (std::int64_t h = 0; h < gqa_config.n_heads; ++h) heads.push_back(t.narrow(0, h / G * hd, hd));
+    weights.emplace(name, forge::cat(heads, 0));
+  }
+  const auto mha = infer::Decoder::from_state_dict(ctx, mha_config, weights);
+  const Tensor tokens = ctx.from_vector(random_tokens(2 * 7, gqa_config.vocab_size, 5), Shape{2, 7});
+  const auto loss = [&](infer::Decoder& m) {
+    const Tensor logits = m.forward(tokens);
+    return forge::cross_entropy(logits.narrow(1, 0, 6).transpose(1, 2), tokens.narrow(1, 1, 6));
+  };
+  const Tensor lg = loss(gqa), lm = loss(*mha);
+  CHECK(std::abs(lg.item<float>() - lm.item<float>()) < 1e-5);
+  lg.backward();
+  lm.backward();
+  std::map<std::string, Tensor> mha_params;
+  for (const auto& [name, p] : mha->named_parameters()) mha_params.emplace(name, p);
+  for (const auto& [name, p] : gqa.named_parameters()) {
+    INFO(name);
+    Tensor expected = mha_params.at(name).grad();
+    if (name.find("attn.k.") != std::string::npos || name.find("attn.v.") != std::string::npos) {
+      // A kv head's gradient gathers those of the query heads that read it.
+      std::vector<Tensor> sums;
+      for (std::int64_t kvh = 0; kvh < gqa_config.kv_heads(); ++kvh)
+        sums.push_back(forge::add(expected.narrow(0, kvh * G * hd, hd), expected.narrow(0, (kvh * G + 1) * hd, hd)));
+      expected = forge::cat(sums, 0);
+    }
+    CHECK(max_abs_diff(p.grad(), expected) < 1e-5);
   }
 }
