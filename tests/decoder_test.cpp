@@ -103,6 +103,20 @@ Tensor recompute(infer::Decoder& model, forge::ExecContext& ctx, const std::vect
   return model.forward(row(ctx, tokens)).select(0, 0);
 }
 
+// Whether `t`'s first byte lies in a mapping of `file` (/proc/self/maps): a zero-copy load.
+bool inside_mapping_of(const Tensor& t, const fs::path& file) {
+  std::ifstream maps("/proc/self/maps");
+  const auto address = reinterpret_cast<std::uintptr_t>(t.raw_data());
+  const std::string name = fs::canonical(file).string();
+  for (std::string line; std::getline(maps, line);) {
+    if (line.size() < name.size() || line.compare(line.size() - name.size(), name.size(), name) != 0) continue;
+    const std::uintptr_t begin = std::stoull(line.substr(0, line.find('-')), nullptr, 16);
+    const std::uintptr_t end = std::stoull(line.substr(line.find('-') + 1), nullptr, 16);
+    if (address >= begin && address < end) return true;
+  }
+  return false;
+}
+
 std::int64_t argmax_of(const Tensor& logits_row) {
   const auto v = logits_row.to_vector<float>();
   return std::max_element(v.begin(), v.end()) - v.begin();
@@ -402,6 +416,10 @@ TEST_CASE("decoder: save and load round trip in the forge layout, weights over t
     const auto tokens = random_tokens(9, config.vocab_size, 2);
     CHECK(max_abs_diff(recompute(*loaded, ctx, tokens), recompute(model, ctx, tokens)) == 0);
     CHECK(loaded->state_dict().size() == model.state_dict().size());
+    for (const auto& [name, t] : loaded->state_dict()) {
+      INFO(name);
+      CHECK(inside_mapping_of(t, dir / "m.safetensors"));
+    }
   }
 }
 
@@ -479,6 +497,8 @@ TEST_CASE("decoder: a GPT-2-layout checkpoint (fused, transposed Conv1D weights)
     CHECK(loaded->config() == config);
     const auto tokens = random_tokens(10, config.vocab_size, 9);
     CHECK(max_abs_diff(recompute(*loaded, ctx, tokens), recompute(model, ctx, tokens)) < 1e-5);
+    // The fused, transposed weights are views over the mapping.
+    CHECK(inside_mapping_of(loaded->state_dict().at("layers.1.attn.v.weight"), dir / "model.safetensors"));
     // Decoding the loaded model matches too.
     infer::KvCache cache(ctx, config, 1, 16);
     const Tensor cached = loaded->forward(row(ctx, tokens), cache).select(0, 0);
