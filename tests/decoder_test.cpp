@@ -4,6 +4,8 @@
 // same weights, and generation against the recomputed logits; every bad
 // request is refused with nothing leaked. The models are tiny.
 
+#include "forge/infer/decoder.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,11 +16,11 @@
 #include <fstream>
 #include <map>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "forge/forge.h"
-#include "forge/infer/decoder.h"
 #include "forge/infer/generator.h"
 #include "forge/infer/kv_cache.h"
 #include "forge/infer/quant.h"
@@ -122,7 +124,6 @@ std::int64_t argmax_of(const Tensor& logits_row) {
   return std::max_element(v.begin(), v.end()) - v.begin();
 }
 
-
 // ---- an independent reference: the decoder written out in f64 loops from the
 // formulas (HF Llama's rotate-half RoPE, kv head h / group for query head h,
 // GPT-2's tanh GELU), reading the model's state dict ----
@@ -170,7 +171,8 @@ struct Reference {
     for (std::size_t h = 0; h < x.size() / static_cast<std::size_t>(hd); ++h) {
       double* u = x.data() + h * static_cast<std::size_t>(hd);
       for (std::int64_t i = 0; i < half; ++i) {
-        const double a = static_cast<double>(p) * std::pow(c.rope_theta, -2.0 * static_cast<double>(i) / static_cast<double>(hd));
+        const double a =
+            static_cast<double>(p) * std::pow(c.rope_theta, -2.0 * static_cast<double>(i) / static_cast<double>(hd));
         const double lo = u[i], hi = u[i + half];
         u[i] = lo * std::cos(a) - hi * std::sin(a);
         u[i + half] = hi * std::cos(a) + lo * std::sin(a);
@@ -362,8 +364,8 @@ TEST_CASE("kv_cache: a cache larger than RAM is refused up front, an overflow be
     FAIL("a cache of 2^45 * 64 bytes was made");
   } catch (const forge::Error& e) {
     CHECK(e.code() == forge::ErrorCode::out_of_memory);
-    CHECK_THAT(e.what(), Catch::Contains(std::to_string(infer::KvCache::bytes_for(64, 1024, 64, 1 << 20, 128,
-                                                                                  DType::f32))));
+    CHECK_THAT(e.what(),
+               Catch::Contains(std::to_string(infer::KvCache::bytes_for(64, 1024, 64, 1 << 20, 128, DType::f32))));
   }
   infer::Decoder model(ctx, config);
   infer::KvCache cache(ctx, config, 1, 8);
@@ -435,9 +437,9 @@ TEST_CASE("decoder: a Hugging Face Llama-layout checkpoint loads as the forge mo
   hf.emplace("model.norm.weight", ours.at("norm.weight"));
   hf.emplace("lm_head.weight", ours.at("head.weight"));
   const std::pair<const char*, const char*> names[] = {
-      {"attn.q", "self_attn.q_proj"},   {"attn.k", "self_attn.k_proj"}, {"attn.v", "self_attn.v_proj"},
-      {"attn.o", "self_attn.o_proj"},   {"mlp.gate", "mlp.gate_proj"},  {"mlp.up", "mlp.up_proj"},
-      {"mlp.down", "mlp.down_proj"},    {"attn_norm", "input_layernorm"}, {"mlp_norm", "post_attention_layernorm"}};
+      {"attn.q", "self_attn.q_proj"}, {"attn.k", "self_attn.k_proj"},   {"attn.v", "self_attn.v_proj"},
+      {"attn.o", "self_attn.o_proj"}, {"mlp.gate", "mlp.gate_proj"},    {"mlp.up", "mlp.up_proj"},
+      {"mlp.down", "mlp.down_proj"},  {"attn_norm", "input_layernorm"}, {"mlp_norm", "post_attention_layernorm"}};
   for (int l = 0; l < config.n_layers; ++l)
     for (const auto& [f, h] : names)
       hf.emplace("model.layers." + std::to_string(l) + "." + h + ".weight",
@@ -476,10 +478,11 @@ TEST_CASE("decoder: a GPT-2-layout checkpoint (fused, transposed Conv1D weights)
         hf.emplace(h + "ln_1." + p, ours.at(f + "attn_norm." + p));
         hf.emplace(h + "ln_2." + p, ours.at(f + "mlp_norm." + p));
       }
-      hf.emplace(h + "attn.c_attn.weight", forge::cat({ours.at(f + "attn.q.weight"), ours.at(f + "attn.k.weight"),
-                                                      ours.at(f + "attn.v.weight")}, 0)
-                                               .t()
-                                               .contiguous());
+      hf.emplace(
+          h + "attn.c_attn.weight",
+          forge::cat({ours.at(f + "attn.q.weight"), ours.at(f + "attn.k.weight"), ours.at(f + "attn.v.weight")}, 0)
+              .t()
+              .contiguous());
       hf.emplace(h + "attn.c_attn.bias",
                  forge::cat({ours.at(f + "attn.q.bias"), ours.at(f + "attn.k.bias"), ours.at(f + "attn.v.bias")}, 0));
       hf.emplace(h + "attn.c_proj.weight", ours.at(f + "attn.o.weight").t().contiguous());
@@ -552,7 +555,8 @@ TEST_CASE("generator: greedy decoding picks the argmax of the recomputed logits,
   }
 }
 
-TEST_CASE("generator: a stop token ends its sequence and is kept, and the offsets tile the tokens", "[infer][decoder]") {
+TEST_CASE("generator: a stop token ends its sequence and is kept, and the offsets tile the tokens",
+          "[infer][decoder]") {
   TestContext ctx;
   const auto config = gpt_config();
   auto model = std::make_shared<infer::Decoder>(ctx, config);
@@ -570,7 +574,8 @@ TEST_CASE("generator: a stop token ends its sequence and is kept, and the offset
   };
   const auto out = gen.generate(arena, prompts, {.max_new_tokens = 5, .stop_tokens = {stop}, .greedy = true});
   const std::int64_t* off = out.tokens.offsets_data();
-  const std::int64_t n0 = std::min<std::int64_t>(stop_at(first) + 1, 5), n1 = std::min<std::int64_t>(stop_at(second) + 1, 5);
+  const std::int64_t n0 = std::min<std::int64_t>(stop_at(first) + 1, 5),
+                     n1 = std::min<std::int64_t>(stop_at(second) + 1, 5);
   CHECK(off[0] == 0);
   CHECK(off[1] == n0);
   CHECK(off[2] == n0 + n1);
@@ -589,8 +594,8 @@ TEST_CASE("generator: after a warm-up call, decoding makes no system allocation"
     forge::Arena arena(ctx);
     const std::vector<std::vector<std::int64_t>> prompts{random_tokens(5, config.vocab_size, 1),
                                                          random_tokens(3, config.vocab_size, 2)};
-    const infer::GenerateOptions options{.max_new_tokens = 20, .repetition_penalty = 1.3, .greedy = true,
-                                         .logprobs = true};
+    const infer::GenerateOptions options{
+        .max_new_tokens = 20, .repetition_penalty = 1.3, .greedy = true, .logprobs = true};
     gen.generate(arena, prompts, options);  // warm-up: the pool and the arena learn the sizes
     const auto pool_before = ctx.stats().system_allocations;
     const auto arena_before = arena.stats().system_allocations;
@@ -717,4 +722,104 @@ TEST_CASE("decoder: grouped-query gradients equal those of multi-head attention 
     }
     CHECK(max_abs_diff(p.grad(), expected) < 1e-5);
   }
+}
+
+TEST_CASE("generator: a seed makes sampling reproducible, and another seed draws otherwise", "[infer][decoder]") {
+  TestContext ctx;
+  const auto config = llama_config();
+  auto model = std::make_shared<infer::Decoder>(ctx, config);
+  infer::Generator gen(model, 2);
+  forge::Arena arena(ctx);
+  const std::vector<std::vector<std::int64_t>> prompts{random_tokens(3, config.vocab_size, 1),
+                                                       random_tokens(5, config.vocab_size, 2)};
+  const auto draw = [&](std::uint64_t seed) {
+    return gen.generate(arena, prompts, {.max_new_tokens = 24, .temperature = 1.5, .seed = seed})
+        .tokens.values()
+        .to_vector<std::int64_t>();
+  };
+  const auto a = draw(5);
+  CHECK(draw(5) == a);
+  CHECK(draw(6) != a);
+}
+
+TEST_CASE("generator: sampled log-probabilities are log_softmax of the recomputed logits at the chosen tokens",
+          "[infer][decoder]") {
+  TestContext ctx;
+  const auto config = gpt_config();
+  auto model = std::make_shared<infer::Decoder>(ctx, config);
+  infer::Generator gen(model, 2);
+  forge::Arena arena(ctx);
+  const std::vector<std::vector<std::int64_t>> prompts{random_tokens(4, config.vocab_size, 3),
+                                                       random_tokens(2, config.vocab_size, 4)};
+  // Temperature 1 without filters: the plain distribution; top-k 3 at temperature 0.7: renormalized over the top 3.
+  for (const std::int64_t top_k : {0, 3}) {
+    const double temperature = top_k == 0 ? 1.0 : 0.7;
+    const auto out = gen.generate(
+        arena, prompts, {.max_new_tokens = 8, .temperature = temperature, .top_k = top_k, .seed = 9, .logprobs = true});
+    for (std::int64_t b = 0; b < 2; ++b) {
+      auto seq = prompts[b];
+      const auto got = out.tokens.item(b).to_vector<std::int64_t>();
+      const auto lps = out.logprobs.item(b).to_vector<float>();
+      REQUIRE(got.size() == 8);
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        const auto logits =
+            recompute(*model, ctx, seq).select(0, static_cast<std::int64_t>(seq.size()) - 1).to_vector<float>();
+        std::vector<double> scaled(logits.begin(), logits.end());
+        for (double& l : scaled) l /= temperature;
+        std::vector<double> sorted = scaled;
+        std::sort(sorted.rbegin(), sorted.rend());
+        const double floor = top_k == 0 ? -1e300 : sorted[top_k - 1];
+        double z = 0;
+        for (double l : scaled) z += l >= floor ? std::exp(l) : 0.0;
+        INFO("top_k " << top_k << " sequence " << b << " token " << i);
+        CHECK(scaled[got[i]] >= floor);  // a kept token
+        CHECK(std::abs(lps[i] - (scaled[got[i]] - std::log(z))) < 1e-4);
+        seq.push_back(got[i]);
+      }
+    }
+  }
+}
+
+TEST_CASE("generator: top-k 1 and a tiny top-p decode greedily", "[infer][decoder]") {
+  TestContext ctx;
+  const auto config = llama_config();
+  auto model = std::make_shared<infer::Decoder>(ctx, config);
+  infer::Generator gen(model, 1);
+  forge::Arena arena(ctx);
+  const std::vector<std::vector<std::int64_t>> prompts{random_tokens(4, config.vocab_size, 8)};
+  const auto greedy =
+      gen.generate(arena, prompts, {.max_new_tokens = 10, .greedy = true}).tokens.values().to_vector<std::int64_t>();
+  for (const infer::GenerateOptions& o :
+       {infer::GenerateOptions{.max_new_tokens = 10, .top_k = 1, .logprobs = true},
+        infer::GenerateOptions{.max_new_tokens = 10, .top_p = 1e-6, .logprobs = true}}) {
+    const auto out = gen.generate(arena, prompts, o);
+    CHECK(out.tokens.values().to_vector<std::int64_t>() == greedy);
+    for (const float lp : out.logprobs.values().to_vector<float>()) CHECK(lp == 0.0f);  // one token kept
+  }
+}
+
+TEST_CASE("generator: the repetition penalty divides seen positive logits and multiplies seen negative ones",
+          "[infer][decoder]") {
+  TestContext ctx;
+  const auto config = gpt_config();
+  auto model = std::make_shared<infer::Decoder>(ctx, config);
+  infer::Generator gen(model, 1);
+  forge::Arena arena(ctx);
+  const std::vector<std::int64_t> prompt = random_tokens(6, config.vocab_size, 12);
+  const double penalty = 3.0;
+  const auto out = gen.generate(arena, std::vector<std::vector<std::int64_t>>{prompt},
+                                {.max_new_tokens = 12, .repetition_penalty = penalty, .greedy = true});
+  const auto got = out.tokens.item(0).to_vector<std::int64_t>();
+  auto seq = prompt;
+  bool changed = false;  // the penalty must have mattered somewhere
+  for (const std::int64_t token : got) {
+    auto logits = recompute(*model, ctx, seq).select(0, static_cast<std::int64_t>(seq.size()) - 1).to_vector<float>();
+    const std::int64_t plain = std::max_element(logits.begin(), logits.end()) - logits.begin();
+    for (const std::int64_t t : std::set<std::int64_t>(seq.begin(), seq.end()))
+      logits[t] = logits[t] < 0 ? logits[t] * penalty : logits[t] / penalty;
+    CHECK(token == std::max_element(logits.begin(), logits.end()) - logits.begin());
+    changed = changed || token != plain;
+    seq.push_back(token);
+  }
+  CHECK(changed);
 }
