@@ -451,6 +451,11 @@ TEST_CASE("decoder: a Hugging Face Llama-layout checkpoint loads as the forge mo
   CHECK(loaded->config() == config);
   const auto tokens = random_tokens(11, config.vocab_size, 6);
   CHECK(max_abs_diff(recompute(*loaded, ctx, tokens), recompute(model, ctx, tokens)) == 0);
+  // A config asking for what the decoder does not compute is refused.
+  std::ofstream(dir / "config.json") << R"({"vocab_size": 41, "hidden_size": 32, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 48, "max_position_embeddings": 48,
+    "rope_scaling": {"rope_type": "llama3", "factor": 8.0}})";
+  CHECK_THROWS_WITH(infer::Decoder::load(ctx, dir / "model.safetensors"), Catch::Contains("rope_scaling"));
   // Without its config the checkpoint cannot be read.
   fs::remove(dir / "config.json");
   CHECK_THROWS_WITH(infer::Decoder::load(ctx, dir / "model.safetensors"), Catch::Contains("config.json"));
@@ -638,6 +643,11 @@ TEST_CASE("generator: bad prompts and options are refused with clear errors and 
   refused({ok}, {.repetition_penalty = 0}, C::invalid_argument, "repetition_penalty");
   refused({ok}, {.stop_tokens = {40}, .greedy = true}, C::out_of_range, "stop token 40");
   CHECK_THROWS_WITH(infer::Generator(nullptr), Catch::Contains("null"));
+  // A generator with a shorter cache refuses what does not fit it.
+  infer::Generator short_gen(model, 1, DType::f32, 8);
+  CHECK(short_gen.cache().max_len() == 8);
+  CHECK_THROWS_WITH(short_gen.generate(arena, std::vector<std::vector<std::int64_t>>{ok}, {.max_new_tokens = 5}),
+                    Catch::Contains("exceeds the cache's 8 positions"));
   // The generator still works afterwards.
   CHECK(gen.generate(arena, std::vector<std::vector<std::int64_t>>{ok}, greedy).tokens.count() == 1);
 }

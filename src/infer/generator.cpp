@@ -37,11 +37,13 @@ namespace {
 
 constexpr const char* kOp = "Generator.generate";
 
-// The generator's cache: max_batch rows of the model's max_seq_len.
-KvCache make_cache(const std::shared_ptr<Decoder>& model, std::int64_t max_batch, DType dtype) {
+// The generator's cache: max_batch rows of max_len (0: the model's max_seq_len) positions.
+KvCache make_cache(const std::shared_ptr<Decoder>& model, std::int64_t max_batch, DType dtype, std::int64_t max_len) {
   FORGE_CHECK(model != nullptr, invalid_argument, "Generator", "the model is null");
   FORGE_CHECK(max_batch > 0, invalid_argument, "Generator", "max_batch must be positive, got ", max_batch);
-  return KvCache(model->context(), model->config(), max_batch, model->config().max_seq_len, dtype);
+  FORGE_CHECK(max_len >= 0, invalid_argument, "Generator", "max_len must be >= 0 (0: max_seq_len), got ", max_len);
+  return KvCache(model->context(), model->config(), max_batch, max_len == 0 ? model->config().max_seq_len : max_len,
+                 dtype);
 }
 
 void validate(std::span<const std::vector<std::int64_t>> prompts, const GenerateOptions& o, std::int64_t max_batch,
@@ -112,8 +114,8 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
-Generator::Generator(std::shared_ptr<Decoder> model, std::int64_t max_batch, DType cache_dtype)
-    : model_(std::move(model)), cache_(make_cache(model_, max_batch, cache_dtype)) {}
+Generator::Generator(std::shared_ptr<Decoder> model, std::int64_t max_batch, DType cache_dtype, std::int64_t max_len)
+    : model_(std::move(model)), cache_(make_cache(model_, max_batch, cache_dtype, max_len)) {}
 
 Generated Generator::generate(Arena& arena, std::span<const std::vector<std::int64_t>> prompts,
                               const GenerateOptions& options) try {
