@@ -643,6 +643,10 @@ TEST_CASE("generator: bad prompts and options are refused with clear errors and 
   refused({ok}, {.repetition_penalty = 0}, C::invalid_argument, "repetition_penalty");
   refused({ok}, {.stop_tokens = {40}, .greedy = true}, C::out_of_range, "stop token 40");
   CHECK_THROWS_WITH(infer::Generator(nullptr), Catch::Contains("null"));
+  TestContext other;
+  forge::Arena foreign(other);
+  CHECK_THROWS_WITH(gen.generate(foreign, std::vector<std::vector<std::int64_t>>{ok}, greedy),
+                    Catch::Contains("the model's context"));
   // A generator with a shorter cache refuses what does not fit it.
   infer::Generator short_gen(model, 1, DType::f32, 8);
   CHECK(short_gen.cache().max_len() == 8);

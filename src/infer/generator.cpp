@@ -120,6 +120,8 @@ Generator::Generator(std::shared_ptr<Decoder> model, std::int64_t max_batch, DTy
 Generated Generator::generate(Arena& arena, std::span<const std::vector<std::int64_t>> prompts,
                               const GenerateOptions& options) try {
   ArenaCall call(kOp, &arena, {});
+  FORGE_CHECK(&call.runtime() == &model_->context().runtime() && arena.describe().device.is_cpu(), device, kOp,
+              "the arena (", arena.describe().str(), ") must be a host arena of the model's context");
   const DecoderConfig& c = model_->config();
   validate(prompts, options, cache_.batch(), cache_.max_len(), c.vocab_size);
   ExecContext& ctx = model_->context();
