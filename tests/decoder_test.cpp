@@ -415,6 +415,9 @@ TEST_CASE("decoder: save and load round trip in the forge layout, weights over t
     const auto tokens = random_tokens(9, config.vocab_size, 2);
     CHECK(max_abs_diff(recompute(*loaded, ctx, tokens), recompute(model, ctx, tokens)) == 0);
     CHECK(loaded->state_dict().size() == model.state_dict().size());
+    infer::Decoder copy(ctx, config);  // other random weights, then the model's through load_state_dict
+    copy.load_state_dict(model.state_dict());
+    CHECK(max_abs_diff(recompute(copy, ctx, tokens), recompute(model, ctx, tokens)) == 0);
     for (const auto& [name, t] : loaded->state_dict()) {
       INFO(name);
       CHECK(inside_mapping_of(t, dir / "m.safetensors"));
