@@ -30,7 +30,15 @@
 #include "forge/autograd.h"
 #include "forge/exec_scope.h"
 #include "forge/ops.h"
+// Note [Sampling needs the sort ops]: top-k, top-p and the draw use topk,
+// sort and multinomial (forge/ops/sort.h). A tree without them builds a
+// generator that decodes greedily only and refuses sampling up front.
+#if __has_include("forge/ops/sort.h")
 #include "forge/ops/sort.h"
+#define FORGE_GENERATOR_SAMPLES 1
+#else
+#define FORGE_GENERATOR_SAMPLES 0
+#endif
 
 namespace forge::infer {
 namespace {
@@ -72,6 +80,33 @@ void validate(std::span<const std::vector<std::int64_t>> prompts, const Generate
     FORGE_CHECK(o.max_new_tokens <= max_len - len, invalid_argument, kOp, "prompt ", b, " of ", len,
                 " tokens plus max_new_tokens ", o.max_new_tokens, " exceeds the cache's ", max_len, " positions");
   }
+  FORGE_CHECK(o.greedy || FORGE_GENERATOR_SAMPLES, not_implemented, kOp,
+              "this build samples greedily only: sampling needs the sort ops (forge/ops/sort.h); set greedy");
+}
+
+// Applies temperature, top-k and top-p to `logits` [B, V] and draws a token per row: i64 [B].
+Tensor draw(Tensor& logits, const GenerateOptions& o) {
+#if FORGE_GENERATOR_SAMPLES
+  const double neg_inf = -std::numeric_limits<double>::infinity();
+  if (o.temperature != 1.0) logits = div(logits, o.temperature);
+  const std::int64_t V = logits.size(1);
+  if (o.top_k > 0 && o.top_k < V) {
+    const auto [values, indices] = topk(logits, o.top_k, 1);
+    logits = masked_fill(logits, lt(logits, values.narrow(1, o.top_k - 1, 1)), neg_inf);
+  }
+  if (o.top_p < 1.0) {
+    const auto [sorted, indices] = sort(logits, 1, true);
+    const Tensor probs = softmax(sorted, 1);
+    const Tensor before = sub(cumsum(probs, 1), probs);  // probability of the more likely tokens
+    const Tensor kept = sum(lt(before, o.top_p).to(DType::i64), {1}, true);
+    logits = masked_fill(logits, lt(logits, gather(sorted, 1, sub(kept, 1))), neg_inf);
+  }
+  return multinomial(softmax(logits, 1), 1).squeeze(1);
+#else
+  (void)logits;
+  (void)o;
+  FORGE_FAIL(not_implemented, kOp, "sampling needs the sort ops (forge/ops/sort.h); set greedy");
+#endif
 }
 
 struct Choice {
@@ -85,26 +120,7 @@ Choice choose(const Tensor& raw, const Tensor& seen, const GenerateOptions& o) {
     const double p = o.repetition_penalty;
     logits = where(seen, where(lt(logits, 0.0), mul(logits, p), div(logits, p)), logits);
   }
-  Tensor chosen;
-  if (o.greedy) {
-    chosen = argmax(logits, 1);
-  } else {
-    const double neg_inf = -std::numeric_limits<double>::infinity();
-    if (o.temperature != 1.0) logits = div(logits, o.temperature);
-    const std::int64_t V = logits.size(1);
-    if (o.top_k > 0 && o.top_k < V) {
-      const auto [values, indices] = topk(logits, o.top_k, 1);
-      logits = masked_fill(logits, lt(logits, values.narrow(1, o.top_k - 1, 1)), neg_inf);
-    }
-    if (o.top_p < 1.0) {
-      const auto [sorted, indices] = sort(logits, 1, true);
-      const Tensor probs = softmax(sorted, 1);
-      const Tensor before = sub(cumsum(probs, 1), probs);  // probability of the more likely tokens
-      const Tensor kept = sum(lt(before, o.top_p).to(DType::i64), {1}, true);
-      logits = masked_fill(logits, lt(logits, gather(sorted, 1, sub(kept, 1))), neg_inf);
-    }
-    chosen = multinomial(softmax(logits, 1), 1).squeeze(1);
-  }
+  const Tensor chosen = o.greedy ? argmax(logits, 1) : draw(logits, o);
   return {chosen, gather(log_softmax(logits, 1), 1, chosen.unsqueeze(1)).squeeze(1)};
 }
 
