@@ -736,7 +736,6 @@ TEST_CASE("decoder: grouped-query gradients equal those of multi-head attention 
   }
 }
 
-#if __has_include("forge/ops/sort.h")  // Note [Sampling needs the sort ops] in src/infer/generator.cpp
 TEST_CASE("generator: a seed makes sampling reproducible, and another seed draws otherwise", "[infer][decoder]") {
   Generation g(llama_config(), 2);
   auto& [ctx, config, model, gen, arena] = g;
@@ -800,18 +799,6 @@ TEST_CASE("generator: top-k 1 and a tiny top-p decode greedily", "[infer][decode
     for (const float lp : out.logprobs.values().to_vector<float>()) CHECK(lp == 0.0f);  // one token kept
   }
 }
-#else
-TEST_CASE("generator: without the sort ops, sampling is refused up front and greedy decoding works",
-          "[infer][decoder]") {
-  Generation g(gpt_config(), 1);
-  auto& [ctx, config, model, gen, arena] = g;
-  const std::vector<std::vector<std::int64_t>> prompts{random_tokens(3, config.vocab_size, 1)};
-  const auto baseline = ctx.stats().outstanding;
-  CHECK_THROWS_WITH(gen.generate(arena, prompts, {.max_new_tokens = 4}), Catch::Contains("greedy"));
-  CHECK(ctx.stats().outstanding == baseline);
-  CHECK(gen.generate(arena, prompts, {.max_new_tokens = 4, .greedy = true}).tokens.values().numel() == 4);
-}
-#endif
 
 TEST_CASE("generator: the repetition penalty divides seen positive logits and multiplies seen negative ones",
           "[infer][decoder]") {

@@ -30,15 +30,7 @@
 #include "forge/autograd.h"
 #include "forge/exec_scope.h"
 #include "forge/ops.h"
-// Note [Sampling needs the sort ops]: top-k, top-p and the draw use topk,
-// sort and multinomial (forge/ops/sort.h). A tree without them builds a
-// generator that decodes greedily only and refuses sampling up front.
-#if __has_include("forge/ops/sort.h")
 #include "forge/ops/sort.h"
-#define FORGE_GENERATOR_SAMPLES 1
-#else
-#define FORGE_GENERATOR_SAMPLES 0
-#endif
 
 namespace forge::infer {
 namespace {
@@ -80,13 +72,10 @@ void validate(std::span<const std::vector<std::int64_t>> prompts, const Generate
     FORGE_CHECK(o.max_new_tokens <= max_len - len, invalid_argument, kOp, "prompt ", b, " of ", len,
                 " tokens plus max_new_tokens ", o.max_new_tokens, " exceeds the cache's ", max_len, " positions");
   }
-  FORGE_CHECK(o.greedy || FORGE_GENERATOR_SAMPLES, not_implemented, kOp,
-              "this build samples greedily only: sampling needs the sort ops (forge/ops/sort.h); set greedy");
 }
 
 // Applies temperature, top-k and top-p to `logits` [B, V] and draws a token per row: i64 [B].
 Tensor draw(Tensor& logits, const GenerateOptions& o) {
-#if FORGE_GENERATOR_SAMPLES
   const double neg_inf = -std::numeric_limits<double>::infinity();
   if (o.temperature != 1.0) logits = div(logits, o.temperature);
   const std::int64_t V = logits.size(1);
@@ -102,11 +91,6 @@ Tensor draw(Tensor& logits, const GenerateOptions& o) {
     logits = masked_fill(logits, lt(logits, gather(sorted, 1, sub(kept, 1))), neg_inf);
   }
   return multinomial(softmax(logits, 1), 1).squeeze(1);
-#else
-  (void)logits;
-  (void)o;
-  FORGE_FAIL(not_implemented, kOp, "sampling needs the sort ops (forge/ops/sort.h); set greedy");
-#endif
 }
 
 struct Choice {
