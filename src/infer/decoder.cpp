@@ -307,8 +307,11 @@ Decoder::Decoder(ExecContext& ctx, const DecoderConfig& config, const StateDict*
   format_ = src.format();
   const std::int64_t D = c.d_model, hd = c.head_dim(), kv = c.kv_heads() * hd, hidden = c.hidden();
   const auto table = [&](const std::string& name, std::int64_t rows) {
-    auto t = std::make_shared<Table>(
-        src.take(name + ".weight", Shape{rows, D}, [&] { return normal_init(ctx, Shape{rows, D}); }), !src.packs());
+    auto t = std::make_shared<Table>(src.take(name + ".weight", Shape{rows, D},
+                                              [&] {
+                                                return normal_init(ctx, Shape{rows, D});
+                                              }),
+                                     !src.packs());
     register_module(name, t);
     return t;
   };
