@@ -307,11 +307,8 @@ Decoder::Decoder(ExecContext& ctx, const DecoderConfig& config, const StateDict*
   format_ = src.format();
   const std::int64_t D = c.d_model, hd = c.head_dim(), kv = c.kv_heads() * hd, hidden = c.hidden();
   const auto table = [&](const std::string& name, std::int64_t rows) {
-    auto t = std::make_shared<Table>(src.take(name + ".weight", Shape{rows, D},
-                                              [&] {
-                                                return normal_init(ctx, Shape{rows, D});
-                                              }),
-                                     !src.packs());
+    const auto init = [&] { return normal_init(ctx, Shape{rows, D}); };
+    auto t = std::make_shared<Table>(src.take(name + ".weight", Shape{rows, D}, init), !src.packs());
     register_module(name, t);
     return t;
   };
