@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -29,6 +30,7 @@
 namespace forge::infer {
 
 enum class WeightFormat : std::uint8_t;  // quant.h
+class PackedMatrix;                      // quant.h
 class KvCache;
 
 enum class NormKind : std::uint8_t { layer_norm, rms_norm };
@@ -78,6 +80,8 @@ class Decoder : public nn::Module {
   Tensor forward(const Tensor& tokens, KvCache& cache);
   // Appends tokens [count, T] to sequences [seq, seq + count) of the cache only.
   Tensor forward(const Tensor& tokens, KvCache& cache, std::int64_t seq);
+  // forward(tokens, cache, seq) computing only the last position's logits: [count, V].
+  Tensor next_logits(const Tensor& tokens, KvCache& cache, std::int64_t seq = 0);
 
   // safetensors: the state dict (forge layout) and the config in the metadata,
   // plus `extra` metadata (a vocabulary, say).
@@ -99,8 +103,9 @@ class Decoder : public nn::Module {
   ExecContext& context() const noexcept { return *ctx_; }
 
  private:
-  Decoder(ExecContext& ctx, const DecoderConfig& config, const StateDict* weights);
-  Tensor run(const Tensor& tokens, KvCache* cache, std::int64_t seq, std::int64_t count);
+  Decoder(ExecContext& ctx, const DecoderConfig& config, const StateDict* weights,
+          const std::map<std::string, PackedMatrix>* packed, std::optional<WeightFormat> format);
+  Tensor run(const Tensor& tokens, KvCache* cache, std::int64_t seq, std::int64_t count, bool last_only);
 
   ExecContext* ctx_;
   DecoderConfig config_;

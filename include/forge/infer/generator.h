@@ -45,6 +45,9 @@ struct Generated {
 struct GenerateStats {
   std::int64_t prompt_tokens = 0, generated_tokens = 0, decode_steps = 0;
   double prefill_seconds = 0, decode_seconds = 0;
+  // The pool's system allocations during the decode steps after the first
+  // (0 once the pool has seen a call of the same shape).
+  std::uint64_t decode_system_allocations = 0;
 };
 
 class Generator {
@@ -54,6 +57,7 @@ class Generator {
 
   const Decoder& model() const noexcept { return *model_; }
   const KvCache& cache() const noexcept { return cache_; }
+  std::shared_ptr<Decoder> model_ptr() const noexcept { return model_; }
   std::int64_t max_batch() const noexcept { return cache_.batch(); }
   const GenerateStats& last_stats() const noexcept { return stats_; }
 

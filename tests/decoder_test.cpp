@@ -1,0 +1,516 @@
+// forge::infer's decoder: KvCache, Decoder and Generator. Cached decoding is
+// checked against recomputing the whole sequence, batched decoding against
+// each sequence alone, Hugging Face layouts against the forge layout with the
+// same weights, and generation against the recomputed logits; every bad
+// request is refused with nothing leaked. The models are tiny.
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "forge/forge.h"
+#include "forge/infer/decoder.h"
+#include "forge/infer/generator.h"
+#include "forge/infer/kv_cache.h"
+#include "forge/infer/quant.h"
+#include "support.h"
+
+using forge::DType;
+using forge::Shape;
+using forge::StateDict;
+using forge::Tensor;
+using forge_test::TestContext;
+namespace fs = std::filesystem;
+namespace infer = forge::infer;
+
+namespace {
+
+class TempDir {
+ public:
+  TempDir() {
+    static std::atomic<int> counter{0};
+    path_ = fs::temp_directory_path() /
+            ("forge_decoder_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter.fetch_add(1)));
+    fs::remove_all(path_);
+    fs::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  fs::path operator/(const std::string& name) const { return path_ / name; }
+
+ private:
+  fs::path path_;
+};
+
+// GPT-2 style: learned positions, LayerNorm, GELU, multi-head, tied head, biases.
+infer::DecoderConfig gpt_config() {
+  return {.vocab_size = 37, .d_model = 32, .n_layers = 2, .n_heads = 4, .max_seq_len = 48};
+}
+
+// Llama style: RoPE, RMSNorm, SwiGLU, grouped-query (4 heads over 2), separate head, no biases.
+infer::DecoderConfig llama_config() {
+  return {.vocab_size = 41,
+          .d_model = 32,
+          .n_layers = 2,
+          .n_heads = 4,
+          .n_kv_heads = 2,
+          .mlp_hidden = 48,
+          .max_seq_len = 48,
+          .norm = infer::NormKind::rms_norm,
+          .positions = infer::PositionKind::rope,
+          .mlp = infer::MlpKind::swiglu,
+          .tied_head = false,
+          .bias = false,
+          .norm_eps = 1e-6};
+}
+
+std::vector<std::int64_t> random_tokens(std::int64_t n, std::int64_t vocab, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::vector<std::int64_t> out(static_cast<std::size_t>(n));
+  for (auto& t : out) t = static_cast<std::int64_t>(rng() % static_cast<unsigned>(vocab));
+  return out;
+}
+
+Tensor row(forge::ExecContext& ctx, const std::vector<std::int64_t>& tokens) {
+  return ctx.from_vector(tokens, Shape{1, static_cast<std::int64_t>(tokens.size())});
+}
+
+double max_abs_diff(const Tensor& a, const Tensor& b) {
+  REQUIRE(a.shape() == b.shape());
+  const auto x = a.to_vector<float>();
+  const auto y = b.to_vector<float>();
+  double m = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) m = std::max(m, std::abs(static_cast<double>(x[i]) - y[i]));
+  return m;
+}
+
+// The logits of the whole sequence recomputed without a cache: [T, V].
+Tensor recompute(infer::Decoder& model, forge::ExecContext& ctx, const std::vector<std::int64_t>& tokens) {
+  forge::autograd::NoGradGuard no_grad;
+  return model.forward(row(ctx, tokens)).select(0, 0);
+}
+
+std::int64_t argmax_of(const Tensor& logits_row) {
+  const auto v = logits_row.to_vector<float>();
+  return std::max_element(v.begin(), v.end()) - v.begin();
+}
+
+}  // namespace
+
+TEST_CASE("decoder: cached decode gives the recomputed logits at every position, by prefill, chunk and step",
+          "[infer][decoder]") {
+  TestContext ctx;
+  for (const auto& config : {gpt_config(), llama_config()}) {
+    infer::Decoder model(ctx, config);
+    const auto tokens = random_tokens(12, config.vocab_size, 7);
+    const Tensor full = recompute(model, ctx, tokens);
+    infer::KvCache cache(ctx, config, 1, config.max_seq_len);
+    // Prefill 3 (causal from an empty cache), a chunk of 4 (into a non-empty cache), then single steps.
+    std::vector<std::pair<std::int64_t, std::int64_t>> pieces{{0, 3}, {3, 4}};
+    for (std::int64_t i = 7; i < 12; ++i) pieces.emplace_back(i, 1);
+    for (const auto& [start, len] : pieces) {
+      const std::vector<std::int64_t> part(tokens.begin() + start, tokens.begin() + start + len);
+      const Tensor logits = model.forward(row(ctx, part), cache);
+      REQUIRE(logits.shape() == Shape{1, len, config.vocab_size});
+      CHECK(max_abs_diff(logits.select(0, 0), full.narrow(0, start, len)) < 1e-4);
+      CHECK(cache.length(0) == start + len);
+    }
+  }
+}
+
+TEST_CASE("decoder: a batched decode of prompts of different lengths equals each sequence alone", "[infer][decoder]") {
+  TestContext ctx;
+  for (const auto& config : {gpt_config(), llama_config()}) {
+    infer::Decoder model(ctx, config);
+    std::vector<std::vector<std::int64_t>> seqs{random_tokens(2, config.vocab_size, 1),
+                                                random_tokens(6, config.vocab_size, 2),
+                                                random_tokens(4, config.vocab_size, 3)};
+    infer::KvCache cache(ctx, config, 3, 32);
+    for (std::int64_t b = 0; b < 3; ++b) model.forward(row(ctx, seqs[b]), cache, b);
+    CHECK(cache.length(0) == 2);
+    CHECK(cache.length(1) == 6);
+    CHECK(cache.length(2) == 4);
+    // Three single steps, then a chunk of two positions per sequence (masked per sequence).
+    for (int step = 0; step < 4; ++step) {
+      const std::int64_t T = step < 3 ? 1 : 2;
+      const auto fresh = random_tokens(3 * T, config.vocab_size, 10 + step);
+      const Tensor input = ctx.from_vector(fresh, Shape{3, T});
+      const Tensor logits = model.forward(input, cache);
+      REQUIRE(logits.shape() == Shape{3, T, config.vocab_size});
+      for (std::int64_t b = 0; b < 3; ++b) {
+        seqs[b].insert(seqs[b].end(), fresh.begin() + b * T, fresh.begin() + (b + 1) * T);
+        const Tensor alone = recompute(model, ctx, seqs[b]);
+        const auto n = static_cast<std::int64_t>(seqs[b].size());
+        CHECK(max_abs_diff(logits.select(0, b), alone.narrow(0, n - T, T)) < 1e-4);
+      }
+    }
+  }
+}
+
+TEST_CASE("kv_cache: reset keeps the buffers and a reused cache decodes as a new one", "[infer][decoder]") {
+  TestContext ctx;
+  const auto config = llama_config();
+  infer::Decoder model(ctx, config);
+  infer::KvCache cache(ctx, config, 2, 16);
+  CHECK(cache.bytes() == 2u * 2 * 2 * 2 * 16 * 8 * 4);  // layers x {K, V} x batch x kv heads x len x head_dim x f32
+  const void* k0 = cache.keys(0).raw_data();
+  const auto a = random_tokens(5, config.vocab_size, 4);
+  const auto b = random_tokens(3, config.vocab_size, 5);
+  const Tensor first = model.forward(row(ctx, a), cache, 0).clone();
+  model.forward(row(ctx, b), cache, 1);
+  cache.reset(0);
+  CHECK(cache.length(0) == 0);
+  CHECK(cache.length(1) == 3);
+  CHECK(max_abs_diff(model.forward(row(ctx, a), cache, 0), first) == 0);
+  cache.reset();
+  CHECK(cache.max_length() == 0);
+  CHECK(max_abs_diff(model.forward(row(ctx, a), cache, 0), first) == 0);
+  CHECK(cache.keys(0).raw_data() == k0);
+  CHECK(cache.keys(0, 0, 1, 5).raw_data() == k0);  // a view, no copy
+}
+
+TEST_CASE("kv_cache: bf16 and f16 caches stay within their rounding of the f32 logits", "[infer][decoder]") {
+  TestContext ctx;
+  const auto config = llama_config();
+  infer::Decoder model(ctx, config);
+  const auto tokens = random_tokens(10, config.vocab_size, 8);
+  const Tensor full = recompute(model, ctx, tokens);
+  for (const DType dtype : {DType::bf16, DType::f16}) {
+    infer::KvCache cache(ctx, config, 1, 16, dtype);
+    CHECK(cache.keys(0).dtype() == dtype);
+    model.forward(row(ctx, std::vector<std::int64_t>(tokens.begin(), tokens.begin() + 6)), cache);
+    for (std::int64_t i = 6; i < 10; ++i) {
+      const Tensor logits = model.forward(ctx.from_vector(std::vector<std::int64_t>{tokens[i]}, Shape{1, 1}), cache);
+      const double err = max_abs_diff(logits.select(0, 0), full.narrow(0, i, 1));
+      CHECK(err < (dtype == DType::bf16 ? 0.1 : 0.01));
+      CHECK(err > 0);  // the cache really holds the narrower dtype
+    }
+  }
+}
+
+TEST_CASE("kv_cache: a cache larger than RAM is refused up front, an overflow before anything is written",
+          "[infer][decoder]") {
+  TestContext ctx;
+  const auto config = gpt_config();
+  try {
+    infer::KvCache huge(ctx, 64, 1024, 64, 1 << 20, 128, DType::f32);
+    FAIL("a cache of 2^45 * 64 bytes was made");
+  } catch (const forge::Error& e) {
+    CHECK(e.code() == forge::ErrorCode::out_of_memory);
+    CHECK_THAT(e.what(), Catch::Contains(std::to_string(infer::KvCache::bytes_for(64, 1024, 64, 1 << 20, 128,
+                                                                                  DType::f32))));
+  }
+  infer::Decoder model(ctx, config);
+  infer::KvCache cache(ctx, config, 1, 8);
+  model.forward(row(ctx, random_tokens(6, config.vocab_size, 1)), cache);
+  const auto before = cache.keys(0).to_vector<float>();
+  const auto baseline = ctx.stats().outstanding;
+  try {
+    model.forward(row(ctx, random_tokens(3, config.vocab_size, 2)), cache);
+    FAIL("6 + 3 positions went into a cache of 8");
+  } catch (const forge::Error& e) {
+    CHECK(e.code() == forge::ErrorCode::invalid_argument);
+    CHECK_THAT(e.what(), Catch::Contains("overflow"));
+  }
+  CHECK(cache.length(0) == 6);
+  CHECK(cache.keys(0).to_vector<float>() == before);
+  CHECK(ctx.stats().outstanding == baseline);
+  CHECK_THROWS_AS(infer::KvCache(ctx, config, 1, config.max_seq_len + 1), forge::Error);
+  CHECK_THROWS_AS(infer::KvCache(ctx, config, 1, 8, DType::i32), forge::Error);
+}
+
+TEST_CASE("decoder: training through forward(tokens) reaches every parameter, grouped-query included",
+          "[infer][decoder]") {
+  TestContext ctx;
+  for (const auto& config : {gpt_config(), llama_config()}) {
+    infer::Decoder model(ctx, config);
+    const Tensor tokens = ctx.from_vector(random_tokens(2 * 9, config.vocab_size, 3), Shape{2, 9});
+    const Tensor logits = model.forward(tokens);
+    CHECK(logits.requires_grad());
+    const Tensor loss = forge::cross_entropy(logits.narrow(1, 0, 8).transpose(1, 2), tokens.narrow(1, 1, 8));
+    loss.backward();
+    for (const auto& [name, p] : model.named_parameters()) {
+      INFO(name);
+      REQUIRE(p.grad().defined());
+      CHECK(p.grad().abs().sum().item<float>() > 0);
+    }
+  }
+}
+
+TEST_CASE("decoder: save and load round trip in the forge layout, weights over the mapping", "[infer][decoder]") {
+  TestContext ctx;
+  TempDir dir;
+  for (const auto& config : {gpt_config(), llama_config()}) {
+    infer::Decoder model(ctx, config);
+    model.save(dir / "m.safetensors", {{"forge.vocab", "abc"}});
+    const auto loaded = infer::Decoder::load(ctx, dir / "m.safetensors");
+    CHECK(loaded->config() == config);
+    CHECK(loaded->metadata().at("forge.vocab") == "abc");
+    CHECK(loaded->mapped_bytes() > 0);
+    CHECK_FALSE(loaded->weight_format().has_value());
+    const auto tokens = random_tokens(9, config.vocab_size, 2);
+    CHECK(max_abs_diff(recompute(*loaded, ctx, tokens), recompute(model, ctx, tokens)) == 0);
+    CHECK(loaded->state_dict().size() == model.state_dict().size());
+  }
+}
+
+TEST_CASE("decoder: a Hugging Face Llama-layout checkpoint loads as the forge model with the same weights",
+          "[infer][decoder]") {
+  TestContext ctx;
+  TempDir dir;
+  const auto config = llama_config();
+  infer::Decoder model(ctx, config);
+  const StateDict ours = model.state_dict();
+  StateDict hf;
+  hf.emplace("model.embed_tokens.weight", ours.at("tok_embed.weight"));
+  hf.emplace("model.norm.weight", ours.at("norm.weight"));
+  hf.emplace("lm_head.weight", ours.at("head.weight"));
+  const std::pair<const char*, const char*> names[] = {
+      {"attn.q", "self_attn.q_proj"},   {"attn.k", "self_attn.k_proj"}, {"attn.v", "self_attn.v_proj"},
+      {"attn.o", "self_attn.o_proj"},   {"mlp.gate", "mlp.gate_proj"},  {"mlp.up", "mlp.up_proj"},
+      {"mlp.down", "mlp.down_proj"},    {"attn_norm", "input_layernorm"}, {"mlp_norm", "post_attention_layernorm"}};
+  for (int l = 0; l < config.n_layers; ++l)
+    for (const auto& [f, h] : names)
+      hf.emplace("model.layers." + std::to_string(l) + "." + h + ".weight",
+                 ours.at("layers." + std::to_string(l) + "." + f + ".weight"));
+  hf.emplace("model.layers.0.self_attn.rotary_emb.inv_freq", ctx.ones(Shape{4}));  // older exports carry it
+  forge::io::save_safetensors(dir / "model.safetensors", hf);
+  std::ofstream(dir / "config.json") << R"({"architectures": ["LlamaForCausalLM"], "vocab_size": 41,
+    "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "intermediate_size": 48, "max_position_embeddings": 48, "rms_norm_eps": 1e-06, "rope_theta": 10000.0,
+    "tie_word_embeddings": false, "hidden_act": "silu"})";
+  const auto loaded = infer::Decoder::load(ctx, dir / "model.safetensors");
+  CHECK(loaded->config() == config);
+  const auto tokens = random_tokens(11, config.vocab_size, 6);
+  CHECK(max_abs_diff(recompute(*loaded, ctx, tokens), recompute(model, ctx, tokens)) == 0);
+  // Without its config the checkpoint cannot be read.
+  fs::remove(dir / "config.json");
+  CHECK_THROWS_WITH(infer::Decoder::load(ctx, dir / "model.safetensors"), Catch::Contains("config.json"));
+}
+
+TEST_CASE("decoder: a GPT-2-layout checkpoint (fused, transposed Conv1D weights) loads as the forge model",
+          "[infer][decoder]") {
+  TestContext ctx;
+  TempDir dir;
+  const auto config = gpt_config();
+  infer::Decoder model(ctx, config);
+  const StateDict ours = model.state_dict();
+  for (const std::string prefix : {"", "transformer."}) {
+    StateDict hf;
+    hf.emplace(prefix + "wte.weight", ours.at("tok_embed.weight"));
+    hf.emplace(prefix + "wpe.weight", ours.at("pos_embed.weight"));
+    hf.emplace(prefix + "ln_f.weight", ours.at("norm.weight"));
+    hf.emplace(prefix + "ln_f.bias", ours.at("norm.bias"));
+    for (int l = 0; l < config.n_layers; ++l) {
+      const std::string f = "layers." + std::to_string(l) + ".", h = prefix + "h." + std::to_string(l) + ".";
+      for (const char* p : {"weight", "bias"}) {
+        hf.emplace(h + "ln_1." + p, ours.at(f + "attn_norm." + p));
+        hf.emplace(h + "ln_2." + p, ours.at(f + "mlp_norm." + p));
+      }
+      hf.emplace(h + "attn.c_attn.weight", forge::cat({ours.at(f + "attn.q.weight"), ours.at(f + "attn.k.weight"),
+                                                      ours.at(f + "attn.v.weight")}, 0)
+                                               .t()
+                                               .contiguous());
+      hf.emplace(h + "attn.c_attn.bias",
+                 forge::cat({ours.at(f + "attn.q.bias"), ours.at(f + "attn.k.bias"), ours.at(f + "attn.v.bias")}, 0));
+      hf.emplace(h + "attn.c_proj.weight", ours.at(f + "attn.o.weight").t().contiguous());
+      hf.emplace(h + "attn.c_proj.bias", ours.at(f + "attn.o.bias"));
+      hf.emplace(h + "mlp.c_fc.weight", ours.at(f + "mlp.up.weight").t().contiguous());
+      hf.emplace(h + "mlp.c_fc.bias", ours.at(f + "mlp.up.bias"));
+      hf.emplace(h + "mlp.c_proj.weight", ours.at(f + "mlp.down.weight").t().contiguous());
+      hf.emplace(h + "mlp.c_proj.bias", ours.at(f + "mlp.down.bias"));
+      hf.emplace(h + "attn.bias", ctx.ones(Shape{1, 1, 48, 48}));  // GPT-2's causal-mask buffer
+    }
+    forge::io::save_safetensors(dir / "model.safetensors", hf);
+    std::ofstream(dir / "config.json") << R"({"model_type": "gpt2", "vocab_size": 37, "n_embd": 32, "n_layer": 2,
+      "n_head": 4, "n_positions": 48, "layer_norm_epsilon": 1e-05})";
+    const auto loaded = infer::Decoder::load(ctx, dir / "model.safetensors");
+    CHECK(loaded->config() == config);
+    const auto tokens = random_tokens(10, config.vocab_size, 9);
+    CHECK(max_abs_diff(recompute(*loaded, ctx, tokens), recompute(model, ctx, tokens)) < 1e-5);
+    // Decoding the loaded model matches too.
+    infer::KvCache cache(ctx, config, 1, 16);
+    const Tensor cached = loaded->forward(row(ctx, tokens), cache).select(0, 0);
+    CHECK(max_abs_diff(cached, recompute(model, ctx, tokens)) < 1e-4);
+  }
+}
+
+TEST_CASE("decoder: bad configs and inputs are refused naming the problem", "[infer][decoder]") {
+  TestContext ctx;
+  auto config = gpt_config();
+  config.n_heads = 5;
+  CHECK_THROWS_WITH(infer::Decoder(ctx, config), Catch::Contains("n_heads"));
+  config = llama_config();
+  config.n_kv_heads = 3;
+  CHECK_THROWS_WITH(infer::Decoder(ctx, config), Catch::Contains("n_kv_heads"));
+  infer::Decoder model(ctx, gpt_config());
+  CHECK_THROWS_AS(model.forward(ctx.from_vector(std::vector<std::int64_t>{1, 99}, Shape{1, 2})), forge::Error);
+  CHECK_THROWS_WITH(model.forward(ctx.zeros(Shape{1, 49}, DType::i64)), Catch::Contains("max_seq_len"));
+  CHECK_THROWS_AS(model.forward(ctx.zeros(Shape{1, 4}, DType::f32)), forge::Error);
+  infer::KvCache other(ctx, llama_config(), 1, 8);
+  CHECK_THROWS_WITH(model.forward(ctx.zeros(Shape{1, 2}, DType::i64), other), Catch::Contains("cache"));
+}
+
+TEST_CASE("generator: greedy decoding picks the argmax of the recomputed logits, batched prompts alike",
+          "[infer][decoder]") {
+  TestContext ctx;
+  for (const auto& config : {gpt_config(), llama_config()}) {
+    auto model = std::make_shared<infer::Decoder>(ctx, config);
+    infer::Generator gen(model, 3);
+    forge::Arena arena(ctx);
+    const std::vector<std::vector<std::int64_t>> prompts{random_tokens(3, config.vocab_size, 1),
+                                                         random_tokens(7, config.vocab_size, 2),
+                                                         random_tokens(1, config.vocab_size, 3)};
+    const infer::Generated out = gen.generate(arena, prompts, {.max_new_tokens = 6, .greedy = true, .logprobs = true});
+    REQUIRE(out.tokens.count() == 3);
+    REQUIRE(out.logprobs.count() == 3);
+    for (std::int64_t b = 0; b < 3; ++b) {
+      const auto got = out.tokens.item(b).to_vector<std::int64_t>();
+      const auto lps = out.logprobs.item(b).to_vector<float>();
+      REQUIRE(got.size() == 6);
+      auto seq = prompts[b];
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        const Tensor logits = recompute(*model, ctx, seq).select(0, static_cast<std::int64_t>(seq.size()) - 1);
+        INFO("vocab " << config.vocab_size << " sequence " << b << " token " << i);
+        CHECK(got[i] == argmax_of(logits));
+        const float expected = forge::log_softmax(logits, 0).to_vector<float>()[got[i]];
+        CHECK(std::abs(lps[i] - expected) < 1e-4);
+        seq.push_back(got[i]);
+      }
+    }
+  }
+}
+
+TEST_CASE("generator: a stop token ends its sequence and is kept, and the offsets tile the tokens", "[infer][decoder]") {
+  TestContext ctx;
+  const auto config = gpt_config();
+  auto model = std::make_shared<infer::Decoder>(ctx, config);
+  infer::Generator gen(model, 2);
+  forge::Arena arena(ctx);
+  const std::vector<std::vector<std::int64_t>> prompts{random_tokens(4, config.vocab_size, 1),
+                                                       random_tokens(2, config.vocab_size, 2)};
+  const auto free_run = gen.generate(arena, prompts, {.max_new_tokens = 5, .greedy = true});
+  const auto first = free_run.tokens.item(0).to_vector<std::int64_t>();
+  const auto second = free_run.tokens.item(1).to_vector<std::int64_t>();
+  // Stop sequence 0 at its third token (unless it already appeared earlier).
+  const std::int64_t stop = first[2];
+  const auto stop_at = [&](const std::vector<std::int64_t>& t) {
+    return static_cast<std::int64_t>(std::find(t.begin(), t.end(), stop) - t.begin());
+  };
+  const auto out = gen.generate(arena, prompts, {.max_new_tokens = 5, .stop_tokens = {stop}, .greedy = true});
+  const std::int64_t* off = out.tokens.offsets_data();
+  const std::int64_t n0 = std::min<std::int64_t>(stop_at(first) + 1, 5), n1 = std::min<std::int64_t>(stop_at(second) + 1, 5);
+  CHECK(off[0] == 0);
+  CHECK(off[1] == n0);
+  CHECK(off[2] == n0 + n1);
+  CHECK(out.tokens.values().numel() == n0 + n1);
+  const auto got0 = out.tokens.item(0).to_vector<std::int64_t>();
+  CHECK(got0 == std::vector<std::int64_t>(first.begin(), first.begin() + n0));
+  CHECK(got0.back() == stop);
+  CHECK(out.logprobs.count() == 0);  // not asked for
+}
+
+TEST_CASE("generator: after a warm-up call, decoding makes no system allocation", "[infer][decoder]") {
+  TestContext ctx;
+  for (const auto& config : {gpt_config(), llama_config()}) {
+    auto model = std::make_shared<infer::Decoder>(ctx, config);
+    infer::Generator gen(model, 2);
+    forge::Arena arena(ctx);
+    const std::vector<std::vector<std::int64_t>> prompts{random_tokens(5, config.vocab_size, 1),
+                                                         random_tokens(3, config.vocab_size, 2)};
+    const infer::GenerateOptions options{.max_new_tokens = 20, .repetition_penalty = 1.3, .greedy = true,
+                                         .logprobs = true};
+    gen.generate(arena, prompts, options);  // warm-up: the pool and the arena learn the sizes
+    const auto pool_before = ctx.stats().system_allocations;
+    const auto arena_before = arena.stats().system_allocations;
+    gen.generate(arena, prompts, options);
+    CHECK(gen.last_stats().decode_steps == 19);
+    CHECK(gen.last_stats().decode_system_allocations == 0);
+    CHECK(ctx.stats().system_allocations == pool_before);  // prefill included
+    CHECK(arena.stats().system_allocations == arena_before);
+  }
+}
+
+TEST_CASE("generator: bad prompts and options are refused with clear errors and nothing leaked", "[infer][decoder]") {
+  TestContext ctx;
+  const auto config = gpt_config();
+  auto model = std::make_shared<infer::Decoder>(ctx, config);
+  infer::Generator gen(model, 2);
+  forge::Arena arena(ctx);
+  const auto ok = random_tokens(4, config.vocab_size, 1);
+  const auto baseline = ctx.stats().outstanding;
+  const auto refused = [&](const std::vector<std::vector<std::int64_t>>& prompts, const infer::GenerateOptions& o,
+                           forge::ErrorCode code, const std::string& words) {
+    INFO(words);
+    try {
+      gen.generate(arena, prompts, o);
+      FAIL("accepted");
+    } catch (const forge::Error& e) {
+      CHECK(e.code() == code);
+      CHECK_THAT(e.what(), Catch::Contains(words));
+    }
+    CHECK(ctx.stats().outstanding == baseline);
+    CHECK(arena.stats().used_bytes == 0);
+  };
+  const infer::GenerateOptions greedy{.max_new_tokens = 4, .greedy = true};
+  using C = forge::ErrorCode;
+  refused({}, greedy, C::invalid_argument, "no prompts");
+  refused({ok, {}}, greedy, C::invalid_argument, "prompt 1 is empty");
+  refused({ok, {3, 37}}, greedy, C::invalid_argument, "token 37 at position 1");
+  refused({{-1}}, greedy, C::invalid_argument, "token -1");
+  refused({ok, ok, ok}, greedy, C::invalid_argument, "max_batch 2");
+  refused({ok}, {.max_new_tokens = 45, .greedy = true}, C::invalid_argument, "exceeds the cache's 48 positions");
+  refused({ok}, {.max_new_tokens = -1}, C::invalid_argument, "max_new_tokens");
+  refused({ok}, {.temperature = 0}, C::invalid_argument, "temperature");
+  refused({ok}, {.top_p = 0}, C::invalid_argument, "top_p");
+  refused({ok}, {.top_k = -2}, C::invalid_argument, "top_k");
+  refused({ok}, {.repetition_penalty = 0}, C::invalid_argument, "repetition_penalty");
+  refused({ok}, {.stop_tokens = {40}, .greedy = true}, C::out_of_range, "stop token 40");
+  CHECK_THROWS_WITH(infer::Generator(nullptr), Catch::Contains("null"));
+  // The generator still works afterwards.
+  CHECK(gen.generate(arena, std::vector<std::vector<std::int64_t>>{ok}, greedy).tokens.count() == 1);
+}
+
+TEST_CASE("decoder: bf16, q8_0 and q4_0 weights stay within their stated error of the f32 logits", "[infer][decoder]") {
+  TestContext ctx;
+  TempDir dir;
+  for (const auto& config : {gpt_config(), llama_config()}) {
+    infer::Decoder model(ctx, config);
+    model.save(dir / "f32.safetensors");
+    const auto tokens = random_tokens(10, config.vocab_size, 4);
+    const Tensor reference = recompute(model, ctx, tokens);
+    const double scale = reference.abs().max().item<float>();
+    // Largest |logit error| / largest |logit|, measured on these random models: bf16 0.5-0.7%, q8_0 1.2-2.9%
+    // (activations are rounded to int8 blocks too), q4_0 15-20%; the bounds leave about 2x.
+    const std::pair<infer::WeightFormat, double> bounds[] = {
+        {infer::WeightFormat::bf16, 0.015}, {infer::WeightFormat::q8_0, 0.06}, {infer::WeightFormat::q4_0, 0.4}};
+    for (const auto& [format, bound] : bounds) {
+      INFO(infer::format_name(format));
+      // Packed on load, and read from a file forge::quantize converted.
+      forge::quantize(dir / "f32.safetensors", dir / "packed.safetensors", format);
+      for (const auto& packed : {infer::Decoder::load(ctx, dir / "f32.safetensors", format),
+                                 infer::Decoder::load(ctx, dir / "packed.safetensors")}) {
+        CHECK(packed->weight_format() == format);
+        infer::KvCache cache(ctx, config, 1, 16);
+        const Tensor logits = packed->forward(row(ctx, tokens), cache).select(0, 0);
+        const double err = max_abs_diff(logits, reference) / scale;
+        CHECK(err < bound);
+        CHECK(err > 0);
+        CHECK_THROWS_WITH(packed->forward(row(ctx, tokens)), Catch::Contains("only decodes"));
+        CHECK_THROWS_WITH(packed->save(dir / "again.safetensors"), Catch::Contains("quantize"));
+      }
+    }
+  }
+}
