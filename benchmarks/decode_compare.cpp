@@ -170,26 +170,26 @@ class TorchRunner {
       weight_bytes_ += t.nbytes();
       return t;
     };
-    wte_ = get("tok_embeddings.weight");
-    wpe_ = get("pos_embeddings.weight");
+    wte_ = get("tok_embed.weight");
+    wpe_ = get("pos_embed.weight");
     for (std::int64_t l = 0; l < config_.n_layers; ++l) {
       const std::string p = "layers." + std::to_string(l) + ".";
       Layer layer;
       layer.ln1_w = get(p + "attn_norm.weight");
       layer.ln1_b = get(p + "attn_norm.bias");
       // One fused projection for q, k and v, as a libtorch user writes GPT-2.
-      layer.qkv_w = torch::cat({get(p + "attn.q_proj.weight"), get(p + "attn.k_proj.weight"),
-                                get(p + "attn.v_proj.weight")});
+      layer.qkv_w = torch::cat({get(p + "attn.q.weight"), get(p + "attn.k.weight"),
+                                get(p + "attn.v.weight")});
       layer.qkv_b =
-          torch::cat({get(p + "attn.q_proj.bias"), get(p + "attn.k_proj.bias"), get(p + "attn.v_proj.bias")});
-      layer.o_w = get(p + "attn.o_proj.weight");
-      layer.o_b = get(p + "attn.o_proj.bias");
+          torch::cat({get(p + "attn.q.bias"), get(p + "attn.k.bias"), get(p + "attn.v.bias")});
+      layer.o_w = get(p + "attn.o.weight");
+      layer.o_b = get(p + "attn.o.bias");
       layer.ln2_w = get(p + "mlp_norm.weight");
       layer.ln2_b = get(p + "mlp_norm.bias");
-      layer.fc1_w = get(p + "mlp.fc1.weight");
-      layer.fc1_b = get(p + "mlp.fc1.bias");
-      layer.fc2_w = get(p + "mlp.fc2.weight");
-      layer.fc2_b = get(p + "mlp.fc2.bias");
+      layer.fc1_w = get(p + "mlp.up.weight");
+      layer.fc1_b = get(p + "mlp.up.bias");
+      layer.fc2_w = get(p + "mlp.down.weight");
+      layer.fc2_b = get(p + "mlp.down.bias");
       layers_.push_back(std::move(layer));
     }
     lnf_w_ = get("norm.weight");

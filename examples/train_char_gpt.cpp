@@ -57,6 +57,7 @@ struct Flags {
   double lr = 3e-3;
   std::int64_t eval_every = 100;
   std::int64_t eval_tokens = 32768;  // validation characters scored at each evaluation
+  std::int64_t sample_tokens = 200;  // characters of the sample printed at the end (0: none)
   int threads = 0;
   std::string data = kDefaultDataDir;
   std::string out = "build/char_gpt";
@@ -66,8 +67,8 @@ struct Flags {
 [[noreturn]] void usage(const char* message) {
   std::fprintf(stderr,
                "%s\nusage: train_char_gpt [--steps N] [--batch-size N] [--context N] [--d-model N] [--layers N]\n"
-               "                      [--heads N] [--lr X] [--eval-every N] [--eval-tokens N] [--threads N]\n"
-               "                      [--data DIR] [--out DIR] [--seed N]\n",
+               "                      [--heads N] [--lr X] [--eval-every N] [--eval-tokens N] [--sample-tokens N]\n"
+               "                      [--threads N] [--data DIR] [--out DIR] [--seed N]\n",
                message);
   std::exit(2);
 }
@@ -97,6 +98,8 @@ Flags parse(int argc, char** argv) {
       f.eval_every = std::stoll(value);
     else if (flag == "--eval-tokens")
       f.eval_tokens = std::stoll(value);
+    else if (flag == "--sample-tokens")
+      f.sample_tokens = std::stoll(value);
     else if (flag == "--threads")
       f.threads = std::stoi(value);
     else if (flag == "--data")
@@ -109,7 +112,7 @@ Flags parse(int argc, char** argv) {
       usage(("unknown flag " + flag).c_str());
   }
   if (f.steps < 1 || f.batch_size < 1 || f.context < 2 || f.d_model < 1 || f.layers < 1 || f.heads < 1 ||
-      !(f.lr > 0) || f.eval_every < 1 || f.eval_tokens < 1 || f.threads < 0)
+      !(f.lr > 0) || f.eval_every < 1 || f.eval_tokens < 1 || f.sample_tokens < 0 || f.threads < 0)
     usage("steps, batch size, sizes, lr and eval counts must be positive (context at least 2); threads non-negative");
   if (f.d_model % f.heads != 0) usage("--d-model must be a multiple of --heads");
   return f;
@@ -535,7 +538,7 @@ int main(int argc, char** argv) {
   std::printf("curves: %s\n", curves.c_str());
 
   // A sample from the trained model: the start of a held-out fortune, continued.
-  {
+  if (flags.sample_tokens > 0) {
     infer::Generator generator(model);
     forge::Arena arena(ctx);
     const std::u32string prompt_text = corpus.validation.substr(0, 24);
@@ -544,7 +547,8 @@ int main(int argc, char** argv) {
     const std::vector<std::vector<std::int64_t>> prompts{prompt};
     const infer::Generated out = generator.generate(
         arena, prompts,
-        {.max_new_tokens = std::min<std::int64_t>(200, flags.context - static_cast<std::int64_t>(prompt.size())),
+        {.max_new_tokens =
+             std::min(flags.sample_tokens, flags.context - static_cast<std::int64_t>(prompt.size())),
          .temperature = 0.8,
          .top_k = 20,
          .seed = flags.seed});
