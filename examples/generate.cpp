@@ -61,18 +61,30 @@ Flags parse(int argc, char** argv) {
     if (i + 1 >= argc) usage(flag + " needs a value");
     const std::string value = argv[++i];
     try {
-      if (flag == "--checkpoint") f.checkpoint = value;
-      else if (flag == "--prompt") f.prompt = value;
-      else if (flag == "--format") f.format = infer::parse_weight_format(value);
-      else if (flag == "--max-new") f.options.max_new_tokens = std::stoll(value);
-      else if (flag == "--temperature") f.options.temperature = std::stod(value);
-      else if (flag == "--top-k") f.options.top_k = std::stoll(value);
-      else if (flag == "--top-p") f.options.top_p = std::stod(value);
-      else if (flag == "--repetition-penalty") f.options.repetition_penalty = std::stod(value);
-      else if (flag == "--seed") f.options.seed = std::stoull(value);
-      else if (flag == "--batch") f.batch = std::stoll(value);
-      else if (flag == "--runs") f.runs = std::stoi(value);
-      else if (flag == "--threads") f.threads = std::stoi(value);
+      if (flag == "--checkpoint")
+        f.checkpoint = value;
+      else if (flag == "--prompt")
+        f.prompt = value;
+      else if (flag == "--format")
+        f.format = infer::parse_weight_format(value);
+      else if (flag == "--max-new")
+        f.options.max_new_tokens = std::stoll(value);
+      else if (flag == "--temperature")
+        f.options.temperature = std::stod(value);
+      else if (flag == "--top-k")
+        f.options.top_k = std::stoll(value);
+      else if (flag == "--top-p")
+        f.options.top_p = std::stod(value);
+      else if (flag == "--repetition-penalty")
+        f.options.repetition_penalty = std::stod(value);
+      else if (flag == "--seed")
+        f.options.seed = std::stoull(value);
+      else if (flag == "--batch")
+        f.batch = std::stoll(value);
+      else if (flag == "--runs")
+        f.runs = std::stoi(value);
+      else if (flag == "--threads")
+        f.threads = std::stoi(value);
       else if (flag == "--cache-dtype") {
         const std::map<std::string, forge::DType> dtypes{
             {"f32", forge::DType::f32}, {"f16", forge::DType::f16}, {"bf16", forge::DType::bf16}};
@@ -141,16 +153,17 @@ int main(int argc, char** argv) try {
   const auto model = infer::Decoder::load(ctx, flags.checkpoint, flags.format);
   const infer::DecoderConfig& c = model->config();
   const auto vocab_it = model->metadata().find("forge.vocab");
-  if (vocab_it == model->metadata().end()) usage(flags.checkpoint + " has no \"forge.vocab\" metadata (a character vocabulary)");
+  if (vocab_it == model->metadata().end())
+    usage(flags.checkpoint + " has no \"forge.vocab\" metadata (a character vocabulary)");
   const std::u32string chars = decode_utf8(vocab_it->second);
   std::map<char32_t, std::int64_t> ids;
   for (std::size_t i = 0; i < chars.size(); ++i) ids.emplace(chars[i], static_cast<std::int64_t>(i));
-  std::printf("model: %lld layers, d_model %lld, %lld heads, vocabulary %lld, max_seq_len %lld; weights %s, %.2f MiB "
-              "mapped\n",
-              static_cast<long long>(c.n_layers), static_cast<long long>(c.d_model), static_cast<long long>(c.n_heads),
-              static_cast<long long>(c.vocab_size), static_cast<long long>(c.max_seq_len),
-              model->weight_format() ? infer::format_name(*model->weight_format()) : "f32",
-              mib(model->mapped_bytes()));
+  std::printf(
+      "model: %lld layers, d_model %lld, %lld heads, vocabulary %lld, max_seq_len %lld; weights %s, %.2f MiB "
+      "mapped\n",
+      static_cast<long long>(c.n_layers), static_cast<long long>(c.d_model), static_cast<long long>(c.n_heads),
+      static_cast<long long>(c.vocab_size), static_cast<long long>(c.max_seq_len),
+      model->weight_format() ? infer::format_name(*model->weight_format()) : "f32", mib(model->mapped_bytes()));
 
   std::string text;
   if (flags.prompt) {
@@ -179,23 +192,25 @@ int main(int argc, char** argv) try {
       }
       std::printf("----\n");
     }
-    std::printf("run %d: prefill %lld tokens, %.0f tokens/s; decode %lld tokens in %lld steps, %.0f tokens/s; "
-                "%llu system allocations in decode steps after the first\n",
-                run + 1, static_cast<long long>(s.prompt_tokens),
-                s.prefill_seconds > 0 ? static_cast<double>(s.prompt_tokens) / s.prefill_seconds : 0.0,
-                static_cast<long long>(s.generated_tokens), static_cast<long long>(s.decode_steps),
-                s.decode_seconds > 0 ? static_cast<double>(s.generated_tokens) / s.decode_seconds : 0.0,
-                static_cast<unsigned long long>(s.decode_system_allocations));
+    std::printf(
+        "run %d: prefill %lld tokens, %.0f tokens/s; decode %lld tokens in %lld steps, %.0f tokens/s; "
+        "%llu system allocations in decode steps after the first\n",
+        run + 1, static_cast<long long>(s.prompt_tokens),
+        s.prefill_seconds > 0 ? static_cast<double>(s.prompt_tokens) / s.prefill_seconds : 0.0,
+        static_cast<long long>(s.generated_tokens), static_cast<long long>(s.decode_steps),
+        s.decode_seconds > 0 ? static_cast<double>(s.generated_tokens) / s.decode_seconds : 0.0,
+        static_cast<unsigned long long>(s.decode_system_allocations));
   }
   const forge::PoolStats p = ctx.stats();
   const forge::ArenaStats a = arena.stats();
-  std::printf("pool: %llu acquires, %.2f%% hits, %llu system allocations; peak live %.2f MiB, cached %.2f MiB; "
-              "KV cache %.2f MiB (%s, owned); arena %.1f KiB, %llu system allocations\n",
-              static_cast<unsigned long long>(p.acquires),
-              p.acquires ? 100.0 * static_cast<double>(p.hits) / static_cast<double>(p.acquires) : 0.0,
-              static_cast<unsigned long long>(p.system_allocations), mib(p.peak_live_bytes), mib(p.cached_bytes),
-              mib(generator.cache().bytes()), std::string(forge::dtype_name(flags.cache_dtype)).c_str(),
-              static_cast<double>(a.capacity_bytes) / 1024, static_cast<unsigned long long>(a.system_allocations));
+  std::printf(
+      "pool: %llu acquires, %.2f%% hits, %llu system allocations; peak live %.2f MiB, cached %.2f MiB; "
+      "KV cache %.2f MiB (%s, owned); arena %.1f KiB, %llu system allocations\n",
+      static_cast<unsigned long long>(p.acquires),
+      p.acquires ? 100.0 * static_cast<double>(p.hits) / static_cast<double>(p.acquires) : 0.0,
+      static_cast<unsigned long long>(p.system_allocations), mib(p.peak_live_bytes), mib(p.cached_bytes),
+      mib(generator.cache().bytes()), std::string(forge::dtype_name(flags.cache_dtype)).c_str(),
+      static_cast<double>(a.capacity_bytes) / 1024, static_cast<unsigned long long>(a.system_allocations));
   return 0;
 } catch (const forge::Error& e) {
   std::fprintf(stderr, "generate: %s\n", e.what());

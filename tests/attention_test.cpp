@@ -3,7 +3,8 @@
 // layout and the thread count, and the p == 0 / p == 1 / eval cases.
 // Attention against a naive f64 loop written here (scores, mask, softmax by
 // its definition, weighted sum), reading inputs through their own strides:
-// broadcast batch dims, bool and float masks, is_causal, an explicit scale,
+// broadcast batch dims, bool and float masks, is_causal in both alignments
+// (and a cached decode step read as the last rows of the full pass), an explicit scale,
 // transposed inputs, every float dtype and every error path.
 
 #include <algorithm>
@@ -166,8 +167,10 @@ double at_batch(const Tensor& t, const Dims& batch, std::int64_t r, std::int64_t
 
 // The naive attention of q, k, v (f64), over the broadcast batch.
 std::vector<double> reference_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
-                                        bool causal, double scale, const Shape& batch) {
+                                        bool causal, double scale, const Shape& batch,
+                                        forge::CausalAlign align = forge::CausalAlign::top_left) {
   const std::int64_t L = q.size(-2), E = q.size(-1), S = k.size(-2), Ev = v.size(-1);
+  const std::int64_t offset = align == forge::CausalAlign::bottom_right ? S - L : 0;
   std::vector<double> out;
   each_index(batch, [&](const Dims& b) {
     for (std::int64_t i = 0; i < L; ++i) {
@@ -176,7 +179,7 @@ std::vector<double> reference_attention(const Tensor& q, const Tensor& k, const 
         double dot = 0;
         for (std::int64_t e = 0; e < E; ++e) dot += at_batch(q, b, i, e) * at_batch(k, b, j, e);
         double x = dot * scale;
-        if (causal && j > i) x = -std::numeric_limits<double>::infinity();
+        if (causal && j > i + offset) x = -std::numeric_limits<double>::infinity();
         if (mask.defined()) {
           // the mask broadcasts to [batch..., L, S] from the right
           Dims idx;
@@ -263,16 +266,18 @@ TEST_CASE("scaled_dot_product_attention: against a naive loop, masks, causal, sc
       mask = make(ctx, rng, with(thin(batch), L, rng() % 2 ? S : 1), t, static_cast<int>(rng() % kLayouts));
     }
     const bool causal = kind == 3;
+    const auto align = rng() % 2 ? forge::CausalAlign::bottom_right : forge::CausalAlign::top_left;
     const std::optional<double> scale = rng() % 2 ? std::optional<double>(0.3) : std::nullopt;
     const double used_scale = scale ? *scale : 1.0 / std::sqrt(static_cast<double>(E));
     const Shape full_batch = broadcast3(batch_shape(q), batch_shape(k), batch_shape(v));
     INFO("iter " << iter << " dtype " << forge::dtype_name(t) << " q " << q.shape() << " k " << k.shape() << " v "
-                 << v.shape() << " mask " << (mask.defined() ? mask.shape().str() : "none") << " causal " << causal);
-    const auto want = reference_attention(q, k, v, mask, causal, used_scale, full_batch);
-    const Tensor out = forge::scaled_dot_product_attention(q, k, v, mask, causal, scale);
+                 << v.shape() << " mask " << (mask.defined() ? mask.shape().str() : "none") << " causal " << causal
+                 << " bottom_right " << (align == forge::CausalAlign::bottom_right));
+    const auto want = reference_attention(q, k, v, mask, causal, used_scale, full_batch, align);
+    const Tensor out = forge::scaled_dot_product_attention(q, k, v, mask, causal, scale, align);
     check_attention(out, want, with(full_batch, L, Ev), t);
     Tensor into = ctx.zeros(out.shape(), t);
-    forge::scaled_dot_product_attention_into(into, q, k, v, mask, causal, scale);
+    forge::scaled_dot_product_attention_into(into, q, k, v, mask, causal, scale, align);
     check_attention(into, want, with(full_batch, L, Ev), t);
   }
 }
@@ -286,6 +291,37 @@ TEST_CASE("scaled_dot_product_attention: a fully masked row is NaN, no keys give
   CHECK(std::isnan(out[2]));
   const auto none = forge::scaled_dot_product_attention(q, ctx.ones({0, 3}), ctx.ones({0, 2})).to_vector<float>();
   for (float x : none) CHECK(x == 0.0f);
+}
+
+TEST_CASE("scaled_dot_product_attention: bottom_right causal is the last rows of the full causal pass", "[attention]") {
+  // A decode step over a KV cache: the newest queries against every cached
+  // key must equal the same rows of attention over the whole sequence.
+  TestContext ctx;
+  std::mt19937_64 rng(411);
+  const std::int64_t S = 9;
+  const Tensor q = make(ctx, rng, {2, 3, S, 8}, DType::f32, packed);
+  const Tensor k = make(ctx, rng, {2, 3, S, 8}, DType::f32, packed);
+  const Tensor v = make(ctx, rng, {2, 3, S, 5}, DType::f32, packed);
+  const Tensor full = forge::scaled_dot_product_attention(q, k, v, Tensor(), true);
+  for (const std::int64_t L : {std::int64_t{1}, std::int64_t{3}, S}) {
+    INFO("L " << L);
+    const Tensor last = q.narrow(2, S - L, L);
+    const Tensor step =
+        forge::scaled_dot_product_attention(last, k, v, Tensor(), true, std::nullopt, forge::CausalAlign::bottom_right);
+    const auto got = step.to_vector<float>(), want = full.narrow(2, S - L, L).contiguous().to_vector<float>();
+    REQUIRE(got.size() == want.size());
+    for (std::size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(want[i]).margin(1e-6));
+    // top_left would let the first new query see only the first keys: a different result unless L == S.
+    const Tensor top = forge::scaled_dot_product_attention(last, k, v, Tensor(), true);
+    CHECK((top.to_vector<float>() == got) == (L == S));
+  }
+  // More queries than keys: the first L - S rows see no key.
+  const auto wide = forge::scaled_dot_product_attention(ctx.ones({3, 2}), ctx.ones({1, 2}), ctx.ones({1, 1}), Tensor(),
+                                                        true, std::nullopt, forge::CausalAlign::bottom_right)
+                        .to_vector<float>();
+  CHECK(std::isnan(wide[0]));
+  CHECK(std::isnan(wide[1]));
+  CHECK(wide[2] == Approx(1.0f));
 }
 
 TEST_CASE("scaled_dot_product_attention: a large batch runs the parallel path", "[attention]") {
@@ -321,6 +357,9 @@ TEST_CASE("scaled_dot_product_attention: bad input", "[attention]") {
   FORGE_REQUIRE_ERROR(invalid_argument, op,
                       (void)forge::scaled_dot_product_attention(q, k, v, Tensor(), false, std::nan("")));
   FORGE_REQUIRE_ERROR(invalid_argument, op, (void)forge::scaled_dot_product_attention(q, Tensor(), v));
+  FORGE_REQUIRE_ERROR(invalid_argument, op,
+                      (void)forge::scaled_dot_product_attention(q, k, v, Tensor(), true, std::nullopt,
+                                                                static_cast<forge::CausalAlign>(7)));
   const char* into = "scaled_dot_product_attention_into";
   Tensor out = ctx.zeros({2, 3, 4});
   FORGE_REQUIRE_ERROR(shape, into, forge::scaled_dot_product_attention_into(out, q, k, v));

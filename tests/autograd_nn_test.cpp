@@ -304,6 +304,13 @@ TEST_CASE("autograd nn: scaled_dot_product_attention without mask, causal, with 
         return forge::scaled_dot_product_attention(in[0], in[1], in[2], Tensor(), true, 0.7);
       },
       {leaf(ctx, {3, 2}), leaf(ctx, {3, 2}), leaf(ctx, {3, 2})});
+  // Causal from the end, fewer queries than keys (a chunk over a KV cache).
+  check_gradients(
+      [](const std::vector<Tensor>& in) {
+        return forge::scaled_dot_product_attention(in[0], in[1], in[2], Tensor(), true, std::nullopt,
+                                                   forge::CausalAlign::bottom_right);
+      },
+      {leaf(ctx, {2, 2}), leaf(ctx, {5, 2}), leaf(ctx, {5, 3})});
   const Tensor keep =
       ctx.from_vector<bool>({true, false, true, true, true, true, false, true, false, true, true, false}, {3, 4});
   const Tensor bias = ctx.randn({3, 4}, DType::f64);

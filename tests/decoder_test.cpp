@@ -4,6 +4,8 @@
 // same weights, and generation against the recomputed logits; every bad
 // request is refused with nothing leaked. The models are tiny.
 
+#include "forge/infer/decoder.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,12 +14,13 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "forge/forge.h"
-#include "forge/infer/decoder.h"
 #include "forge/infer/generator.h"
 #include "forge/infer/kv_cache.h"
 #include "forge/infer/quant.h"
@@ -102,12 +105,164 @@ Tensor recompute(infer::Decoder& model, forge::ExecContext& ctx, const std::vect
   return model.forward(row(ctx, tokens)).select(0, 0);
 }
 
+// Whether `t`'s first byte lies in a mapping of `file` (/proc/self/maps): a zero-copy load.
+bool inside_mapping_of(const Tensor& t, const fs::path& file) {
+  std::ifstream maps("/proc/self/maps");
+  const auto address = reinterpret_cast<std::uintptr_t>(t.raw_data());
+  const std::string name = fs::canonical(file).string();
+  for (std::string line; std::getline(maps, line);) {
+    if (line.size() < name.size() || line.compare(line.size() - name.size(), name.size(), name) != 0) continue;
+    const std::uintptr_t begin = std::stoull(line.substr(0, line.find('-')), nullptr, 16);
+    const std::uintptr_t end = std::stoull(line.substr(line.find('-') + 1), nullptr, 16);
+    if (address >= begin && address < end) return true;
+  }
+  return false;
+}
+
 std::int64_t argmax_of(const Tensor& logits_row) {
   const auto v = logits_row.to_vector<float>();
   return std::max_element(v.begin(), v.end()) - v.begin();
 }
 
+// ---- an independent reference: the decoder written out in f64 loops from the
+// formulas (HF Llama's rotate-half RoPE, kv head h / group for query head h,
+// GPT-2's tanh GELU), reading the model's state dict ----
+using Vec = std::vector<double>;
+
+struct Reference {
+  const infer::DecoderConfig& c;
+  StateDict w;
+  Vec get(const std::string& name) const { return w.at(name).to_vector<double>(); }
+  bool has(const std::string& name) const { return w.count(name) != 0; }
+
+  // y = W x (+ b), W [rows, cols].
+  Vec linear(const std::string& name, const Vec& x) const {
+    const Vec W = get(name + ".weight");
+    const std::size_t cols = x.size(), rows = W.size() / cols;
+    Vec y(rows, 0.0);
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t k = 0; k < cols; ++k) y[r] += W[r * cols + k] * x[k];
+    if (has(name + ".bias")) {
+      const Vec b = get(name + ".bias");
+      for (std::size_t r = 0; r < rows; ++r) y[r] += b[r];
+    }
+    return y;
+  }
+  Vec norm(const std::string& name, const Vec& x) const {
+    const auto n = static_cast<double>(x.size());
+    const Vec g = get(name + ".weight");
+    Vec y(x.size());
+    if (c.norm == infer::NormKind::rms_norm) {
+      double ms = 0;
+      for (double v : x) ms += v * v / n;
+      for (std::size_t i = 0; i < x.size(); ++i) y[i] = x[i] / std::sqrt(ms + c.norm_eps) * g[i];
+    } else {
+      double mean = 0, var = 0;
+      for (double v : x) mean += v / n;
+      for (double v : x) var += (v - mean) * (v - mean) / n;
+      const Vec b = get(name + ".bias");
+      for (std::size_t i = 0; i < x.size(); ++i) y[i] = (x[i] - mean) / std::sqrt(var + c.norm_eps) * g[i] + b[i];
+    }
+    return y;
+  }
+  // Rotates each head of `x` (heads x hd) for position p.
+  void rope(Vec& x, std::int64_t p) const {
+    const std::int64_t hd = c.head_dim(), half = hd / 2;
+    for (std::size_t h = 0; h < x.size() / static_cast<std::size_t>(hd); ++h) {
+      double* u = x.data() + h * static_cast<std::size_t>(hd);
+      for (std::int64_t i = 0; i < half; ++i) {
+        const double a =
+            static_cast<double>(p) * std::pow(c.rope_theta, -2.0 * static_cast<double>(i) / static_cast<double>(hd));
+        const double lo = u[i], hi = u[i + half];
+        u[i] = lo * std::cos(a) - hi * std::sin(a);
+        u[i + half] = hi * std::cos(a) + lo * std::sin(a);
+      }
+    }
+  }
+  // Logits [T][V] of `tokens`.
+  std::vector<Vec> logits(const std::vector<std::int64_t>& tokens) const {
+    const auto T = static_cast<std::int64_t>(tokens.size());
+    const std::int64_t D = c.d_model, hd = c.head_dim(), H = c.n_heads, G = H / c.kv_heads();
+    const Vec E = get("tok_embed.weight");
+    std::vector<Vec> x(static_cast<std::size_t>(T));
+    for (std::int64_t p = 0; p < T; ++p) {
+      x[p].assign(E.begin() + tokens[p] * D, E.begin() + (tokens[p] + 1) * D);
+      if (c.positions == infer::PositionKind::learned) {
+        const Vec P = get("pos_embed.weight");
+        for (std::int64_t i = 0; i < D; ++i) x[p][i] += P[p * D + i];
+      }
+    }
+    for (std::int64_t l = 0; l < c.n_layers; ++l) {
+      const std::string L = "layers." + std::to_string(l) + ".";
+      std::vector<Vec> q(T), k(T), v(T);
+      for (std::int64_t p = 0; p < T; ++p) {
+        const Vec h = norm(L + "attn_norm", x[p]);
+        q[p] = linear(L + "attn.q", h);
+        k[p] = linear(L + "attn.k", h);
+        v[p] = linear(L + "attn.v", h);
+        if (c.positions == infer::PositionKind::rope) {
+          rope(q[p], p);
+          rope(k[p], p);
+        }
+      }
+      for (std::int64_t p = 0; p < T; ++p) {
+        Vec attn(static_cast<std::size_t>(D), 0.0);
+        for (std::int64_t h = 0; h < H; ++h) {
+          const std::int64_t kvh = h / G;
+          Vec s(static_cast<std::size_t>(p + 1));
+          double m = -1e300, z = 0;
+          for (std::int64_t j = 0; j <= p; ++j) {
+            double d = 0;
+            for (std::int64_t i = 0; i < hd; ++i) d += q[p][h * hd + i] * k[j][kvh * hd + i];
+            s[j] = d / std::sqrt(static_cast<double>(hd));
+            m = std::max(m, s[j]);
+          }
+          for (double& e : s) z += (e = std::exp(e - m));
+          for (std::int64_t j = 0; j <= p; ++j)
+            for (std::int64_t i = 0; i < hd; ++i) attn[h * hd + i] += s[j] / z * v[j][kvh * hd + i];
+        }
+        const Vec o = linear(L + "attn.o", attn);
+        for (std::int64_t i = 0; i < D; ++i) x[p][i] += o[i];
+        const Vec h = norm(L + "mlp_norm", x[p]);
+        Vec up = linear(L + "mlp.up", h);
+        if (c.mlp == infer::MlpKind::swiglu) {
+          const Vec gate = linear(L + "mlp.gate", h);
+          for (std::size_t i = 0; i < up.size(); ++i) up[i] *= gate[i] / (1 + std::exp(-gate[i]));
+        } else {
+          for (double& u : up) u = 0.5 * u * (1 + std::tanh(std::sqrt(2 / M_PI) * (u + 0.044715 * u * u * u)));
+        }
+        const Vec down = linear(L + "mlp.down", up);
+        for (std::int64_t i = 0; i < D; ++i) x[p][i] += down[i];
+      }
+    }
+    std::vector<Vec> out;
+    for (std::int64_t p = 0; p < T; ++p) {
+      const Vec h = norm("norm", x[p]);
+      out.push_back(c.tied_head ? Reference{c, {{"t.weight", w.at("tok_embed.weight")}}}.linear("t", h)
+                                : linear("head", h));
+    }
+    return out;
+  }
+};
+
 }  // namespace
+
+TEST_CASE("decoder: the logits match an f64 reference written from the formulas, for both architectures",
+          "[infer][decoder]") {
+  TestContext ctx;
+  for (const auto& config : {gpt_config(), llama_config()}) {
+    infer::Decoder model(ctx, config);
+    const auto tokens = random_tokens(9, config.vocab_size, 11);
+    const Tensor got = recompute(model, ctx, tokens);
+    const auto expected = Reference{config, model.state_dict()}.logits(tokens);
+    double err = 0;
+    for (std::int64_t p = 0; p < 9; ++p) {
+      const auto row_got = got.select(0, p).to_vector<float>();
+      for (std::size_t v = 0; v < row_got.size(); ++v) err = std::max(err, std::abs(row_got[v] - expected[p][v]));
+    }
+    CHECK(err < 1e-4);
+  }
+}
 
 TEST_CASE("decoder: cached decode gives the recomputed logits at every position, by prefill, chunk and step",
           "[infer][decoder]") {
@@ -209,8 +364,8 @@ TEST_CASE("kv_cache: a cache larger than RAM is refused up front, an overflow be
     FAIL("a cache of 2^45 * 64 bytes was made");
   } catch (const forge::Error& e) {
     CHECK(e.code() == forge::ErrorCode::out_of_memory);
-    CHECK_THAT(e.what(), Catch::Contains(std::to_string(infer::KvCache::bytes_for(64, 1024, 64, 1 << 20, 128,
-                                                                                  DType::f32))));
+    CHECK_THAT(e.what(),
+               Catch::Contains(std::to_string(infer::KvCache::bytes_for(64, 1024, 64, 1 << 20, 128, DType::f32))));
   }
   infer::Decoder model(ctx, config);
   infer::KvCache cache(ctx, config, 1, 8);
@@ -263,6 +418,10 @@ TEST_CASE("decoder: save and load round trip in the forge layout, weights over t
     const auto tokens = random_tokens(9, config.vocab_size, 2);
     CHECK(max_abs_diff(recompute(*loaded, ctx, tokens), recompute(model, ctx, tokens)) == 0);
     CHECK(loaded->state_dict().size() == model.state_dict().size());
+    for (const auto& [name, t] : loaded->state_dict()) {
+      INFO(name);
+      CHECK(inside_mapping_of(t, dir / "m.safetensors"));
+    }
   }
 }
 
@@ -278,9 +437,9 @@ TEST_CASE("decoder: a Hugging Face Llama-layout checkpoint loads as the forge mo
   hf.emplace("model.norm.weight", ours.at("norm.weight"));
   hf.emplace("lm_head.weight", ours.at("head.weight"));
   const std::pair<const char*, const char*> names[] = {
-      {"attn.q", "self_attn.q_proj"},   {"attn.k", "self_attn.k_proj"}, {"attn.v", "self_attn.v_proj"},
-      {"attn.o", "self_attn.o_proj"},   {"mlp.gate", "mlp.gate_proj"},  {"mlp.up", "mlp.up_proj"},
-      {"mlp.down", "mlp.down_proj"},    {"attn_norm", "input_layernorm"}, {"mlp_norm", "post_attention_layernorm"}};
+      {"attn.q", "self_attn.q_proj"}, {"attn.k", "self_attn.k_proj"},   {"attn.v", "self_attn.v_proj"},
+      {"attn.o", "self_attn.o_proj"}, {"mlp.gate", "mlp.gate_proj"},    {"mlp.up", "mlp.up_proj"},
+      {"mlp.down", "mlp.down_proj"},  {"attn_norm", "input_layernorm"}, {"mlp_norm", "post_attention_layernorm"}};
   for (int l = 0; l < config.n_layers; ++l)
     for (const auto& [f, h] : names)
       hf.emplace("model.layers." + std::to_string(l) + "." + h + ".weight",
@@ -319,10 +478,11 @@ TEST_CASE("decoder: a GPT-2-layout checkpoint (fused, transposed Conv1D weights)
         hf.emplace(h + "ln_1." + p, ours.at(f + "attn_norm." + p));
         hf.emplace(h + "ln_2." + p, ours.at(f + "mlp_norm." + p));
       }
-      hf.emplace(h + "attn.c_attn.weight", forge::cat({ours.at(f + "attn.q.weight"), ours.at(f + "attn.k.weight"),
-                                                      ours.at(f + "attn.v.weight")}, 0)
-                                               .t()
-                                               .contiguous());
+      hf.emplace(
+          h + "attn.c_attn.weight",
+          forge::cat({ours.at(f + "attn.q.weight"), ours.at(f + "attn.k.weight"), ours.at(f + "attn.v.weight")}, 0)
+              .t()
+              .contiguous());
       hf.emplace(h + "attn.c_attn.bias",
                  forge::cat({ours.at(f + "attn.q.bias"), ours.at(f + "attn.k.bias"), ours.at(f + "attn.v.bias")}, 0));
       hf.emplace(h + "attn.c_proj.weight", ours.at(f + "attn.o.weight").t().contiguous());
@@ -340,6 +500,8 @@ TEST_CASE("decoder: a GPT-2-layout checkpoint (fused, transposed Conv1D weights)
     CHECK(loaded->config() == config);
     const auto tokens = random_tokens(10, config.vocab_size, 9);
     CHECK(max_abs_diff(recompute(*loaded, ctx, tokens), recompute(model, ctx, tokens)) < 1e-5);
+    // The fused, transposed weights are views over the mapping.
+    CHECK(inside_mapping_of(loaded->state_dict().at("layers.1.attn.v.weight"), dir / "model.safetensors"));
     // Decoding the loaded model matches too.
     infer::KvCache cache(ctx, config, 1, 16);
     const Tensor cached = loaded->forward(row(ctx, tokens), cache).select(0, 0);
@@ -393,7 +555,8 @@ TEST_CASE("generator: greedy decoding picks the argmax of the recomputed logits,
   }
 }
 
-TEST_CASE("generator: a stop token ends its sequence and is kept, and the offsets tile the tokens", "[infer][decoder]") {
+TEST_CASE("generator: a stop token ends its sequence and is kept, and the offsets tile the tokens",
+          "[infer][decoder]") {
   TestContext ctx;
   const auto config = gpt_config();
   auto model = std::make_shared<infer::Decoder>(ctx, config);
@@ -411,7 +574,8 @@ TEST_CASE("generator: a stop token ends its sequence and is kept, and the offset
   };
   const auto out = gen.generate(arena, prompts, {.max_new_tokens = 5, .stop_tokens = {stop}, .greedy = true});
   const std::int64_t* off = out.tokens.offsets_data();
-  const std::int64_t n0 = std::min<std::int64_t>(stop_at(first) + 1, 5), n1 = std::min<std::int64_t>(stop_at(second) + 1, 5);
+  const std::int64_t n0 = std::min<std::int64_t>(stop_at(first) + 1, 5),
+                     n1 = std::min<std::int64_t>(stop_at(second) + 1, 5);
   CHECK(off[0] == 0);
   CHECK(off[1] == n0);
   CHECK(off[2] == n0 + n1);
@@ -430,8 +594,8 @@ TEST_CASE("generator: after a warm-up call, decoding makes no system allocation"
     forge::Arena arena(ctx);
     const std::vector<std::vector<std::int64_t>> prompts{random_tokens(5, config.vocab_size, 1),
                                                          random_tokens(3, config.vocab_size, 2)};
-    const infer::GenerateOptions options{.max_new_tokens = 20, .repetition_penalty = 1.3, .greedy = true,
-                                         .logprobs = true};
+    const infer::GenerateOptions options{
+        .max_new_tokens = 20, .repetition_penalty = 1.3, .greedy = true, .logprobs = true};
     gen.generate(arena, prompts, options);  // warm-up: the pool and the arena learn the sizes
     const auto pool_before = ctx.stats().system_allocations;
     const auto arena_before = arena.stats().system_allocations;
@@ -513,4 +677,149 @@ TEST_CASE("decoder: bf16, q8_0 and q4_0 weights stay within their stated error o
       }
     }
   }
+}
+
+TEST_CASE("decoder: grouped-query gradients equal those of multi-head attention with the kv heads repeated",
+          "[infer][decoder]") {
+  TestContext ctx;
+  const auto gqa_config = llama_config();  // 4 query heads over 2 kv heads
+  auto mha_config = gqa_config;
+  mha_config.n_kv_heads = 0;
+  infer::Decoder gqa(ctx, gqa_config);
+  const std::int64_t hd = gqa_config.head_dim(), G = 2;
+  StateDict weights;
+  for (const auto& [name, t] : gqa.state_dict()) {
+    const bool kv = name.find("attn.k.") != std::string::npos || name.find("attn.v.") != std::string::npos;
+    if (!kv) {
+      weights.emplace(name, t.clone());
+      continue;
+    }
+    std::vector<Tensor> heads;  // query head h reads kv head h / G
+    for (std::int64_t h = 0; h < gqa_config.n_heads; ++h) heads.push_back(t.narrow(0, h / G * hd, hd));
+    weights.emplace(name, forge::cat(heads, 0));
+  }
+  const auto mha = infer::Decoder::from_state_dict(ctx, mha_config, weights);
+  const Tensor tokens = ctx.from_vector(random_tokens(2 * 7, gqa_config.vocab_size, 5), Shape{2, 7});
+  const auto loss = [&](infer::Decoder& m) {
+    const Tensor logits = m.forward(tokens);
+    return forge::cross_entropy(logits.narrow(1, 0, 6).transpose(1, 2), tokens.narrow(1, 1, 6));
+  };
+  const Tensor lg = loss(gqa), lm = loss(*mha);
+  CHECK(std::abs(lg.item<float>() - lm.item<float>()) < 1e-5);
+  lg.backward();
+  lm.backward();
+  std::map<std::string, Tensor> mha_params;
+  for (const auto& [name, p] : mha->named_parameters()) mha_params.emplace(name, p);
+  for (const auto& [name, p] : gqa.named_parameters()) {
+    INFO(name);
+    Tensor expected = mha_params.at(name).grad();
+    if (name.find("attn.k.") != std::string::npos || name.find("attn.v.") != std::string::npos) {
+      // A kv head's gradient gathers those of the query heads that read it.
+      std::vector<Tensor> sums;
+      for (std::int64_t kvh = 0; kvh < gqa_config.kv_heads(); ++kvh)
+        sums.push_back(forge::add(expected.narrow(0, kvh * G * hd, hd), expected.narrow(0, (kvh * G + 1) * hd, hd)));
+      expected = forge::cat(sums, 0);
+    }
+    CHECK(max_abs_diff(p.grad(), expected) < 1e-5);
+  }
+}
+
+TEST_CASE("generator: a seed makes sampling reproducible, and another seed draws otherwise", "[infer][decoder]") {
+  TestContext ctx;
+  const auto config = llama_config();
+  auto model = std::make_shared<infer::Decoder>(ctx, config);
+  infer::Generator gen(model, 2);
+  forge::Arena arena(ctx);
+  const std::vector<std::vector<std::int64_t>> prompts{random_tokens(3, config.vocab_size, 1),
+                                                       random_tokens(5, config.vocab_size, 2)};
+  const auto draw = [&](std::uint64_t seed) {
+    return gen.generate(arena, prompts, {.max_new_tokens = 24, .temperature = 1.5, .seed = seed})
+        .tokens.values()
+        .to_vector<std::int64_t>();
+  };
+  const auto a = draw(5);
+  CHECK(draw(5) == a);
+  CHECK(draw(6) != a);
+}
+
+TEST_CASE("generator: sampled log-probabilities are log_softmax of the recomputed logits at the chosen tokens",
+          "[infer][decoder]") {
+  TestContext ctx;
+  const auto config = gpt_config();
+  auto model = std::make_shared<infer::Decoder>(ctx, config);
+  infer::Generator gen(model, 2);
+  forge::Arena arena(ctx);
+  const std::vector<std::vector<std::int64_t>> prompts{random_tokens(4, config.vocab_size, 3),
+                                                       random_tokens(2, config.vocab_size, 4)};
+  // Temperature 1 without filters: the plain distribution; top-k 3 at temperature 0.7: renormalized over the top 3.
+  for (const std::int64_t top_k : {0, 3}) {
+    const double temperature = top_k == 0 ? 1.0 : 0.7;
+    const auto out = gen.generate(
+        arena, prompts, {.max_new_tokens = 8, .temperature = temperature, .top_k = top_k, .seed = 9, .logprobs = true});
+    for (std::int64_t b = 0; b < 2; ++b) {
+      auto seq = prompts[b];
+      const auto got = out.tokens.item(b).to_vector<std::int64_t>();
+      const auto lps = out.logprobs.item(b).to_vector<float>();
+      REQUIRE(got.size() == 8);
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        const auto logits =
+            recompute(*model, ctx, seq).select(0, static_cast<std::int64_t>(seq.size()) - 1).to_vector<float>();
+        std::vector<double> scaled(logits.begin(), logits.end());
+        for (double& l : scaled) l /= temperature;
+        std::vector<double> sorted = scaled;
+        std::sort(sorted.rbegin(), sorted.rend());
+        const double floor = top_k == 0 ? -1e300 : sorted[top_k - 1];
+        double z = 0;
+        for (double l : scaled) z += l >= floor ? std::exp(l) : 0.0;
+        INFO("top_k " << top_k << " sequence " << b << " token " << i);
+        CHECK(scaled[got[i]] >= floor);  // a kept token
+        CHECK(std::abs(lps[i] - (scaled[got[i]] - std::log(z))) < 1e-4);
+        seq.push_back(got[i]);
+      }
+    }
+  }
+}
+
+TEST_CASE("generator: top-k 1 and a tiny top-p decode greedily", "[infer][decoder]") {
+  TestContext ctx;
+  const auto config = llama_config();
+  auto model = std::make_shared<infer::Decoder>(ctx, config);
+  infer::Generator gen(model, 1);
+  forge::Arena arena(ctx);
+  const std::vector<std::vector<std::int64_t>> prompts{random_tokens(4, config.vocab_size, 8)};
+  const auto greedy =
+      gen.generate(arena, prompts, {.max_new_tokens = 10, .greedy = true}).tokens.values().to_vector<std::int64_t>();
+  for (const infer::GenerateOptions& o :
+       {infer::GenerateOptions{.max_new_tokens = 10, .top_k = 1, .logprobs = true},
+        infer::GenerateOptions{.max_new_tokens = 10, .top_p = 1e-6, .logprobs = true}}) {
+    const auto out = gen.generate(arena, prompts, o);
+    CHECK(out.tokens.values().to_vector<std::int64_t>() == greedy);
+    for (const float lp : out.logprobs.values().to_vector<float>()) CHECK(lp == 0.0f);  // one token kept
+  }
+}
+
+TEST_CASE("generator: the repetition penalty divides seen positive logits and multiplies seen negative ones",
+          "[infer][decoder]") {
+  TestContext ctx;
+  const auto config = gpt_config();
+  auto model = std::make_shared<infer::Decoder>(ctx, config);
+  infer::Generator gen(model, 1);
+  forge::Arena arena(ctx);
+  const std::vector<std::int64_t> prompt = random_tokens(6, config.vocab_size, 12);
+  const double penalty = 3.0;
+  const auto out = gen.generate(arena, std::vector<std::vector<std::int64_t>>{prompt},
+                                {.max_new_tokens = 12, .repetition_penalty = penalty, .greedy = true});
+  const auto got = out.tokens.item(0).to_vector<std::int64_t>();
+  auto seq = prompt;
+  bool changed = false;  // the penalty must have mattered somewhere
+  for (const std::int64_t token : got) {
+    auto logits = recompute(*model, ctx, seq).select(0, static_cast<std::int64_t>(seq.size()) - 1).to_vector<float>();
+    const std::int64_t plain = std::max_element(logits.begin(), logits.end()) - logits.begin();
+    for (const std::int64_t t : std::set<std::int64_t>(seq.begin(), seq.end()))
+      logits[t] = logits[t] < 0 ? logits[t] * penalty : logits[t] / penalty;
+    CHECK(token == std::max_element(logits.begin(), logits.end()) - logits.begin());
+    changed = changed || token != plain;
+    seq.push_back(token);
+  }
+  CHECK(changed);
 }

@@ -6,11 +6,12 @@
 // Each layer writes its new K and V rows into the cache (KvCache::write, a
 // copy into a narrow view), then attends over a narrow(2, 0, S) view of the
 // cache, S = max(len_b) + T. Query i of sequence b may see key j iff
-// j <= len_b + i. When all lengths are equal that is: no mask for T = 1 (S =
-// len + 1, every key visible), plain causal for an empty cache (S = T),
-// otherwise a bool mask [count, 1, 1, T, S] built on the host (one per
-// forward, shared by the layers; keys of shorter sequences past their own
-// length are masked there too, so rows left from before never leak in).
+// j <= len_b + i. When all lengths are equal that is attention's causal mask
+// aligned bottom-right (S = len + T; for T = 1 every key is visible, so no
+// mask at all); otherwise a bool mask [count, 1, 1, T, S] built on the host
+// (one per forward, shared by the layers; keys of shorter sequences past
+// their own length are masked there too, so rows left from before never leak
+// in).
 // Cached forwards run without grad: the cache holds values, not a graph.
 //
 // Grouped-query attention keeps K and V at n_kv_heads: q is viewed as
@@ -55,8 +56,8 @@ void DecoderConfig::validate() const {
               "RoPE needs an even head_dim, got ", head_dim());
   FORGE_CHECK(norm_eps > 0 && std::isfinite(norm_eps), invalid_argument, op, "norm_eps must be positive, got ",
               norm_eps);
-  FORGE_CHECK(rope_theta > 0 && std::isfinite(rope_theta), invalid_argument, op,
-              "rope_theta must be positive, got ", rope_theta);
+  FORGE_CHECK(rope_theta > 0 && std::isfinite(rope_theta), invalid_argument, op, "rope_theta must be positive, got ",
+              rope_theta);
   FORGE_CHECK(static_cast<int>(norm) <= 1 && static_cast<int>(positions) <= 1 && static_cast<int>(mlp) <= 1,
               invalid_argument, op, "norm, positions or mlp holds no known kind");
 }
@@ -110,8 +111,7 @@ Tensor WeightSource::take(const std::string& name, const Shape& shape, const std
   if (weights_ == nullptr && packed_ == nullptr) return init();
   const Tensor t = find(name);
   FORGE_CHECK(t.defined(), invalid_argument, op, "the checkpoint has no tensor '", name, "'");
-  FORGE_CHECK(t.shape() == shape, shape, op, "tensor '", name, "' has shape ", t.shape(), "; the config needs ",
-              shape);
+  FORGE_CHECK(t.shape() == shape, shape, op, "tensor '", name, "' has shape ", t.shape(), "; the config needs ", shape);
   FORGE_CHECK(is_floating(t.dtype()), dtype, op, "tensor '", name, "' holds ", dtype_name(t.dtype()),
               "; weights must be floating");
   used_.insert(name);
@@ -126,8 +126,8 @@ std::shared_ptr<Projection> WeightSource::projection(const std::string& name, st
   if (packed_ != nullptr) {
     if (const auto it = packed_->find(name + ".weight"); it != packed_->end()) {
       const PackedMatrix& p = it->second;
-      FORGE_CHECK(p.rows() == rows && p.cols() == cols, shape, "Decoder.load", "packed tensor '", name,
-                  ".weight' is [", p.rows(), ", ", p.cols(), "]; the config needs [", rows, ", ", cols, "]");
+      FORGE_CHECK(p.rows() == rows && p.cols() == cols, shape, "Decoder.load", "packed tensor '", name, ".weight' is [",
+                  p.rows(), ", ", p.cols(), "]; the config needs [", rows, ", ", cols, "]");
       used_.insert(name + ".weight");
       if (!format_ || *format_ == p.format()) return std::make_shared<Projection>(p, b);
       const Tensor plain = p.dequantize();  // another format asked for: through f32
@@ -160,8 +160,8 @@ void WeightSource::check_all_used() const {
     for (const auto& [name, t] : *weights_) note(name);
   if (packed_ != nullptr)
     for (const auto& [name, p] : *packed_) note(name);
-  FORGE_CHECK(extra.empty(), invalid_argument, "Decoder.load", "the checkpoint holds tensors the config has no place for: ",
-              extra);
+  FORGE_CHECK(extra.empty(), invalid_argument, "Decoder.load",
+              "the checkpoint holds tensors the config has no place for: ", extra);
 }
 
 }  // namespace detail
@@ -245,9 +245,9 @@ Tensor forward_layers(ExecContext& ctx, const DecoderConfig& c, DecoderParts& pa
   // Note [Decoding with a KvCache]: which keys each query sees.
   Tensor mask;
   bool causal = false;
-  if (cache == nullptr || (pos.uniform && start0 == 0)) {
-    causal = T > 1;
-  } else if (!pos.uniform || T > 1) {
+  if (pos.uniform) {
+    causal = T > 1;  // bottom-right aligned: query i sees keys j <= start0 + i
+  } else {
     mask = ctx.empty(Shape{n, 1, 1, T, S}, DType::boolean);
     bool* m = mask.data_ptr<bool>();
     for (std::int64_t b = 0; b < n; ++b)
@@ -272,7 +272,8 @@ Tensor forward_layers(ExecContext& ctx, const DecoderConfig& c, DecoderParts& pa
     }
     Tensor qg = q.reshape(Shape{n, Hkv, G, T, hd});
     if (qg.dtype() != keys.dtype()) qg = qg.to(keys.dtype());  // an f16 / bf16 cache: attend in its dtype
-    Tensor a = scaled_dot_product_attention(qg, keys.unsqueeze(2), values.unsqueeze(2), mask, causal);
+    Tensor a = scaled_dot_product_attention(qg, keys.unsqueeze(2), values.unsqueeze(2), mask, causal, std::nullopt,
+                                            CausalAlign::bottom_right);
     a = a.to(DType::f32).permute({0, 3, 1, 2, 4}).reshape(Shape{n, T, D});
     x = add(x, blk.o->forward(a));
     h = blk.mlp_norm->forward(x);
@@ -290,7 +291,8 @@ Tensor forward_layers(ExecContext& ctx, const DecoderConfig& c, DecoderParts& pa
 
 // ---- the model ----
 
-Decoder::Decoder(ExecContext& ctx, const DecoderConfig& config) : Decoder(ctx, config, nullptr, nullptr, std::nullopt) {}
+Decoder::Decoder(ExecContext& ctx, const DecoderConfig& config)
+    : Decoder(ctx, config, nullptr, nullptr, std::nullopt) {}
 
 Decoder::~Decoder() = default;
 
@@ -307,14 +309,13 @@ Decoder::Decoder(ExecContext& ctx, const DecoderConfig& config, const StateDict*
     register_module(name, m);
     return p;
   };
-  parts_->tok_embed =
-      holder("tok_embed", "weight", src.take("tok_embed.weight", Shape{c.vocab_size, D}, [&] {
-               return normal_init(ctx, Shape{c.vocab_size, D});
-             }));
+  parts_->tok_embed = holder("tok_embed", "weight", src.take("tok_embed.weight", Shape{c.vocab_size, D}, [&] {
+    return normal_init(ctx, Shape{c.vocab_size, D});
+  }));
   if (c.positions == PositionKind::learned)
     parts_->pos_embed = holder("pos_embed", "weight", src.take("pos_embed.weight", Shape{c.max_seq_len, D}, [&] {
-                                 return normal_init(ctx, Shape{c.max_seq_len, D});
-                               }));
+      return normal_init(ctx, Shape{c.max_seq_len, D});
+    }));
   const auto norm = [&](const std::string& name) {
     Tensor w = src.take(name + ".weight", Shape{D}, [&] { return ctx.ones(Shape{D}); });
     Tensor b;
@@ -413,10 +414,10 @@ Tensor Decoder::run(const Tensor& tokens, KvCache* cache, std::int64_t seq, std:
   if (cache != nullptr) {
     FORGE_CHECK(tokens.size(0) == count, shape, op, "tokens of shape ", tokens.shape(), " for ", count,
                 " sequences of the cache");
-    FORGE_CHECK(cache->n_layers() == c.n_layers && cache->n_kv_heads() == c.kv_heads() &&
-                    cache->head_dim() == c.head_dim(),
-                invalid_argument, op, "the cache (", cache->n_layers(), " layers, ", cache->n_kv_heads(),
-                " kv heads of ", cache->head_dim(), ") was not made for this model");
+    FORGE_CHECK(
+        cache->n_layers() == c.n_layers && cache->n_kv_heads() == c.kv_heads() && cache->head_dim() == c.head_dim(),
+        invalid_argument, op, "the cache (", cache->n_layers(), " layers, ", cache->n_kv_heads(), " kv heads of ",
+        cache->head_dim(), ") was not made for this model");
     cache->check_room(seq, count, T);  // before anything is written
     pos.count = count;
     for (std::int64_t b = 0; b < count; ++b) pos.start.push_back(cache->lengths()[static_cast<std::size_t>(seq + b)]);

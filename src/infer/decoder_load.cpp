@@ -135,9 +135,9 @@ DecoderConfig llama_config(const nlohmann::json& j, const StateDict& t) {
 
 StateDict from_llama(const StateDict& in, bool tied) {
   static const std::pair<const char*, const char*> kLayer[] = {
-      {"self_attn.q_proj.", "attn.q."},   {"self_attn.k_proj.", "attn.k."},      {"self_attn.v_proj.", "attn.v."},
-      {"self_attn.o_proj.", "attn.o."},   {"mlp.gate_proj.", "mlp.gate."},       {"mlp.up_proj.", "mlp.up."},
-      {"mlp.down_proj.", "mlp.down."},    {"input_layernorm.", "attn_norm."},    {"post_attention_layernorm.", "mlp_norm."}};
+      {"self_attn.q_proj.", "attn.q."}, {"self_attn.k_proj.", "attn.k."},   {"self_attn.v_proj.", "attn.v."},
+      {"self_attn.o_proj.", "attn.o."}, {"mlp.gate_proj.", "mlp.gate."},    {"mlp.up_proj.", "mlp.up."},
+      {"mlp.down_proj.", "mlp.down."},  {"input_layernorm.", "attn_norm."}, {"post_attention_layernorm.", "mlp_norm."}};
   StateDict out;
   for (const auto& [name, t] : in) {
     std::string layer, rest;
@@ -256,20 +256,13 @@ Layout detect(const StateDict& t, const std::map<std::string, PackedMatrix>& pac
 
 io::Metadata DecoderConfig::to_metadata() const {
   const std::string p = kPrefix;
-  return {{p + "vocab_size", std::to_string(vocab_size)},
-          {p + "d_model", std::to_string(d_model)},
-          {p + "n_layers", std::to_string(n_layers)},
-          {p + "n_heads", std::to_string(n_heads)},
-          {p + "n_kv_heads", std::to_string(n_kv_heads)},
-          {p + "mlp_hidden", std::to_string(mlp_hidden)},
-          {p + "max_seq_len", std::to_string(max_seq_len)},
-          {p + "norm", norm_kind_name(norm)},
-          {p + "positions", position_kind_name(positions)},
-          {p + "mlp", mlp_kind_name(mlp)},
-          {p + "tied_head", tied_head ? "true" : "false"},
-          {p + "bias", bias ? "true" : "false"},
-          {p + "norm_eps", format_double(norm_eps)},
-          {p + "rope_theta", format_double(rope_theta)}};
+  return {{p + "vocab_size", std::to_string(vocab_size)},   {p + "d_model", std::to_string(d_model)},
+          {p + "n_layers", std::to_string(n_layers)},       {p + "n_heads", std::to_string(n_heads)},
+          {p + "n_kv_heads", std::to_string(n_kv_heads)},   {p + "mlp_hidden", std::to_string(mlp_hidden)},
+          {p + "max_seq_len", std::to_string(max_seq_len)}, {p + "norm", norm_kind_name(norm)},
+          {p + "positions", position_kind_name(positions)}, {p + "mlp", mlp_kind_name(mlp)},
+          {p + "tied_head", tied_head ? "true" : "false"},  {p + "bias", bias ? "true" : "false"},
+          {p + "norm_eps", format_double(norm_eps)},        {p + "rope_theta", format_double(rope_theta)}};
 }
 
 DecoderConfig DecoderConfig::from_metadata(const io::Metadata& m) {

@@ -65,8 +65,8 @@ void validate(std::span<const std::vector<std::int64_t>> prompts, const Generate
     const auto len = static_cast<std::int64_t>(p.size());
     FORGE_CHECK(len > 0, invalid_argument, kOp, "prompt ", b, " is empty");
     for (std::size_t i = 0; i < p.size(); ++i)
-      FORGE_CHECK(p[i] >= 0 && p[i] < vocab, invalid_argument, kOp, "prompt ", b, " has token ", p[i],
-                  " at position ", i, ", outside the vocabulary [0, ", vocab, ")");
+      FORGE_CHECK(p[i] >= 0 && p[i] < vocab, invalid_argument, kOp, "prompt ", b, " has token ", p[i], " at position ",
+                  i, ", outside the vocabulary [0, ", vocab, ")");
     FORGE_CHECK(o.max_new_tokens <= max_len - len, invalid_argument, kOp, "prompt ", b, " of ", len,
                 " tokens plus max_new_tokens ", o.max_new_tokens, " exceeds the cache's ", max_len, " positions");
   }
@@ -196,8 +196,9 @@ Generated Generator::generate(Arena& arena, std::span<const std::vector<std::int
   for (std::int64_t b = 0; b < B; ++b) {
     const auto& t = tokens[static_cast<std::size_t>(b)];
     std::copy(t.begin(), t.end(), v + off[b]);
-    if (lpv != nullptr) std::copy(logprobs[static_cast<std::size_t>(b)].begin(),
-                                  logprobs[static_cast<std::size_t>(b)].end(), lpv + off[b]);
+    if (lpv != nullptr)
+      std::copy(logprobs[static_cast<std::size_t>(b)].begin(), logprobs[static_cast<std::size_t>(b)].end(),
+                lpv + off[b]);
     off[b + 1] = off[b] + static_cast<std::int64_t>(t.size());
   }
   Generated out{TapeView(values, offsets), options.logprobs ? TapeView(lp_values, offsets) : TapeView()};

@@ -28,8 +28,8 @@ std::size_t physical_ram_bytes() {
 
 }  // namespace
 
-std::size_t KvCache::bytes_for(std::int64_t n_layers, std::int64_t batch, std::int64_t n_kv_heads,
-                               std::int64_t max_len, std::int64_t head_dim, DType dtype) {
+std::size_t KvCache::bytes_for(std::int64_t n_layers, std::int64_t batch, std::int64_t n_kv_heads, std::int64_t max_len,
+                               std::int64_t head_dim, DType dtype) {
   // Saturating product: a hostile shape must not wrap to a small number.
   std::size_t bytes = 2 * dtype_size(dtype);
   for (const std::int64_t e : {n_layers, batch, n_kv_heads, max_len, head_dim}) {
@@ -48,7 +48,11 @@ KvCache::KvCache(ExecContext& ctx, const DecoderConfig& config, std::int64_t bat
 
 KvCache::KvCache(ExecContext& ctx, std::int64_t n_layers, std::int64_t batch, std::int64_t n_kv_heads,
                  std::int64_t max_len, std::int64_t head_dim, DType dtype)
-    : n_layers_(n_layers), batch_(batch), n_kv_heads_(n_kv_heads), max_len_(max_len), head_dim_(head_dim),
+    : n_layers_(n_layers),
+      batch_(batch),
+      n_kv_heads_(n_kv_heads),
+      max_len_(max_len),
+      head_dim_(head_dim),
       dtype_(dtype) {
   FORGE_CHECK(n_layers > 0 && batch > 0 && n_kv_heads > 0 && max_len > 0 && head_dim > 0, invalid_argument, kOp,
               "n_layers ", n_layers, ", batch ", batch, ", n_kv_heads ", n_kv_heads, ", max_len ", max_len,
@@ -58,8 +62,8 @@ KvCache::KvCache(ExecContext& ctx, std::int64_t n_layers, std::int64_t batch, st
   FORGE_CHECK(ctx.device().is_cpu(), device, kOp, "the cache lives on the host, not ", ctx.device().str());
   bytes_ = bytes_for(n_layers, batch, n_kv_heads, max_len, head_dim, dtype);
   const std::size_t ram = physical_ram_bytes();
-  FORGE_CHECK(bytes_ <= ram, out_of_memory, kOp, "a cache of ", n_layers, " layers x [", batch, ", ", n_kv_heads,
-              ", ", max_len, ", ", head_dim, "] ", dtype_name(dtype), " keys and values needs ", bytes_,
+  FORGE_CHECK(bytes_ <= ram, out_of_memory, kOp, "a cache of ", n_layers, " layers x [", batch, ", ", n_kv_heads, ", ",
+              max_len, ", ", head_dim, "] ", dtype_name(dtype), " keys and values needs ", bytes_,
               " bytes, more than the machine's ", ram, " bytes of RAM");
   const Shape shape{batch, n_kv_heads, max_len, head_dim};
   k_.reserve(static_cast<std::size_t>(n_layers));
@@ -96,8 +100,8 @@ void KvCache::check_layer(std::int64_t layer, const char* op) const {
 }
 
 void KvCache::check_seqs(std::int64_t seq, std::int64_t count, const char* op) const {
-  FORGE_CHECK(seq >= 0 && count >= 0 && seq <= batch_ && count <= batch_ - seq, out_of_range, op, "sequences [",
-              seq, ", ", seq, " + ", count, ") are outside the cache's batch of ", batch_);
+  FORGE_CHECK(seq >= 0 && count >= 0 && seq <= batch_ && count <= batch_ - seq, out_of_range, op, "sequences [", seq,
+              ", ", seq, " + ", count, ") are outside the cache's batch of ", batch_);
 }
 
 const Tensor& KvCache::keys(std::int64_t layer) const {

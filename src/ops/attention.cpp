@@ -55,6 +55,7 @@ struct Attention {
   Shape batch;  // broadcast batch dims
   Shape out_shape;
   std::int64_t L, S, E, Ev;
+  std::int64_t causal_offset;  // is_causal masks key j > i + causal_offset
   double scale;
 };
 
@@ -65,7 +66,7 @@ Shape batch_of(const Tensor& t, int trailing) {
 }
 
 Attention plan_attention(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
-                         bool is_causal, std::optional<double> scale) {
+                         bool is_causal, std::optional<double> scale, CausalAlign align) {
   detail::check_input(op, q, "q");
   detail::check_input(op, k, "k");
   detail::check_input(op, v, "v");
@@ -105,6 +106,9 @@ Attention plan_attention(const char* op, const Tensor& q, const Tensor& k, const
   } else {
     a.scale = a.E > 0 ? 1.0 / std::sqrt(static_cast<double>(a.E)) : 1.0;
   }
+  FORGE_CHECK(align == CausalAlign::top_left || align == CausalAlign::bottom_right, invalid_argument, op,
+              "align must be top_left or bottom_right, got ", static_cast<int>(align));
+  a.causal_offset = is_causal && align == CausalAlign::bottom_right ? a.S - a.L : 0;
   a.out_shape = a.batch;
   a.out_shape.push_back(a.L);
   a.out_shape.push_back(a.Ev);
@@ -138,6 +142,7 @@ void run_attention(const char* op, Tensor& out, const Tensor& q, const Tensor& k
   p.Ev = a.Ev;
   p.scale = a.scale;
   p.is_causal = is_causal;
+  p.causal_offset = a.causal_offset;
   p.q = matrix_operand(q, a.batch);
   p.k = matrix_operand(k, a.batch);
   p.v = matrix_operand(v, a.batch);
@@ -165,23 +170,24 @@ void run_attention(const char* op, Tensor& out, const Tensor& q, const Tensor& k
 }  // namespace
 
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& attn_mask,
-                                    bool is_causal, std::optional<double> scale) try {
+                                    bool is_causal, std::optional<double> scale, CausalAlign align) try {
   const char* op = "scaled_dot_product_attention";
-  const Attention a = plan_attention(op, q, k, v, attn_mask, is_causal, scale);
+  const Attention a = plan_attention(op, q, k, v, attn_mask, is_causal, scale, align);
   Tensor out = detail::allocate(q.runtime(), a.out_shape, q.dtype(), op);
   run_attention(op, out, q, k, v, attn_mask, is_causal, a);
   detail::adopt_output(out);
   // attn_mask is not differentiable: only q, k and v decide whether to record.
   if (autograd::needs_grad(q, k, v))
-    autograd::rules::scaled_dot_product_attention(out, q, k, v, attn_mask, is_causal, a.scale);
+    autograd::rules::scaled_dot_product_attention(out, q, k, v, attn_mask, is_causal, a.causal_offset, a.scale);
   return out;
 }
 FORGE_CATCH_OOM("scaled_dot_product_attention")
 
 Tensor& scaled_dot_product_attention_into(Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v,
-                                          const Tensor& attn_mask, bool is_causal, std::optional<double> scale) try {
+                                          const Tensor& attn_mask, bool is_causal, std::optional<double> scale,
+                                          CausalAlign align) try {
   const char* op = "scaled_dot_product_attention_into";
-  const Attention a = plan_attention(op, q, k, v, attn_mask, is_causal, scale);
+  const Attention a = plan_attention(op, q, k, v, attn_mask, is_causal, scale, align);
   detail::check_writable(op, out, "out");
   detail::check_same_runtime(op, out, q);
   detail::check_out_geometry(op, out, a.out_shape, q.dtype());

@@ -31,8 +31,8 @@ class KvCache {
   KvCache(ExecContext& ctx, const DecoderConfig& config, std::int64_t batch, std::int64_t max_len,
           DType dtype = DType::f32);
   // The same cache shape without a config: n_layers layers of [batch, n_kv_heads, max_len, head_dim].
-  KvCache(ExecContext& ctx, std::int64_t n_layers, std::int64_t batch, std::int64_t n_kv_heads,
-          std::int64_t max_len, std::int64_t head_dim, DType dtype = DType::f32);
+  KvCache(ExecContext& ctx, std::int64_t n_layers, std::int64_t batch, std::int64_t n_kv_heads, std::int64_t max_len,
+          std::int64_t head_dim, DType dtype = DType::f32);
 
   std::int64_t n_layers() const noexcept { return n_layers_; }
   std::int64_t batch() const noexcept { return batch_; }
@@ -43,8 +43,8 @@ class KvCache {
   // Bytes of all layers' K and V.
   std::size_t bytes() const noexcept { return bytes_; }
   // The bytes a cache of this shape would take (what the constructor checks against RAM).
-  static std::size_t bytes_for(std::int64_t n_layers, std::int64_t batch, std::int64_t n_kv_heads,
-                               std::int64_t max_len, std::int64_t head_dim, DType dtype);
+  static std::size_t bytes_for(std::int64_t n_layers, std::int64_t batch, std::int64_t n_kv_heads, std::int64_t max_len,
+                               std::int64_t head_dim, DType dtype);
 
   // Positions held by sequence `seq`, and by all of them.
   std::int64_t length(std::int64_t seq = 0) const;

@@ -108,15 +108,24 @@ Tensor& avg_pool2d_into(Tensor& out, const Tensor& x, const Pool2dOptions& optio
 // drawing from the context's seeded generator; x itself when !training or p == 0.
 Tensor dropout(const Tensor& x, double p = 0.5, bool training = true);
 Tensor& dropout_into(Tensor& out, const Tensor& x, double p = 0.5, bool training = true);
+// Where is_causal puts the diagonal when there are fewer queries than keys.
+// top_left: query i sees keys j <= i (libtorch's is_causal). bottom_right:
+// query i sees keys j <= i + S - L, the queries being the last L of the S
+// positions, as a decode step over a KV cache needs (libtorch 2's
+// causal_lower_right). The two agree when L == S.
+enum class CausalAlign : std::uint8_t { top_left, bottom_right };
 // softmax(q k^T * scale + mask) v over q [..., L, E], k [..., S, E], v [..., S, Ev].
 // attn_mask (optional) is bool (true keeps) or float (added), broadcasting to
-// [..., L, S]; is_causal masks j > i; scale defaults to 1 / sqrt(E).
+// [..., L, S]; is_causal masks the keys after each query, aligned by `align`;
+// scale defaults to 1 / sqrt(E). A row whose keys are all masked is NaN.
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     const Tensor& attn_mask = Tensor(), bool is_causal = false,
-                                    std::optional<double> scale = std::nullopt);
+                                    std::optional<double> scale = std::nullopt,
+                                    CausalAlign align = CausalAlign::top_left);
 Tensor& scaled_dot_product_attention_into(Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v,
                                           const Tensor& attn_mask = Tensor(), bool is_causal = false,
-                                          std::optional<double> scale = std::nullopt);
+                                          std::optional<double> scale = std::nullopt,
+                                          CausalAlign align = CausalAlign::top_left);
 
 // ---- masks and padding ----
 // The upper/lower triangle of the last two dims (j - i >= diagonal / j - i <= diagonal); any dtype.

@@ -37,6 +37,6 @@ void mse_loss(const Tensor& out, const Tensor& a, const Tensor& b, Reduction red
 
 // scale: the value the op used (1 / sqrt(E) resolved). attn_mask is not differentiable.
 void scaled_dot_product_attention(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v,
-                                  const Tensor& attn_mask, bool is_causal, double scale);
+                                  const Tensor& attn_mask, bool is_causal, std::int64_t causal_offset, double scale);
 
 }  // namespace forge::autograd::rules

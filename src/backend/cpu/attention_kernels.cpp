@@ -42,6 +42,7 @@ void attention_rows(DeviceRuntime& rt, const AttentionProblem& a) {
   using Vec = Eigen::Matrix<A, Eigen::Dynamic, 1>;
   const bool masked = a.mask.data != nullptr;
   const bool is_causal = a.is_causal;
+  const std::int64_t causal_offset = a.causal_offset;
   const Strides mask_batch = batch_strides_or_zero(a.mask, a.batch.rank());
   const Strides* const batch_strides[5] = {&a.out.batch_strides, &a.q.batch_strides, &a.k.batch_strides,
                                            &a.v.batch_strides, &mask_batch};
@@ -81,7 +82,7 @@ void attention_rows(DeviceRuntime& rt, const AttentionProblem& a) {
         A m = neg_inf;
         for (std::int64_t j = 0; j < a.S; ++j) {
           A s;
-          if (is_causal && j > i) {
+          if (is_causal && j > i + causal_offset) {
             s = neg_inf;
           } else {
             const T* kp = kb + off[2] + j * kr;

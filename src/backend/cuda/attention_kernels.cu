@@ -31,7 +31,8 @@ struct MaxOp {  // std::max's: a NaN score does not win (the cpu's rule)
 struct AttentionArgs {
   std::int64_t rows = 0, L = 0, S = 0, E = 0, Ev = 0;
   bool causal = false, masked = false;
-  StridedIndexer<5> outer;  // out, q, k, v, mask over the batch
+  std::int64_t causal_offset = 0;  // key j > i + causal_offset is masked
+  StridedIndexer<5> outer;         // out, q, k, v, mask over the batch
   std::int64_t qr, qe, kr, ke, vr, ve, orow, oe, mr, mc;
 };
 
@@ -46,7 +47,7 @@ __global__ void attention_kernel(AttentionArgs a, A scale, const T* q, const T* 
     const T* qp = q + off[1] + i * a.qr;
     A local_max = -std::numeric_limits<A>::infinity();
     for (std::int64_t j = threadIdx.x; j < a.S; j += blockDim.x) {
-      bool keep = !(a.causal && j > i);
+      bool keep = !(a.causal && j > i + a.causal_offset);
       A add = 0;
       if (keep && a.masked) {
         const M mv = mask[off[4] + i * a.mr + j * a.mc];
@@ -98,6 +99,7 @@ void attention_typed(detail::DeviceRuntime& dev, const AttentionProblem& p) {
   a.E = p.E;
   a.Ev = p.Ev;
   a.causal = p.is_causal;
+  a.causal_offset = p.causal_offset;
   a.masked = p.mask.data != nullptr;
   const Strides mask_batch = batch_strides_or_zero(p.mask, p.batch.rank());
   const Strides* const strides[5] = {&p.out.batch_strides, &p.q.batch_strides, &p.k.batch_strides, &p.v.batch_strides,

@@ -41,14 +41,16 @@ struct MatmulProblem {
 // [batch..., L, S]) addressed through its batch, row and column strides
 // (batch stride 0 where it broadcasts). q, k, v and out have `dtype`; the
 // mask (mask.data null: none) is boolean (false masks the key out) or of
-// `dtype` (added to the scores). With is_causal, key j > i is masked out of
-// row i. A row whose keys are all masked comes out NaN; S = 0 gives zeros.
+// `dtype` (added to the scores). With is_causal, key j > i + causal_offset
+// is masked out of row i (0: top-left aligned; S - L: bottom-right). A row whose keys are all masked comes out NaN; S =
+// 0 gives zeros.
 struct AttentionProblem {
   DType dtype = DType::f32;
   Shape batch;
   std::int64_t L = 0, S = 0, E = 0, Ev = 0;
   double scale = 1;
   bool is_causal = false;
+  std::int64_t causal_offset = 0;
   MatrixOperand q, k, v, out, mask;
   DType mask_dtype = DType::boolean;
 };
