@@ -15,10 +15,10 @@
 // model as a safetensors checkpoint with its vocabulary in the metadata key
 // "forge.vocab" (the characters, UTF-8, in id order).
 //
-//   build/release/examples/train_char_gpt [--steps 1000] [--batch-size 16] [--context 128]
-//       [--d-model 128] [--layers 4] [--heads 4] [--lr 3e-3] [--eval-every 100] [--threads 0]
-//       [--data DIR] [--out DIR] [--seed S]
-//   build/release/examples/generate --checkpoint DIR/char_gpt.safetensors --prompt "..."
+//   build/release/examples/train_char_gpt [--steps 1000] [--batch-size 8] [--context 128]
+//       [--d-model 128] [--layers 4] [--heads 4] [--lr 3e-3] [--eval-every 200] [--eval-tokens 16384]
+//       [--sample-tokens 200] [--threads 0] [--data DIR] [--out DIR] [--seed S]
+//   build/release/examples/generate --checkpoint DIR/char_gpt.safetensors --prompt "..." --max-new 100
 
 #include <forge/forge.h>
 #include <forge/infer/decoder.h>
@@ -49,14 +49,14 @@ constexpr const char* kDefaultDataDir = "/usr/share/games/fortunes";
 
 struct Flags {
   std::int64_t steps = 1000;
-  std::int64_t batch_size = 16;
+  std::int64_t batch_size = 8;
   std::int64_t context = 128;
   std::int64_t d_model = 128;
   std::int64_t layers = 4;
   std::int64_t heads = 4;
   double lr = 3e-3;
-  std::int64_t eval_every = 100;
-  std::int64_t eval_tokens = 32768;  // validation characters scored at each evaluation
+  std::int64_t eval_every = 200;
+  std::int64_t eval_tokens = 16384;  // validation characters scored at each evaluation
   std::int64_t sample_tokens = 200;  // characters of the sample printed at the end (0: none)
   int threads = 0;
   std::string data = kDefaultDataDir;
