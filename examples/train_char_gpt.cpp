@@ -15,7 +15,7 @@
 // model as a safetensors checkpoint with its vocabulary in the metadata key
 // "forge.vocab" (the characters, UTF-8, in id order).
 //
-//   build/release/examples/train_char_gpt [--steps 1000] [--batch-size 8] [--context 128]
+//   build/release/examples/train_char_gpt [--steps 1500] [--batch-size 8] [--context 128]
 //       [--d-model 128] [--layers 4] [--heads 4] [--lr 3e-3] [--eval-every 200] [--eval-tokens 16384]
 //       [--sample-tokens 200] [--threads 0] [--data DIR] [--out DIR] [--seed S]
 //   build/release/examples/generate --checkpoint DIR/char_gpt.safetensors --prompt "..." --max-new 100
@@ -48,7 +48,7 @@ namespace infer = forge::infer;
 constexpr const char* kDefaultDataDir = "/usr/share/games/fortunes";
 
 struct Flags {
-  std::int64_t steps = 1000;
+  std::int64_t steps = 1500;
   std::int64_t batch_size = 8;
   std::int64_t context = 128;
   std::int64_t d_model = 128;
