@@ -26,9 +26,7 @@
 //   scripts/bench-decode   (every configuration, a table)
 
 #include <dlfcn.h>
-#include <sys/resource.h>
 #include <torch/torch.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -47,6 +45,7 @@
 #include "forge/infer/decoder.h"
 #include "forge/infer/kv_cache.h"
 #include "forge/infer/quant.h"
+#include "process_memory.h"
 
 namespace {
 
@@ -115,8 +114,7 @@ class ForgeRunner {
     auto t0 = Clock::now();
     {
       auto scope = ctx_.open_exec_scope();
-      const forge::Tensor logits =
-          model_->forward(ctx_.from_vector(prompt_tokens(batch_), {batch_, kPrompt}), cache_);
+      const forge::Tensor logits = model_->forward(ctx_.from_vector(prompt_tokens(batch_), {batch_, kPrompt}), cache_);
       next = forge::argmax(logits.select(1, kPrompt - 1), -1).to_vector<std::int64_t>();
     }
     r.prefill_s = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -178,10 +176,8 @@ class TorchRunner {
       layer.ln1_w = get(p + "attn_norm.weight");
       layer.ln1_b = get(p + "attn_norm.bias");
       // One fused projection for q, k and v, as a libtorch user writes GPT-2.
-      layer.qkv_w = torch::cat({get(p + "attn.q.weight"), get(p + "attn.k.weight"),
-                                get(p + "attn.v.weight")});
-      layer.qkv_b =
-          torch::cat({get(p + "attn.q.bias"), get(p + "attn.k.bias"), get(p + "attn.v.bias")});
+      layer.qkv_w = torch::cat({get(p + "attn.q.weight"), get(p + "attn.k.weight"), get(p + "attn.v.weight")});
+      layer.qkv_b = torch::cat({get(p + "attn.q.bias"), get(p + "attn.k.bias"), get(p + "attn.v.bias")});
       layer.o_w = get(p + "attn.o.weight");
       layer.o_b = get(p + "attn.o.bias");
       layer.ln2_w = get(p + "mlp_norm.weight");
@@ -266,8 +262,7 @@ class TorchRunner {
       const torch::Tensor y = torch::matmul(scores.softmax(-1), values).transpose(1, 2).reshape({b, t, d});
       x = x + torch::linear(y, layer.o_w, layer.o_b);
       a = torch::layer_norm(x, {d}, layer.ln2_w, layer.ln2_b, config_.norm_eps);
-      x = x + torch::linear(torch::gelu(torch::linear(a, layer.fc1_w, layer.fc1_b), "tanh"), layer.fc2_w,
-                            layer.fc2_b);
+      x = x + torch::linear(torch::gelu(torch::linear(a, layer.fc1_w, layer.fc1_b), "tanh"), layer.fc2_w, layer.fc2_b);
     }
     x = torch::layer_norm(x, {d}, lnf_w_, lnf_b_, config_.norm_eps);
     return torch::linear(x, wte_);
@@ -282,22 +277,6 @@ class TorchRunner {
 };
 
 // ---- the process ----
-
-double peak_rss_mb() {
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  return static_cast<double>(usage.ru_maxrss) / 1024.0;
-}
-
-double current_rss_mb() {
-  std::FILE* f = std::fopen("/proc/self/statm", "r");
-  long pages = 0, resident = 0;
-  if (f) {
-    if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
-    std::fclose(f);
-  }
-  return static_cast<double>(resident) * static_cast<double>(sysconf(_SC_PAGESIZE)) / (1024.0 * 1024.0);
-}
 
 // Writes the benchmark's model (fresh weights from a fixed seed) as
 // DIR/decoder_f32.safetensors, and the same converted to each weight format.
@@ -314,8 +293,8 @@ void prepare(const std::string& dir) {
   const std::string f32 = dir + "/decoder_f32.safetensors";
   infer::Decoder::from_state_dict(ctx, bench_config(), weights)->save(f32);
   std::printf("wrote %s\n", f32.c_str());
-  for (const infer::WeightFormat format : {infer::WeightFormat::bf16, infer::WeightFormat::q8_0,
-                                           infer::WeightFormat::q4_0}) {
+  for (const infer::WeightFormat format :
+       {infer::WeightFormat::bf16, infer::WeightFormat::q8_0, infer::WeightFormat::q4_0}) {
     const std::string out = dir + "/decoder_" + infer::format_name(format) + ".safetensors";
     forge::quantize(f32, out, format);
     std::printf("wrote %s\n", out.c_str());
@@ -441,8 +420,8 @@ int main(int argc, char** argv) try {
     return 0;
   }
   if (o.weights.empty()) usage("--weights is required (write the files with --prepare DIR)");
-  if ((o.framework != "forge" && o.framework != "torch") || (o.cache != "index" && o.cache != "cat") ||
-      o.batch < 1 || o.threads < 1 || o.repeats < 1)
+  if ((o.framework != "forge" && o.framework != "torch") || (o.cache != "index" && o.cache != "cat") || o.batch < 1 ||
+      o.threads < 1 || o.repeats < 1)
     usage("bad --framework, --cache, --batch, --threads or --repeats");
   at::set_num_threads(o.threads);
   // libtorch 1.13 reaches OpenBLAS through libblas.so.3; its pool is sized apart from ATen's.

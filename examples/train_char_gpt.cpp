@@ -40,6 +40,8 @@
 #include <string>
 #include <vector>
 
+#include "progress.h"
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -111,8 +113,8 @@ Flags parse(int argc, char** argv) {
     else
       usage(("unknown flag " + flag).c_str());
   }
-  if (f.steps < 1 || f.batch_size < 1 || f.context < 2 || f.d_model < 1 || f.layers < 1 || f.heads < 1 ||
-      !(f.lr > 0) || f.eval_every < 1 || f.eval_tokens < 1 || f.sample_tokens < 0 || f.threads < 0)
+  if (f.steps < 1 || f.batch_size < 1 || f.context < 2 || f.d_model < 1 || f.layers < 1 || f.heads < 1 || !(f.lr > 0) ||
+      f.eval_every < 1 || f.eval_tokens < 1 || f.sample_tokens < 0 || f.threads < 0)
     usage("steps, batch size, sizes, lr and eval counts must be positive (context at least 2); threads non-negative");
   if (f.d_model % f.heads != 0) usage("--d-model must be a multiple of --heads");
   return f;
@@ -305,23 +307,12 @@ double evaluate(infer::Decoder& model, forge::ExecContext& ctx, const std::vecto
 
 // ---- the progress bar ----
 
-std::string clock_time(double seconds) {
-  const auto s = static_cast<long>(std::max(0.0, seconds) + 0.5);
-  char text[32];
-  std::snprintf(text, sizeof text, "%ld:%02ld", s / 60, s % 60);
-  return text;
-}
-
 // One line, redrawn in place: bar, step/total, loss, last validation loss, tokens/s, ETA.
 void draw_progress(std::int64_t step, std::int64_t steps, double loss, double val_loss, double tokens_per_s,
                    double eta_s) {
-  constexpr int kWidth = 30;
-  const int filled = static_cast<int>(kWidth * step / std::max<std::int64_t>(steps, 1));
-  std::string bar(static_cast<std::size_t>(filled), '=');
-  if (filled < kWidth) bar += '>' + std::string(static_cast<std::size_t>(kWidth - filled - 1), ' ');
-  std::printf("\r[%s] %lld/%lld  loss %.4f  val %.4f  %.0f tokens/s  ETA %s   ", bar.c_str(),
+  std::printf("\r[%s] %lld/%lld  loss %.4f  val %.4f  %.0f tokens/s  ETA %s   ", progress::bar(step, steps).c_str(),
               static_cast<long long>(step), static_cast<long long>(steps), loss, val_loss, tokens_per_s,
-              clock_time(eta_s).c_str());
+              progress::clock_time(eta_s).c_str());
   std::fflush(stdout);
 }
 
@@ -414,8 +405,8 @@ void write_curves(const std::string& path, const std::vector<double>& step_loss,
   for (int i = 0; i < 3; ++i) {
     const double y = ly + 18 * i;
     svg << "<line x1='" << lx << "' y1='" << y - 4 << "' x2='" << lx + 24 << "' y2='" << y - 4 << "' stroke='"
-        << legend[i].color << "' stroke-width='2'" << (legend[i].dash ? " stroke-dasharray='6,4'" : "")
-        << "/><text x='" << lx + 30 << "' y='" << y << "' font-size='11'>" << legend[i].text << "</text>\n";
+        << legend[i].color << "' stroke-width='2'" << (legend[i].dash ? " stroke-dasharray='6,4'" : "") << "/><text x='"
+        << lx + 30 << "' y='" << y << "' font-size='11'>" << legend[i].text << "</text>\n";
   }
   svg << "</svg>\n";
 }
@@ -464,9 +455,9 @@ int main(int argc, char** argv) {
   std::printf(
       "model: d_model %lld, %lld layers, %lld heads, context %lld, %lld parameters; %d threads, batch %lld, "
       "AdamW lr %g (warm-up, cosine), %lld steps\n",
-      static_cast<long long>(flags.d_model), static_cast<long long>(flags.layers),
-      static_cast<long long>(flags.heads), static_cast<long long>(flags.context), static_cast<long long>(parameters),
-      ctx.threads(), static_cast<long long>(flags.batch_size), flags.lr, static_cast<long long>(flags.steps));
+      static_cast<long long>(flags.d_model), static_cast<long long>(flags.layers), static_cast<long long>(flags.heads),
+      static_cast<long long>(flags.context), static_cast<long long>(parameters), ctx.threads(),
+      static_cast<long long>(flags.batch_size), flags.lr, static_cast<long long>(flags.steps));
 
   forge::optim::AdamW adamw(model->parameters(), {.lr = flags.lr, .beta2 = 0.99, .weight_decay = 0.01});
   // A linear warm-up over the first 5% of the steps, then a cosine down to a tenth of --lr.
@@ -478,7 +469,8 @@ int main(int argc, char** argv) {
   };
 
   std::mt19937_64 rng(flags.seed);
-  std::uniform_int_distribution<std::size_t> window_start(0, train.size() - static_cast<std::size_t>(flags.context) - 1);
+  std::uniform_int_distribution<std::size_t> window_start(0,
+                                                          train.size() - static_cast<std::size_t>(flags.context) - 1);
   std::vector<double> step_loss;
   std::vector<std::pair<std::int64_t, double>> val_loss;
   val_loss.emplace_back(0, evaluate(*model, ctx, validation, flags.context, flags.eval_tokens, flags.batch_size));
@@ -547,14 +539,13 @@ int main(int argc, char** argv) {
     const std::vector<std::vector<std::int64_t>> prompts{prompt};
     const infer::Generated out = generator.generate(
         arena, prompts,
-        {.max_new_tokens =
-             std::min(flags.sample_tokens, flags.context - static_cast<std::int64_t>(prompt.size())),
+        {.max_new_tokens = std::min(flags.sample_tokens, flags.context - static_cast<std::int64_t>(prompt.size())),
          .temperature = 0.8,
          .top_k = 20,
          .seed = flags.seed});
     const forge::Tensor tokens = out.tokens.item(0);
-    std::printf("sample (temperature 0.8, top-k 20), prompt in brackets:\n[%s]%s\n",
-                vocab.decode(prompt).c_str(), vocab.decode(tokens.to_vector<std::int64_t>()).c_str());
+    std::printf("sample (temperature 0.8, top-k 20), prompt in brackets:\n[%s]%s\n", vocab.decode(prompt).c_str(),
+                vocab.decode(tokens.to_vector<std::int64_t>()).c_str());
   }
 
   const forge::PoolStats s = ctx.stats();
