@@ -3,6 +3,7 @@
 // targets name: sum of 16M floats >= 50 GB/s; softmax and layer_norm on
 // [4096, 1024] >= 50 GB/s (libtorch 1.13 does softmax there at ~1.2 GB/s).
 // The _into forms run, so the figures are the kernels' and not the pool's.
+// topk / sort / multinomial: the sampling step of a decode loop (below).
 //
 //   build/release/benchmarks/reduce_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 
@@ -175,6 +176,49 @@ void BM_Softmax64(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_Softmax64);
+
+// The sampling step of a decode loop: topk and multinomial over logits-sized
+// rows, [1, 32000] (one sequence, a Llama-sized vocabulary) and [8, 512]
+// (a batch, a small vocabulary), through the _into forms (the kernels'
+// figures, not the pool's). The target: microseconds per call.
+void BM_Topk(benchmark::State& state) {
+  forge::ExecContext ctx({.threads = 2});
+  const std::int64_t rows = state.range(0), n = state.range(1), k = state.range(2);
+  const forge::Tensor x = ctx.randn({rows, n});
+  forge::Tensor values = ctx.zeros({rows, k}), indices = ctx.zeros({rows, k}, forge::DType::i64);
+  for (auto _ : state) {
+    forge::topk_into(values, indices, x, k);
+    benchmark::DoNotOptimize(indices.buffer()->data());
+  }
+  state.SetItemsProcessed(state.iterations() * rows * n);
+}
+BENCHMARK(BM_Topk)->Args({1, 32000, 50})->Args({8, 512, 50})->Args({1, 32000, 1000});
+
+void BM_SortRow(benchmark::State& state) {
+  forge::ExecContext ctx({.threads = 2});
+  const std::int64_t rows = state.range(0), n = state.range(1);
+  const forge::Tensor x = ctx.randn({rows, n});
+  forge::Tensor values = ctx.zeros({rows, n}), indices = ctx.zeros({rows, n}, forge::DType::i64);
+  for (auto _ : state) {
+    forge::sort_into(values, indices, x, -1, true);
+    benchmark::DoNotOptimize(indices.buffer()->data());
+  }
+  state.SetItemsProcessed(state.iterations() * rows * n);
+}
+BENCHMARK(BM_SortRow)->Args({1, 32000})->Args({8, 512});
+
+void BM_Multinomial(benchmark::State& state) {
+  forge::ExecContext ctx({.threads = 2});
+  const std::int64_t rows = state.range(0), n = state.range(1), samples = state.range(2);
+  const forge::Tensor probs = forge::softmax(ctx.randn({rows, n}), 1);
+  forge::Tensor out = ctx.zeros({rows, samples}, forge::DType::i64);
+  for (auto _ : state) {
+    forge::multinomial_into(out, probs, samples, false);
+    benchmark::DoNotOptimize(out.buffer()->data());
+  }
+  state.SetItemsProcessed(state.iterations() * rows * n);
+}
+BENCHMARK(BM_Multinomial)->Args({1, 32000, 1})->Args({8, 512, 1})->Args({8, 512, 16});
 
 }  // namespace
 

@@ -934,6 +934,73 @@ void add_generate_cases(std::vector<OpCase>& cases) {
                    }});
 }
 
+// Integer draws: the generator is reseeded per case, as above.
+void add_integer_draw_cases(std::vector<OpCase>& cases) {
+  cases.push_back({"randint, randperm", "copy.generate", kAll, false, kExact, 1, [](Env& e) {
+                     forge::ExecContext& ctx = e.ctx();
+                     const DType d = e.dtype();
+                     const bool narrow = d == DType::u8 || d == DType::bf16;
+                     const std::int64_t low = d == DType::boolean || d == DType::u8 ? 0 : -5;
+                     e.emit("randint [300, 200]", {ctx.randint(low, d == DType::boolean ? 2 : 6, {300, 200}, d)});
+                     e.emit("randperm", {ctx.randperm(d == DType::boolean ? 2 : narrow ? 200 : 1000, d)});
+                   }});
+}
+
+// ---- sorting, selection and sampling ----
+
+void add_sort_cases(std::vector<OpCase>& cases) {
+  // Small integers: ties everywhere, so the input order must decide.
+  const Spec ties{.values = integers(-3, 3)};
+  cases.push_back({"sort, argsort", "sort.sort", kAll, true, kExact, 1, [ties](Env& e) {
+                     {
+                       const Tensor x = e.leaf({40, 300}, ties);
+                       const auto [v, i] = forge::sort(x, 1);
+                       e.emit("dim 1 of [40, 300]", {v, i});
+                     }
+                     {
+                       const Tensor x = e.leaf({300, 40}, ties);
+                       const auto [v, i] = forge::sort(x, 0, true);
+                       e.emit("dim 0 of [300, 40], descending", {v, i});
+                     }
+                     e.emit("argsort dim 1 of [7, 9]", {forge::argsort(e.input({7, 9}), 1, true)});
+                     {
+                       const Tensor x = e.leaf({5, 0});
+                       const auto [v, i] = forge::sort(x, 1);
+                       e.emit("dim 1 of [5, 0]", {v, i});
+                     }
+                   }});
+  cases.push_back({"topk", "sort.topk", kAll, true, kExact, 1, [ties](Env& e) {
+                     {
+                       const Tensor x = e.leaf({8, 512}, ties);
+                       const auto [v, i] = forge::topk(x, 5);
+                       e.emit("5 of [8, 512]", {v, i});
+                     }
+                     {
+                       const Tensor x = e.leaf({8, 512}, ties);
+                       const auto [v, i] = forge::topk(x, 300, 1, false, false);
+                       e.emit("smallest 300 of [8, 512], index order", {v, i});
+                     }
+                     {
+                       const Tensor x = e.leaf({60, 7}, ties);
+                       const auto [v, i] = forge::topk(x, 3, 0);
+                       e.emit("3 along dim 0 of [60, 7]", {v, i});
+                     }
+                   }});
+  cases.push_back({"searchsorted", "sort.searchsorted", kNumeric, false, kExact, 1, [](Env& e) {
+                     const Tensor row = std::get<0>(forge::sort(e.input({50})));
+                     const Tensor rows = std::get<0>(forge::sort(e.input({6, 50}), 1));
+                     const Tensor values = e.input({6, 300});
+                     e.emit("1-D sequence, left", {forge::searchsorted(row, values)});
+                     e.emit("batched sequence, right, i32", {forge::searchsorted(rows, values, true, true)});
+                   }});
+  cases.push_back({"multinomial", "sort.multinomial", kFloat, false, kExact, 1, [](Env& e) {
+                     const Tensor probs = e.input({8, 512}, {.values = uniform(0, 1)});
+                     e.emit("1 of [8, 512]", {forge::multinomial(probs, 1, true)});
+                     e.emit("40 of [8, 512] with replacement", {forge::multinomial(probs, 40, true)});
+                     e.emit("40 of [8, 512] without replacement", {forge::multinomial(probs, 40, false)});
+                   }});
+}
+
 // ---- optimizers ----
 
 // Three parameters (one above the kernels' grain), three steps, fresh
@@ -1005,7 +1072,9 @@ const std::vector<OpCase>& op_cases() {
     add_indexing_cases(c);
     add_copy_cases(c);
     add_generate_cases(c);
+    add_integer_draw_cases(c);
     add_optim_cases(c);
+    add_sort_cases(c);
     return c;
   }();
   return cases;
@@ -1033,7 +1102,7 @@ TEST_CASE("backend ops: the case table covers every kernel family", "[backend]")
     families.insert(family_of(c));
   }
   CHECK(families ==
-        std::set<std::string>{"copy", "elementwise", "reduce", "nn", "conv", "linalg", "indexing", "optim"});
+        std::set<std::string>{"copy", "elementwise", "reduce", "nn", "conv", "linalg", "indexing", "optim", "sort"});
 }
 
 TEST_CASE("backend ops: elementwise cases agree across thread counts and layouts", "[backend]") {
@@ -1048,6 +1117,7 @@ TEST_CASE("backend ops: indexing cases agree across thread counts and layouts", 
 }
 TEST_CASE("backend ops: copy cases agree across thread counts and layouts", "[backend]") { check_family("copy"); }
 TEST_CASE("backend ops: optim cases agree across thread counts and layouts", "[backend]") { check_family("optim"); }
+TEST_CASE("backend ops: sort cases agree across thread counts and layouts", "[backend]") { check_family("sort"); }
 
 namespace {
 

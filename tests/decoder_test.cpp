@@ -25,37 +25,18 @@
 #include "forge/infer/kv_cache.h"
 #include "forge/infer/quant.h"
 #include "support.h"
+#include "temp_dir.h"
 
 using forge::DType;
 using forge::Shape;
 using forge::StateDict;
 using forge::Tensor;
+using forge_test::TempDir;
 using forge_test::TestContext;
 namespace fs = std::filesystem;
 namespace infer = forge::infer;
 
 namespace {
-
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path_ = fs::temp_directory_path() /
-            ("forge_decoder_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter.fetch_add(1)));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  fs::path operator/(const std::string& name) const { return path_ / name; }
-
- private:
-  fs::path path_;
-};
 
 // GPT-2 style: learned positions, LayerNorm, GELU, multi-head, tied head, biases.
 infer::DecoderConfig gpt_config() {
@@ -104,6 +85,22 @@ Tensor recompute(infer::Decoder& model, forge::ExecContext& ctx, const std::vect
   forge::autograd::NoGradGuard no_grad;
   return model.forward(row(ctx, tokens)).select(0, 0);
 }
+
+// The logits of the next token after `tokens`, recomputed: [V].
+Tensor last_logits(infer::Decoder& model, forge::ExecContext& ctx, const std::vector<std::int64_t>& tokens) {
+  return recompute(model, ctx, tokens).select(0, static_cast<std::int64_t>(tokens.size()) - 1);
+}
+
+// A fresh model with a generator of max_batch rows and an arena.
+struct Generation {
+  TestContext ctx;
+  infer::DecoderConfig config;
+  std::shared_ptr<infer::Decoder> model;
+  infer::Generator gen;
+  forge::Arena arena;
+  Generation(const infer::DecoderConfig& c, std::int64_t max_batch)
+      : config(c), model(std::make_shared<infer::Decoder>(ctx, c)), gen(model, max_batch), arena(ctx) {}
+};
 
 // Whether `t`'s first byte lies in a mapping of `file` (/proc/self/maps): a zero-copy load.
 bool inside_mapping_of(const Tensor& t, const fs::path& file) {
@@ -418,6 +415,9 @@ TEST_CASE("decoder: save and load round trip in the forge layout, weights over t
     const auto tokens = random_tokens(9, config.vocab_size, 2);
     CHECK(max_abs_diff(recompute(*loaded, ctx, tokens), recompute(model, ctx, tokens)) == 0);
     CHECK(loaded->state_dict().size() == model.state_dict().size());
+    infer::Decoder copy(ctx, config);  // other random weights, then the model's through load_state_dict
+    copy.load_state_dict(model.state_dict());
+    CHECK(max_abs_diff(recompute(copy, ctx, tokens), recompute(model, ctx, tokens)) == 0);
     for (const auto& [name, t] : loaded->state_dict()) {
       INFO(name);
       CHECK(inside_mapping_of(t, dir / "m.safetensors"));
@@ -454,6 +454,11 @@ TEST_CASE("decoder: a Hugging Face Llama-layout checkpoint loads as the forge mo
   CHECK(loaded->config() == config);
   const auto tokens = random_tokens(11, config.vocab_size, 6);
   CHECK(max_abs_diff(recompute(*loaded, ctx, tokens), recompute(model, ctx, tokens)) == 0);
+  // A config asking for what the decoder does not compute is refused.
+  std::ofstream(dir / "config.json") << R"({"vocab_size": 41, "hidden_size": 32, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 48, "max_position_embeddings": 48,
+    "rope_scaling": {"rope_type": "llama3", "factor": 8.0}})";
+  CHECK_THROWS_WITH(infer::Decoder::load(ctx, dir / "model.safetensors"), Catch::Contains("rope_scaling"));
   // Without its config the checkpoint cannot be read.
   fs::remove(dir / "config.json");
   CHECK_THROWS_WITH(infer::Decoder::load(ctx, dir / "model.safetensors"), Catch::Contains("config.json"));
@@ -527,11 +532,9 @@ TEST_CASE("decoder: bad configs and inputs are refused naming the problem", "[in
 
 TEST_CASE("generator: greedy decoding picks the argmax of the recomputed logits, batched prompts alike",
           "[infer][decoder]") {
-  TestContext ctx;
-  for (const auto& config : {gpt_config(), llama_config()}) {
-    auto model = std::make_shared<infer::Decoder>(ctx, config);
-    infer::Generator gen(model, 3);
-    forge::Arena arena(ctx);
+  for (const auto& architecture : {gpt_config(), llama_config()}) {
+    Generation g(architecture, 3);
+    auto& [ctx, config, model, gen, arena] = g;
     const std::vector<std::vector<std::int64_t>> prompts{random_tokens(3, config.vocab_size, 1),
                                                          random_tokens(7, config.vocab_size, 2),
                                                          random_tokens(1, config.vocab_size, 3)};
@@ -544,7 +547,7 @@ TEST_CASE("generator: greedy decoding picks the argmax of the recomputed logits,
       REQUIRE(got.size() == 6);
       auto seq = prompts[b];
       for (std::size_t i = 0; i < got.size(); ++i) {
-        const Tensor logits = recompute(*model, ctx, seq).select(0, static_cast<std::int64_t>(seq.size()) - 1);
+        const Tensor logits = last_logits(*model, ctx, seq);
         INFO("vocab " << config.vocab_size << " sequence " << b << " token " << i);
         CHECK(got[i] == argmax_of(logits));
         const float expected = forge::log_softmax(logits, 0).to_vector<float>()[got[i]];
@@ -557,11 +560,8 @@ TEST_CASE("generator: greedy decoding picks the argmax of the recomputed logits,
 
 TEST_CASE("generator: a stop token ends its sequence and is kept, and the offsets tile the tokens",
           "[infer][decoder]") {
-  TestContext ctx;
-  const auto config = gpt_config();
-  auto model = std::make_shared<infer::Decoder>(ctx, config);
-  infer::Generator gen(model, 2);
-  forge::Arena arena(ctx);
+  Generation g(gpt_config(), 2);
+  auto& [ctx, config, model, gen, arena] = g;
   const std::vector<std::vector<std::int64_t>> prompts{random_tokens(4, config.vocab_size, 1),
                                                        random_tokens(2, config.vocab_size, 2)};
   const auto free_run = gen.generate(arena, prompts, {.max_new_tokens = 5, .greedy = true});
@@ -586,33 +586,36 @@ TEST_CASE("generator: a stop token ends its sequence and is kept, and the offset
   CHECK(out.logprobs.count() == 0);  // not asked for
 }
 
-TEST_CASE("generator: after a warm-up call, decoding makes no system allocation", "[infer][decoder]") {
-  TestContext ctx;
-  for (const auto& config : {gpt_config(), llama_config()}) {
-    auto model = std::make_shared<infer::Decoder>(ctx, config);
-    infer::Generator gen(model, 2);
-    forge::Arena arena(ctx);
+TEST_CASE("generator: after a warm-up call no decode step makes a system allocation, after two no call does",
+          "[infer][decoder]") {
+  for (const auto& architecture : {gpt_config(), llama_config()}) {
+    Generation g(architecture, 2);
+    auto& [ctx, config, model, gen, arena] = g;
     const std::vector<std::vector<std::int64_t>> prompts{random_tokens(5, config.vocab_size, 1),
                                                          random_tokens(3, config.vocab_size, 2)};
     const infer::GenerateOptions options{
         .max_new_tokens = 20, .repetition_penalty = 1.3, .greedy = true, .logprobs = true};
     gen.generate(arena, prompts, options);  // warm-up: the pool and the arena learn the sizes
-    const auto pool_before = ctx.stats().system_allocations;
-    const auto arena_before = arena.stats().system_allocations;
+    // The second call's steps after its first reuse the first call's blocks. (Its first step may still take
+    // one: the pool serves a request from the smallest cached block up to 2x its size, so a block a later
+    // size left behind can be taken early.)
     gen.generate(arena, prompts, options);
     CHECK(gen.last_stats().decode_steps == 19);
     CHECK(gen.last_stats().decode_system_allocations == 0);
-    CHECK(ctx.stats().system_allocations == pool_before);  // prefill included
-    CHECK(arena.stats().system_allocations == arena_before);
+    for (int call = 0; call < 2; ++call) {
+      const auto pool_before = ctx.stats().system_allocations;
+      const auto arena_before = arena.stats().system_allocations;
+      gen.generate(arena, prompts, options);
+      CHECK(gen.last_stats().decode_system_allocations == 0);
+      CHECK(ctx.stats().system_allocations == pool_before);  // prefill and sampling included
+      CHECK(arena.stats().system_allocations == arena_before);
+    }
   }
 }
 
 TEST_CASE("generator: bad prompts and options are refused with clear errors and nothing leaked", "[infer][decoder]") {
-  TestContext ctx;
-  const auto config = gpt_config();
-  auto model = std::make_shared<infer::Decoder>(ctx, config);
-  infer::Generator gen(model, 2);
-  forge::Arena arena(ctx);
+  Generation g(gpt_config(), 2);
+  auto& [ctx, config, model, gen, arena] = g;
   const auto ok = random_tokens(4, config.vocab_size, 1);
   const auto baseline = ctx.stats().outstanding;
   const auto refused = [&](const std::vector<std::vector<std::int64_t>>& prompts, const infer::GenerateOptions& o,
@@ -643,6 +646,15 @@ TEST_CASE("generator: bad prompts and options are refused with clear errors and 
   refused({ok}, {.repetition_penalty = 0}, C::invalid_argument, "repetition_penalty");
   refused({ok}, {.stop_tokens = {40}, .greedy = true}, C::out_of_range, "stop token 40");
   CHECK_THROWS_WITH(infer::Generator(nullptr), Catch::Contains("null"));
+  TestContext other;
+  forge::Arena foreign(other);
+  CHECK_THROWS_WITH(gen.generate(foreign, std::vector<std::vector<std::int64_t>>{ok}, greedy),
+                    Catch::Contains("the model's context"));
+  // A generator with a shorter cache refuses what does not fit it.
+  infer::Generator short_gen(model, 1, DType::f32, 8);
+  CHECK(short_gen.cache().max_len() == 8);
+  CHECK_THROWS_WITH(short_gen.generate(arena, std::vector<std::vector<std::int64_t>>{ok}, {.max_new_tokens = 5}),
+                    Catch::Contains("exceeds the cache's 8 positions"));
   // The generator still works afterwards.
   CHECK(gen.generate(arena, std::vector<std::vector<std::int64_t>>{ok}, greedy).tokens.count() == 1);
 }
@@ -725,11 +737,8 @@ TEST_CASE("decoder: grouped-query gradients equal those of multi-head attention 
 }
 
 TEST_CASE("generator: a seed makes sampling reproducible, and another seed draws otherwise", "[infer][decoder]") {
-  TestContext ctx;
-  const auto config = llama_config();
-  auto model = std::make_shared<infer::Decoder>(ctx, config);
-  infer::Generator gen(model, 2);
-  forge::Arena arena(ctx);
+  Generation g(llama_config(), 2);
+  auto& [ctx, config, model, gen, arena] = g;
   const std::vector<std::vector<std::int64_t>> prompts{random_tokens(3, config.vocab_size, 1),
                                                        random_tokens(5, config.vocab_size, 2)};
   const auto draw = [&](std::uint64_t seed) {
@@ -744,11 +753,8 @@ TEST_CASE("generator: a seed makes sampling reproducible, and another seed draws
 
 TEST_CASE("generator: sampled log-probabilities are log_softmax of the recomputed logits at the chosen tokens",
           "[infer][decoder]") {
-  TestContext ctx;
-  const auto config = gpt_config();
-  auto model = std::make_shared<infer::Decoder>(ctx, config);
-  infer::Generator gen(model, 2);
-  forge::Arena arena(ctx);
+  Generation g(gpt_config(), 2);
+  auto& [ctx, config, model, gen, arena] = g;
   const std::vector<std::vector<std::int64_t>> prompts{random_tokens(4, config.vocab_size, 3),
                                                        random_tokens(2, config.vocab_size, 4)};
   // Temperature 1 without filters: the plain distribution; top-k 3 at temperature 0.7: renormalized over the top 3.
@@ -762,8 +768,7 @@ TEST_CASE("generator: sampled log-probabilities are log_softmax of the recompute
       const auto lps = out.logprobs.item(b).to_vector<float>();
       REQUIRE(got.size() == 8);
       for (std::size_t i = 0; i < got.size(); ++i) {
-        const auto logits =
-            recompute(*model, ctx, seq).select(0, static_cast<std::int64_t>(seq.size()) - 1).to_vector<float>();
+        const auto logits = last_logits(*model, ctx, seq).to_vector<float>();
         std::vector<double> scaled(logits.begin(), logits.end());
         for (double& l : scaled) l /= temperature;
         std::vector<double> sorted = scaled;
@@ -781,11 +786,8 @@ TEST_CASE("generator: sampled log-probabilities are log_softmax of the recompute
 }
 
 TEST_CASE("generator: top-k 1 and a tiny top-p decode greedily", "[infer][decoder]") {
-  TestContext ctx;
-  const auto config = llama_config();
-  auto model = std::make_shared<infer::Decoder>(ctx, config);
-  infer::Generator gen(model, 1);
-  forge::Arena arena(ctx);
+  Generation g(llama_config(), 1);
+  auto& [ctx, config, model, gen, arena] = g;
   const std::vector<std::vector<std::int64_t>> prompts{random_tokens(4, config.vocab_size, 8)};
   const auto greedy =
       gen.generate(arena, prompts, {.max_new_tokens = 10, .greedy = true}).tokens.values().to_vector<std::int64_t>();
@@ -800,11 +802,8 @@ TEST_CASE("generator: top-k 1 and a tiny top-p decode greedily", "[infer][decode
 
 TEST_CASE("generator: the repetition penalty divides seen positive logits and multiplies seen negative ones",
           "[infer][decoder]") {
-  TestContext ctx;
-  const auto config = gpt_config();
-  auto model = std::make_shared<infer::Decoder>(ctx, config);
-  infer::Generator gen(model, 1);
-  forge::Arena arena(ctx);
+  Generation g(gpt_config(), 1);
+  auto& [ctx, config, model, gen, arena] = g;
   const std::vector<std::int64_t> prompt = random_tokens(6, config.vocab_size, 12);
   const double penalty = 3.0;
   const auto out = gen.generate(arena, std::vector<std::vector<std::int64_t>>{prompt},
@@ -813,7 +812,7 @@ TEST_CASE("generator: the repetition penalty divides seen positive logits and mu
   auto seq = prompt;
   bool changed = false;  // the penalty must have mattered somewhere
   for (const std::int64_t token : got) {
-    auto logits = recompute(*model, ctx, seq).select(0, static_cast<std::int64_t>(seq.size()) - 1).to_vector<float>();
+    auto logits = last_logits(*model, ctx, seq).to_vector<float>();
     const std::int64_t plain = std::max_element(logits.begin(), logits.end()) - logits.begin();
     for (const std::int64_t t : std::set<std::int64_t>(seq.begin(), seq.end()))
       logits[t] = logits[t] < 0 ? logits[t] * penalty : logits[t] / penalty;

@@ -24,46 +24,18 @@
 
 #include "forge/forge.h"
 #include "support.h"
+#include "temp_dir.h"
 
 using forge::DType;
 using forge::Shape;
 using forge::StateDict;
 using forge::Tensor;
+using forge_test::TempDir;
 using forge_test::TestContext;
 namespace fs = std::filesystem;
 namespace io = forge::io;
 
 namespace {
-
-// A fresh directory under /tmp, removed with everything in it when the case ends.
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path_ = fs::temp_directory_path() /
-            ("forge_io_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter.fetch_add(1)));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  fs::path operator/(const std::string& name) const { return path_ / name; }
-  const fs::path& path() const { return path_; }
-  // The names of the files in the directory (no temporaries may linger).
-  std::vector<std::string> files() const {
-    std::vector<std::string> names;
-    for (const auto& e : fs::directory_iterator(path_)) names.push_back(e.path().filename().string());
-    std::sort(names.begin(), names.end());
-    return names;
-  }
-
- private:
-  fs::path path_;
-};
 
 void write_file(const fs::path& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);

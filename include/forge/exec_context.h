@@ -87,6 +87,11 @@ class ExecContext {
   Tensor eye(std::int64_t n, std::int64_t m = -1, DType dtype = DType::f32);
   Tensor rand(const Shape& shape, DType dtype = DType::f32);   // uniform [0, 1)
   Tensor randn(const Shape& shape, DType dtype = DType::f32);  // standard normal
+  // Integers uniform in [low, high), each value equally likely; every value
+  // of the range must be exact in dtype (out_of_range otherwise).
+  Tensor randint(std::int64_t low, std::int64_t high, const Shape& shape, DType dtype = DType::i64);
+  // A random permutation of 0, ..., n - 1 (n - 1 must be exact in dtype).
+  Tensor randperm(std::int64_t n, DType dtype = DType::i64);
   template <typename T>
   Tensor from_vector(const std::vector<T>& values, const Shape& shape);
   template <typename T>
@@ -126,6 +131,8 @@ Tensor linspace(double start, double end, std::int64_t steps, DType dtype = DTyp
 Tensor eye(std::int64_t n, std::int64_t m = -1, DType dtype = DType::f32);
 Tensor rand(const Shape& shape, DType dtype = DType::f32);
 Tensor randn(const Shape& shape, DType dtype = DType::f32);
+Tensor randint(std::int64_t low, std::int64_t high, const Shape& shape, DType dtype = DType::i64);
+Tensor randperm(std::int64_t n, DType dtype = DType::i64);
 template <typename T>
 Tensor from_vector(const std::vector<T>& values, const Shape& shape) {
   return ExecContext::current_or_throw("from_vector").from_vector(values, shape);

@@ -11,6 +11,7 @@
 #include "forge/ops/nn.h"
 #include "forge/ops/reduce.h"
 #include "forge/ops/shape_ops.h"
+#include "forge/ops/sort.h"
 #include "forge/tensor.h"
 
 namespace forge {

@@ -37,8 +37,9 @@ inline constexpr DTypeMask kAllDTypes = static_cast<DTypeMask>((1u << kNumDTypes
 inline constexpr DTypeMask kFloatDTypes = mask_of(DType::f32, DType::f64, DType::f16, DType::bf16);
 inline constexpr DTypeMask kNumericDTypes = static_cast<DTypeMask>(kAllDTypes & ~mask_of(DType::boolean));
 
-// Throws ErrorCode::device: `op` has no kernel for `dtype` on `dev`'s device.
-[[noreturn]] void unsupported(const char* op, DType dtype, const detail::DeviceRuntime& dev);
+// Throws ErrorCode::device: `op` has no kernel for `dtype` on `dev`'s device
+// (`for_no_dtype`: the backend leaves the entry empty, the op is not supported there at all).
+[[noreturn]] void unsupported(const char* op, DType dtype, const detail::DeviceRuntime& dev, bool for_no_dtype);
 
 // One kernel of a table: the function and the dtypes it computes in (the
 // dtype an op passes to get(): its compute dtype, or its output's).
@@ -52,7 +53,7 @@ struct Entry {
   Fn* get(const char* op, DType dtype, const detail::DeviceRuntime& dev) const {
     if (supports(dtype)) [[likely]]
       return fn;
-    unsupported(op, dtype, dev);
+    unsupported(op, dtype, dev, fn == nullptr);
   }
 };
 

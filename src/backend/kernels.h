@@ -13,6 +13,7 @@
 #include "backend/kernels/nn.h"
 #include "backend/kernels/optim.h"
 #include "backend/kernels/reduce.h"
+#include "backend/kernels/sort.h"
 
 namespace forge::backend {
 
@@ -25,6 +26,7 @@ struct Kernels {
   LinalgKernels linalg;            // matmul, attention
   IndexingKernels indexing;        // gather/scatter, take, shape-op copies, masks
   OptimKernels optim;              // optimizer steps, gradient norms
+  SortKernels sort;                // sort, topk, searchsorted, multinomial
 };
 
 // Calls f(family, name, entry) for every entry of `table` (a Kernels, const
@@ -42,6 +44,7 @@ void for_each_entry(Table& table, F&& f) {
   LinalgKernels::visit(table.linalg, in("linalg"));
   IndexingKernels::visit(table.indexing, in("indexing"));
   OptimKernels::visit(table.optim, in("optim"));
+  SortKernels::visit(table.sort, in("sort"));
 }
 
 }  // namespace forge::backend

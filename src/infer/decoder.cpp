@@ -66,29 +66,29 @@ namespace detail {
 
 // ---- pieces ----
 
-Projection::Projection(Tensor weight, Tensor bias) {
-  weight_ = register_parameter("weight", weight);
-  if (bias.defined()) bias_ = register_parameter("bias", bias);
+Projection::Projection(Tensor weight, Tensor bias) : has_bias_(bias.defined()) {
+  register_parameter("weight", weight);
+  if (has_bias_) register_parameter("bias", bias);
 }
 
-Projection::Projection(PackedMatrix packed, Tensor bias) : packed_(std::move(packed)) {
-  if (bias.defined()) bias_ = register_parameter("bias", bias, false);
+Projection::Projection(PackedMatrix packed, Tensor bias) : has_bias_(bias.defined()), packed_(std::move(packed)) {
+  if (has_bias_) register_parameter("bias", bias, false);
 }
 
 Tensor Projection::forward(const Tensor& x) {
-  if (packed_.defined()) return infer::linear(x, packed_, bias_);
-  return forge::linear(x, weight_, bias_);
+  if (packed_.defined()) return infer::linear(x, packed_, bias());
+  return forge::linear(x, parameter("weight"), bias());
 }
 
 Norm::Norm(NormKind kind, double eps, Tensor weight, Tensor bias) : kind_(kind), eps_(eps) {
-  weight_ = register_parameter("weight", weight);
-  if (bias.defined()) bias_ = register_parameter("bias", bias);
+  register_parameter("weight", weight);
+  if (bias.defined()) register_parameter("bias", bias);
 }
 
 Tensor Norm::forward(const Tensor& x) {
   const Shape last{x.size(-1)};
-  if (kind_ == NormKind::layer_norm) return layer_norm(x, last, weight_, bias_, eps_);
-  return rms_norm(x, last, weight_, eps_);
+  if (kind_ == NormKind::layer_norm) return layer_norm(x, last, parameter("weight"), parameter("bias"), eps_);
+  return rms_norm(x, last, parameter("weight"), eps_);
 }
 
 // ---- weights ----
@@ -172,6 +172,7 @@ using detail::Block;
 using detail::DecoderParts;
 using detail::Norm;
 using detail::Projection;
+using detail::Table;
 using detail::WeightSource;
 
 // The cos and sin of HF Llama's rotate-half RoPE: inv_freq[i] = theta^(-2i / d),
@@ -229,9 +230,11 @@ Tensor forward_layers(ExecContext& ctx, const DecoderConfig& c, DecoderParts& pa
     for (std::int64_t b = 0; b < n; ++b)
       for (std::int64_t t = 0; t < T; ++t) p[b * T + t] = pos.start[static_cast<std::size_t>(b)] + t;
   }
-  Tensor x = embedding(parts.tok_embed, tokens);  // [n, T, D]
-  if (c.positions == PositionKind::learned)
-    x = add(x, pos.uniform ? parts.pos_embed.narrow(0, start0, T) : embedding(parts.pos_embed, index));
+  Tensor x = embedding(parts.tok_embed->weight(), tokens);  // [n, T, D]
+  if (c.positions == PositionKind::learned) {
+    const Tensor& table = parts.pos_embed->weight();
+    x = add(x, pos.uniform ? table.narrow(0, start0, T) : embedding(table, index));
+  }
   Tensor cos, sin;  // broadcasting against [n, heads, T, hd]
   if (c.positions == PositionKind::rope) {
     if (pos.uniform) {
@@ -283,7 +286,7 @@ Tensor forward_layers(ExecContext& ctx, const DecoderConfig& c, DecoderParts& pa
   }
   if (last_only) x = x.narrow(1, T - 1, 1);
   x = parts.norm->forward(x);
-  Tensor logits = parts.head ? parts.head->forward(x) : linear(x, parts.tok_embed);
+  Tensor logits = parts.head ? parts.head->forward(x) : linear(x, parts.tok_embed->weight());
   return last_only ? logits.select(1, 0) : logits;
 }
 
@@ -303,26 +306,19 @@ Decoder::Decoder(ExecContext& ctx, const DecoderConfig& config, const StateDict*
   WeightSource src(ctx, weights, packed, format && *format == WeightFormat::f32 ? std::nullopt : format);
   format_ = src.format();
   const std::int64_t D = c.d_model, hd = c.head_dim(), kv = c.kv_heads() * hd, hidden = c.hidden();
-  const auto holder = [&](const std::string& name, const std::string& param, const Tensor& t) {
-    auto m = std::make_shared<nn::Module>();
-    Tensor p = m->register_parameter(param, t, !src.packs());
-    register_module(name, m);
-    return p;
+  const auto table = [&](const std::string& name, std::int64_t rows) {
+    const auto init = [&] { return normal_init(ctx, Shape{rows, D}); };
+    auto t = std::make_shared<Table>(src.take(name + ".weight", Shape{rows, D}, init), !src.packs());
+    register_module(name, t);
+    return t;
   };
-  parts_->tok_embed = holder("tok_embed", "weight", src.take("tok_embed.weight", Shape{c.vocab_size, D}, [&] {
-    return normal_init(ctx, Shape{c.vocab_size, D});
-  }));
-  if (c.positions == PositionKind::learned)
-    parts_->pos_embed = holder("pos_embed", "weight", src.take("pos_embed.weight", Shape{c.max_seq_len, D}, [&] {
-      return normal_init(ctx, Shape{c.max_seq_len, D});
-    }));
+  parts_->tok_embed = table("tok_embed", c.vocab_size);
+  if (c.positions == PositionKind::learned) parts_->pos_embed = table("pos_embed", c.max_seq_len);
   const auto norm = [&](const std::string& name) {
     Tensor w = src.take(name + ".weight", Shape{D}, [&] { return ctx.ones(Shape{D}); });
     Tensor b;
     if (c.norm == NormKind::layer_norm) b = src.take(name + ".bias", Shape{D}, [&] { return ctx.zeros(Shape{D}); });
-    auto n = std::make_shared<Norm>(c.norm, c.norm_eps, w, b);
-    if (src.packs()) n->eval();
-    return n;
+    return std::make_shared<Norm>(c.norm, c.norm_eps, w, b);
   };
   auto layers = std::make_shared<nn::Module>();
   for (std::int64_t l = 0; l < c.n_layers; ++l) {
@@ -362,7 +358,7 @@ Decoder::Decoder(ExecContext& ctx, const DecoderConfig& config, const StateDict*
     register_module("head", parts_->head);
   } else if (src.packs()) {
     // The tied head packed from the embedding table (which stays plain for the lookup).
-    parts_->head = std::make_shared<Projection>(src.pack(parts_->tok_embed), Tensor());
+    parts_->head = std::make_shared<Projection>(src.pack(parts_->tok_embed->weight()), Tensor());
   }
   if (c.positions == PositionKind::rope)
     std::tie(parts_->rope_cos, parts_->rope_sin) = rope_tables(ctx, c.max_seq_len, hd, c.rope_theta);

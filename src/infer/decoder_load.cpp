@@ -130,6 +130,16 @@ DecoderConfig llama_config(const nlohmann::json& j, const StateDict& t) {
   c.rope_theta = json_or<double>(j, "rope_theta", 10000.0);
   c.bias = json_or<bool>(j, "attention_bias", false);
   c.tied_head = json_or<bool>(j, "tie_word_embeddings", !has(t, "lm_head.weight"));
+  // What this decoder does not compute is refused rather than computed otherwise.
+  FORGE_CHECK(json_or<std::string>(j, "hidden_act", "silu") == "silu", not_implemented, kLoadOp,
+              "config.json: hidden_act '", json_or<std::string>(j, "hidden_act", ""), "' (only silu)");
+  FORGE_CHECK(!j.contains("rope_scaling") || j["rope_scaling"].is_null(), not_implemented, kLoadOp,
+              "config.json: rope_scaling is not supported (plain RoPE only)");
+  FORGE_CHECK(c.n_heads <= 0 || json_or<std::int64_t>(j, "head_dim", c.d_model / c.n_heads) == c.d_model / c.n_heads,
+              not_implemented, kLoadOp, "config.json: head_dim ", json_or<std::int64_t>(j, "head_dim", 0),
+              " differs from hidden_size / num_attention_heads");
+  FORGE_CHECK(json_or<bool>(j, "mlp_bias", c.bias) == c.bias, not_implemented, kLoadOp,
+              "config.json: attention_bias and mlp_bias must agree (one bias setting for every projection)");
   return c;
 }
 
@@ -172,6 +182,9 @@ DecoderConfig gpt2_config(const nlohmann::json& j) {
   c.mlp_hidden = json_or<std::int64_t>(j, "n_inner", 0);
   c.max_seq_len = json_or<std::int64_t>(j, "n_positions", json_or<std::int64_t>(j, "n_ctx", 1024));
   c.norm_eps = json_or<double>(j, "layer_norm_epsilon", 1e-5);
+  const std::string act = json_or<std::string>(j, "activation_function", "gelu_new");
+  FORGE_CHECK(act == "gelu_new" || act == "gelu_pytorch_tanh", not_implemented, kLoadOp,
+              "config.json: activation_function '", act, "' (only the tanh GELU, gelu_new)");
   return c;  // learned positions, LayerNorm, GELU (tanh), tied head, biases: the defaults
 }
 

@@ -22,6 +22,17 @@
 
 namespace forge::infer::detail {
 
+// The pieces read their tensors through the registered slots on every call
+// (as nn::Linear does), so Module::to and load_state_dict reach them.
+
+// A table looked up by index: the token or position embedding.
+class Table : public nn::Module {
+ public:
+  Table(Tensor weight, bool trainable) { register_parameter("weight", weight, trainable); }
+  const char* type_name() const override { return "Table"; }
+  const Tensor& weight() const { return parameter("weight"); }
+};
+
 // y = x W^T + b with W [out, in]: a plain (trainable) weight, or a PackedMatrix.
 class Projection : public nn::Module {
  public:
@@ -29,11 +40,11 @@ class Projection : public nn::Module {
   Projection(PackedMatrix packed, Tensor bias);
   Tensor forward(const Tensor& x) override;
   const char* type_name() const override { return "Projection"; }
-  const Tensor& weight() const { return weight_; }
   const PackedMatrix& packed() const noexcept { return packed_; }
 
  private:
-  Tensor weight_, bias_;
+  Tensor bias() const { return has_bias_ ? parameter("bias") : Tensor(); }
+  bool has_bias_;
   PackedMatrix packed_;
 };
 
@@ -46,7 +57,6 @@ class Norm : public nn::Module {
  private:
   NormKind kind_;
   double eps_;
-  Tensor weight_, bias_;
 };
 
 struct Block {
@@ -82,7 +92,7 @@ class WeightSource {
 };
 
 struct DecoderParts {
-  Tensor tok_embed, pos_embed;  // pos_embed only for learned positions
+  std::shared_ptr<Table> tok_embed, pos_embed;  // pos_embed only for learned positions
   std::vector<Block> blocks;
   std::shared_ptr<Norm> norm;
   std::shared_ptr<Projection> head;  // an untied head, or a packed copy of the tied one

@@ -37,11 +37,13 @@ namespace {
 
 constexpr const char* kOp = "Generator.generate";
 
-// The generator's cache: max_batch rows of the model's max_seq_len.
-KvCache make_cache(const std::shared_ptr<Decoder>& model, std::int64_t max_batch, DType dtype) {
+// The generator's cache: max_batch rows of max_len (0: the model's max_seq_len) positions.
+KvCache make_cache(const std::shared_ptr<Decoder>& model, std::int64_t max_batch, DType dtype, std::int64_t max_len) {
   FORGE_CHECK(model != nullptr, invalid_argument, "Generator", "the model is null");
   FORGE_CHECK(max_batch > 0, invalid_argument, "Generator", "max_batch must be positive, got ", max_batch);
-  return KvCache(model->context(), model->config(), max_batch, model->config().max_seq_len, dtype);
+  FORGE_CHECK(max_len >= 0, invalid_argument, "Generator", "max_len must be >= 0 (0: max_seq_len), got ", max_len);
+  return KvCache(model->context(), model->config(), max_batch, max_len == 0 ? model->config().max_seq_len : max_len,
+                 dtype);
 }
 
 void validate(std::span<const std::vector<std::int64_t>> prompts, const GenerateOptions& o, std::int64_t max_batch,
@@ -72,6 +74,25 @@ void validate(std::span<const std::vector<std::int64_t>> prompts, const Generate
   }
 }
 
+// Applies temperature, top-k and top-p to `logits` [B, V] and draws a token per row: i64 [B].
+Tensor draw(Tensor& logits, const GenerateOptions& o) {
+  const double neg_inf = -std::numeric_limits<double>::infinity();
+  if (o.temperature != 1.0) logits = div(logits, o.temperature);
+  const std::int64_t V = logits.size(1);
+  if (o.top_k > 0 && o.top_k < V) {
+    const auto [values, indices] = topk(logits, o.top_k, 1);
+    logits = masked_fill(logits, lt(logits, values.narrow(1, o.top_k - 1, 1)), neg_inf);
+  }
+  if (o.top_p < 1.0) {
+    const auto [sorted, indices] = sort(logits, 1, true);
+    const Tensor probs = softmax(sorted, 1);
+    const Tensor before = sub(cumsum(probs, 1), probs);  // probability of the more likely tokens
+    const Tensor kept = sum(lt(before, o.top_p).to(DType::i64), {1}, true);
+    logits = masked_fill(logits, lt(logits, gather(sorted, 1, sub(kept, 1))), neg_inf);
+  }
+  return multinomial(softmax(logits, 1), 1).squeeze(1);
+}
+
 struct Choice {
   Tensor tokens;    // i64 [B]
   Tensor logprobs;  // f32 [B]
@@ -83,26 +104,7 @@ Choice choose(const Tensor& raw, const Tensor& seen, const GenerateOptions& o) {
     const double p = o.repetition_penalty;
     logits = where(seen, where(lt(logits, 0.0), mul(logits, p), div(logits, p)), logits);
   }
-  Tensor chosen;
-  if (o.greedy) {
-    chosen = argmax(logits, 1);
-  } else {
-    const double neg_inf = -std::numeric_limits<double>::infinity();
-    if (o.temperature != 1.0) logits = div(logits, o.temperature);
-    const std::int64_t V = logits.size(1);
-    if (o.top_k > 0 && o.top_k < V) {
-      const auto [values, indices] = topk(logits, o.top_k, 1);
-      logits = masked_fill(logits, lt(logits, values.narrow(1, o.top_k - 1, 1)), neg_inf);
-    }
-    if (o.top_p < 1.0) {
-      const auto [sorted, indices] = sort(logits, 1, true);
-      const Tensor probs = softmax(sorted, 1);
-      const Tensor before = sub(cumsum(probs, 1), probs);  // probability of the more likely tokens
-      const Tensor kept = sum(lt(before, o.top_p).to(DType::i64), {1}, true);
-      logits = masked_fill(logits, lt(logits, gather(sorted, 1, sub(kept, 1))), neg_inf);
-    }
-    chosen = multinomial(softmax(logits, 1), 1).squeeze(1);
-  }
+  const Tensor chosen = o.greedy ? argmax(logits, 1) : draw(logits, o);
   return {chosen, gather(log_softmax(logits, 1), 1, chosen.unsqueeze(1)).squeeze(1)};
 }
 
@@ -112,12 +114,14 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
-Generator::Generator(std::shared_ptr<Decoder> model, std::int64_t max_batch, DType cache_dtype)
-    : model_(std::move(model)), cache_(make_cache(model_, max_batch, cache_dtype)) {}
+Generator::Generator(std::shared_ptr<Decoder> model, std::int64_t max_batch, DType cache_dtype, std::int64_t max_len)
+    : model_(std::move(model)), cache_(make_cache(model_, max_batch, cache_dtype, max_len)) {}
 
 Generated Generator::generate(Arena& arena, std::span<const std::vector<std::int64_t>> prompts,
                               const GenerateOptions& options) try {
   ArenaCall call(kOp, &arena, {});
+  FORGE_CHECK(&call.runtime() == &model_->context().runtime() && arena.describe().device.is_cpu(), device, kOp,
+              "the arena (", arena.describe().str(), ") must be a host arena of the model's context");
   const DecoderConfig& c = model_->config();
   validate(prompts, options, cache_.batch(), cache_.max_len(), c.vocab_size);
   ExecContext& ctx = model_->context();

@@ -1,5 +1,6 @@
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "core/convert.h"
 #include "core/internal.h"
@@ -27,6 +28,41 @@ void generate(const char* op, Tensor& t, const backend::SequenceSpec& spec, std:
 void check_ends(const char* op, double first, double last, DType dtype) {
   detail::checked_slot(op, dtype, first, "start");
   detail::checked_slot(op, dtype, last, "last value");
+}
+
+// The integers every value of [lowest, highest] of which is exact in dtype.
+struct IntegerRange {
+  std::int64_t lowest, highest;
+};
+IntegerRange exact_integers(DType dtype) {
+  switch (dtype) {
+    case DType::boolean:
+      return {0, 1};
+    case DType::u8:
+      return {0, 255};
+    case DType::i32:
+      return {std::numeric_limits<std::int32_t>::min(), std::numeric_limits<std::int32_t>::max()};
+    case DType::i64:
+      return {std::numeric_limits<std::int64_t>::min(), std::numeric_limits<std::int64_t>::max()};
+    case DType::f16:
+      return {-(1 << 11), 1 << 11};
+    case DType::bf16:
+      return {-(1 << 8), 1 << 8};
+    case DType::f32:
+      return {-(1 << 24), 1 << 24};
+    case DType::f64:
+      return {-(std::int64_t{1} << 53), std::int64_t{1} << 53};
+  }
+  return {0, 0};
+}
+
+// Draws from the context's generator into a fresh tensor (rand, randn, randint, randperm).
+Tensor drawn(ExecContext& ctx, const char* op, const Shape& shape, DType dtype, const backend::SequenceSpec& spec) {
+  Tensor t = fresh(ctx, op, shape, dtype);
+  const detail::Generator::Lease lease = ctx.runtime().generator().lease(op);
+  generate(op, t, spec, &*lease);
+  detail::adopt_output(t);
+  return t;
 }
 
 }  // namespace
@@ -96,26 +132,38 @@ FORGE_CATCH_OOM("eye")
 
 Tensor ExecContext::rand(const Shape& shape, DType dtype) try {
   FORGE_CHECK(is_floating(dtype), dtype, "rand", "needs a floating dtype, got ", dtype_name(dtype));
-  Tensor t = fresh(*this, "rand", shape, dtype);
   // Draw with the target's own precision (11 bits for f16, 8 for bf16, 24 for
   // f32, 53 for f64), so rounding into the dtype can never reach 1.
   const int bits = dtype == DType::f16 ? 11 : dtype == DType::bf16 ? 8 : dtype == DType::f32 ? 24 : 53;
-  const detail::Generator::Lease lease = runtime().generator().lease("rand");
-  generate("rand", t, {.kind = backend::Sequence::uniform, .bits = bits}, &*lease);
-  detail::adopt_output(t);
-  return t;
+  return drawn(*this, "rand", shape, dtype, {.kind = backend::Sequence::uniform, .bits = bits});
 }
 FORGE_CATCH_OOM("rand")
 
 Tensor ExecContext::randn(const Shape& shape, DType dtype) try {
   FORGE_CHECK(is_floating(dtype), dtype, "randn", "needs a floating dtype, got ", dtype_name(dtype));
-  Tensor t = fresh(*this, "randn", shape, dtype);
-  const detail::Generator::Lease lease = runtime().generator().lease("randn");
-  generate("randn", t, {.kind = backend::Sequence::normal}, &*lease);
-  detail::adopt_output(t);
-  return t;
+  return drawn(*this, "randn", shape, dtype, {.kind = backend::Sequence::normal});
 }
 FORGE_CATCH_OOM("randn")
+
+Tensor ExecContext::randint(std::int64_t low, std::int64_t high, const Shape& shape, DType dtype) try {
+  FORGE_CHECK(low < high, invalid_argument, "randint", "low ", low, " must be less than high ", high);
+  const IntegerRange exact = exact_integers(dtype);
+  FORGE_CHECK(low >= exact.lowest && high - 1 <= exact.highest, out_of_range, "randint", "the range [", low, ", ", high,
+              ") does not fit ", dtype_name(dtype), ": its integers are exact in [", exact.lowest, ", ", exact.highest,
+              "]");
+  const auto span = static_cast<std::uint64_t>(high) - static_cast<std::uint64_t>(low);
+  return drawn(*this, "randint", shape, dtype, {.kind = backend::Sequence::randint, .low = low, .span = span});
+}
+FORGE_CATCH_OOM("randint")
+
+Tensor ExecContext::randperm(std::int64_t n, DType dtype) try {
+  FORGE_CHECK(n >= 0, invalid_argument, "randperm", "n must be non-negative, got ", n);
+  const IntegerRange exact = exact_integers(dtype);
+  FORGE_CHECK(n - 1 <= exact.highest, out_of_range, "randperm", "n = ", n, " is too large for ", dtype_name(dtype),
+              ": its integers are exact up to ", exact.highest);
+  return drawn(*this, "randperm", Shape{n}, dtype, {.kind = backend::Sequence::randperm});
+}
+FORGE_CATCH_OOM("randperm")
 
 Tensor ExecContext::from_host_checked(const void* data, std::size_t count, const Shape& shape, DType dtype) try {
   const std::int64_t n = detail::checked_numel("from_vector", shape, dtype);
@@ -169,5 +217,9 @@ Tensor eye(std::int64_t n, std::int64_t m, DType dtype) {
 }
 Tensor rand(const Shape& shape, DType dtype) { return ExecContext::current_or_throw("rand").rand(shape, dtype); }
 Tensor randn(const Shape& shape, DType dtype) { return ExecContext::current_or_throw("randn").randn(shape, dtype); }
+Tensor randint(std::int64_t low, std::int64_t high, const Shape& shape, DType dtype) {
+  return ExecContext::current_or_throw("randint").randint(low, high, shape, dtype);
+}
+Tensor randperm(std::int64_t n, DType dtype) { return ExecContext::current_or_throw("randperm").randperm(n, dtype); }
 
 }  // namespace forge

@@ -2,7 +2,7 @@
 // Generator: prompts in, generated tokens out, into a caller's Arena.
 //
 // Each prompt is prefilled into its own row of a KvCache the generator owns
-// (built once, max_batch rows of max_seq_len), then all sequences decode
+// (built once, max_batch rows of max_len positions), then all sequences decode
 // together, one token per step. Sampling (greedy, temperature, top-k, top-p,
 // repetition penalty as HF applies it) runs through forge ops on the step's
 // logits. The generated tokens are written to the arena as a TapeView (one
@@ -52,7 +52,9 @@ struct GenerateStats {
 
 class Generator {
  public:
-  explicit Generator(std::shared_ptr<Decoder> model, std::int64_t max_batch = 1, DType cache_dtype = DType::f32);
+  // The cache holds max_batch sequences of max_len positions (0: the model's max_seq_len).
+  explicit Generator(std::shared_ptr<Decoder> model, std::int64_t max_batch = 1, DType cache_dtype = DType::f32,
+                     std::int64_t max_len = 0);
   Generated generate(Arena& arena, std::span<const std::vector<std::int64_t>> prompts, const GenerateOptions& options);
 
   const Decoder& model() const noexcept { return *model_; }

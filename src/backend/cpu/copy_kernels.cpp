@@ -1,5 +1,7 @@
 #include <cmath>
 #include <cstring>
+#include <type_traits>
+#include <utility>
 
 #include "backend/cpu/kernels.h"
 #include "core/convert.h"
@@ -58,6 +60,45 @@ void write_each(DType dtype, std::int64_t n, std::byte* dst, Gen&& gen) {
   });
 }
 
+// Writes gen(i) -> int64 (exact in dtype: the op checked the range) to each of n elements, in order.
+template <typename Gen>
+void write_each_integer(DType dtype, std::int64_t n, std::byte* dst, Gen&& gen) {
+  dispatch_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    T* p = reinterpret_cast<T*>(dst);
+    for (std::int64_t i = 0; i < n; ++i) {
+      const std::int64_t v = gen(i);
+      if constexpr (std::is_integral_v<T>)
+        p[i] = static_cast<T>(v);
+      else
+        p[i] = from_double<T>(static_cast<double>(v));
+    }
+  });
+}
+
+// An integer uniform in [0, span): draws below 2^64 mod span are rejected,
+// so every value is equally likely.
+std::uint64_t uniform_below(std::mt19937_64& g, std::uint64_t span) {
+  const std::uint64_t reject_below = (0 - span) % span;
+  for (;;) {
+    const std::uint64_t r = g();
+    if (r >= reject_below) return r % span;
+  }
+}
+
+// 0, ..., n - 1 in T, then a Fisher-Yates shuffle.
+template <typename T>
+void shuffled_range(std::int64_t n, T* p, std::mt19937_64& g) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    if constexpr (std::is_integral_v<T>)
+      p[i] = static_cast<T>(i);
+    else
+      p[i] = from_double<T>(static_cast<double>(i));
+  }
+  for (std::int64_t i = n - 1; i > 0; --i)
+    std::swap(p[i], p[static_cast<std::int64_t>(uniform_below(g, static_cast<std::uint64_t>(i) + 1))]);
+}
+
 }  // namespace
 
 void generate(DeviceRuntime&, DType dtype, std::int64_t n, std::byte* dst, const backend::SequenceSpec& s,
@@ -100,6 +141,14 @@ void generate(DeviceRuntime&, DType dtype, std::int64_t n, std::byte* dst, const
       });
       return;
     }
+    case Sequence::randint:
+      write_each_integer(dtype, n, dst, [&](std::int64_t) {
+        return static_cast<std::int64_t>(static_cast<std::uint64_t>(s.low) + uniform_below(*generator, s.span));
+      });
+      return;
+    case Sequence::randperm:
+      dispatch_dtype(dtype, [&](auto tag) { shuffled_range(n, reinterpret_cast<decltype(tag)*>(dst), *generator); });
+      return;
   }
 }
 

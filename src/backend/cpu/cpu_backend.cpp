@@ -20,6 +20,7 @@ backend::Kernels make_table() {
   cpu::fill_linalg_table(k.linalg);
   cpu::fill_indexing_table(k.indexing);
   cpu::fill_optim_table(k.optim);
+  cpu::fill_sort_table(k.sort);
   return k;
 }
 

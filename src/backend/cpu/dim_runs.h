@@ -25,6 +25,15 @@ struct Walker {
   std::int64_t idx[kMaxRank] = {};
   std::int64_t off[K] = {};
 
+  // Over the first `rank` dims of `size`, offset k stepping by strides[k].
+  static Walker over(int rank, const std::int64_t* size, const std::int64_t* const (&strides)[K]) noexcept {
+    Walker w;
+    w.rank = rank;
+    w.size = size;
+    for (int k = 0; k < K; ++k) w.stride[k] = strides[k];
+    return w;
+  }
+
   void seek(std::int64_t linear) noexcept {
     for (int k = 0; k < K; ++k) off[k] = 0;
     for (int d = rank - 1; d >= 0; --d) {

@@ -54,15 +54,7 @@ void run_arg(detail::DeviceRuntime& rt, const ArgReduceArgs& a) {
   const T* in = reinterpret_cast<const T*>(a.in);
   T* values = reinterpret_cast<T*>(a.values);
   auto* indices = reinterpret_cast<std::int64_t*>(a.indices);
-  auto walker = [&](int rank) {
-    Walker<3> w;
-    w.rank = rank;
-    w.size = ksize;
-    w.stride[0] = kin;
-    w.stride[1] = kval;
-    w.stride[2] = kidx;
-    return w;
-  };
+  auto walker = [&](int rank) { return Walker<3>::over(rank, ksize, {kin, kval, kidx}); };
   auto value = [](const T* p) { return static_cast<V>(widen(load(p))); };
   auto write = [&](const Walker<3>& w, std::int64_t extra_val, std::int64_t extra_idx, V best, std::int64_t idx) {
     if (values) values[w.off[1] + extra_val] = convert<T>(best);

@@ -14,5 +14,6 @@ void fill_conv_table(backend::ConvKernels& k);
 void fill_linalg_table(backend::LinalgKernels& k);
 void fill_indexing_table(backend::IndexingKernels& k);
 void fill_optim_table(backend::OptimKernels& k);
+void fill_sort_table(backend::SortKernels& k);
 
 }  // namespace forge::cpu

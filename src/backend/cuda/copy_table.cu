@@ -1,7 +1,7 @@
 // The cuda backend's copy family: copy_cast between any dtypes and strides,
 // fill, and generate, every dtype.
 //
-// generate's draws (uniform, normal) are made on the host by the cpu kernel,
+// generate's draws (uniform, normal, randint, randperm) are made on the host by the cpu kernel,
 // in element order from the context's generator, and copied to the device:
 // a seed gives the same values on both backends (backend/kernels/copy.h).
 // The sequences (arange, linspace, eye) are computed on the device with the
@@ -106,7 +106,8 @@ void generate(detail::DeviceRuntime& dev, DType dtype, std::int64_t n, std::byte
               std::mt19937_64* generator) {
   if (n <= 0) return;
   cudaStream_t s = stream_of(dev);
-  if (spec.kind == Sequence::uniform || spec.kind == Sequence::normal) {
+  if (spec.kind == Sequence::uniform || spec.kind == Sequence::normal || spec.kind == Sequence::randint ||
+      spec.kind == Sequence::randperm) {
     // Drawn on the host in element order, then copied; the copy reads host
     // memory, so the stream is synchronized before the buffer goes.
     std::vector<std::byte> host(static_cast<std::size_t>(n) * dtype_size(dtype));

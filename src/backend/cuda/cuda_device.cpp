@@ -39,6 +39,8 @@ backend::Kernels make_table() {
   cuda::fill_linalg_table(k.linalg);
   cuda::fill_indexing_table(k.indexing);
   cuda::fill_optim_table(k.optim);
+  // k.sort stays empty: sort, topk, searchsorted and multinomial say "not
+  // supported on cuda:N" (ErrorCode::device); docs/OPS.md, "On the GPU".
   return k;
 }
 

@@ -27,6 +27,8 @@ enum class Sequence : std::uint8_t {
   eye,       // 1 where i / columns == i % columns, else 0
   uniform,   // [0, 1) with `bits` random bits (the dtype's precision), from the context's generator
   normal,    // standard normal (Box-Muller, two per pair of uniforms), from the context's generator
+  randint,   // low + an integer uniform in [0, span) (unbiased: rejection), from the context's generator
+  randperm,  // 0, ..., n - 1 shuffled (Fisher-Yates from the last element down), from the context's generator
 };
 struct SequenceSpec {
   Sequence kind = Sequence::arange;
@@ -34,6 +36,8 @@ struct SequenceSpec {
   std::int64_t half = 0;     // linspace
   std::int64_t columns = 1;  // eye
   int bits = 53;             // uniform
+  std::int64_t low = 0;      // randint
+  std::uint64_t span = 1;    // randint: high - low, > 0
 };
 
 using CopyCastFn = void(detail::DeviceRuntime& dev, const Shape& shape, const Operand& dst, const Operand& src);
