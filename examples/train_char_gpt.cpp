@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "progress.h"
+#include "utf8.h"
 
 namespace {
 
@@ -122,55 +123,6 @@ Flags parse(int argc, char** argv) {
 
 // ---- the text: UTF-8 code points, fortune by fortune ----
 
-// Decodes UTF-8 into code points; a byte that does not start a valid sequence
-// becomes U+FFFD, so any file loads (the fortunes are valid UTF-8).
-std::u32string decode_utf8(const std::string& bytes) {
-  std::u32string out;
-  out.reserve(bytes.size());
-  const auto* s = reinterpret_cast<const unsigned char*>(bytes.data());
-  const std::size_t n = bytes.size();
-  for (std::size_t i = 0; i < n;) {
-    const unsigned char c = s[i];
-    const int extra = c < 0x80 ? 0 : (c >> 5) == 0x6 ? 1 : (c >> 4) == 0xE ? 2 : (c >> 3) == 0x1E ? 3 : -1;
-    char32_t cp = extra == 0 ? c : extra == 1 ? (c & 0x1Fu) : extra == 2 ? (c & 0x0Fu) : (c & 0x07u);
-    bool ok = extra >= 0 && i + static_cast<std::size_t>(extra) < n;
-    for (int k = 1; ok && k <= extra; ++k) {
-      const unsigned char t = s[i + static_cast<std::size_t>(k)];
-      ok = (t & 0xC0u) == 0x80u;
-      cp = (cp << 6) | (t & 0x3Fu);
-    }
-    if (ok && ((extra == 1 && cp < 0x80) || (extra == 2 && cp < 0x800) || (extra == 3 && cp < 0x10000) ||
-               cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)))
-      ok = false;  // overlong forms and surrogates are invalid too
-    if (ok) {
-      out.push_back(cp);
-      i += static_cast<std::size_t>(extra) + 1;
-    } else {
-      out.push_back(U'\uFFFD');
-      ++i;
-    }
-  }
-  return out;
-}
-
-void append_utf8(std::string& out, char32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
-
 struct Corpus {
   std::u32string train, validation;
   std::size_t files = 0, fortunes = 0, validation_fortunes = 0;
@@ -196,7 +148,7 @@ Corpus load_fortunes(const std::string& dir) {
     std::ifstream in(path, std::ios::binary);
     std::stringstream buffer;
     buffer << in.rdbuf();
-    const std::u32string text = decode_utf8(buffer.str());
+    const std::u32string text = utf8::decode(buffer.str());
     std::size_t begin = 0;
     while (begin < text.size()) {
       std::size_t end = text.find(U"\n%\n", begin);
@@ -235,12 +187,12 @@ struct Vocabulary {
   }
   std::string decode(const std::vector<std::int64_t>& tokens) const {
     std::string out;
-    for (std::int64_t t : tokens) append_utf8(out, chars.at(static_cast<std::size_t>(t)));
+    for (std::int64_t t : tokens) utf8::append(out, chars.at(static_cast<std::size_t>(t)));
     return out;
   }
   std::string utf8() const {  // the "forge.vocab" metadata value
     std::string out;
-    for (char32_t ch : chars) append_utf8(out, ch);
+    for (char32_t ch : chars) utf8::append(out, ch);
     return out;
   }
 };
