@@ -10,9 +10,7 @@
 //   scripts/bench-training   (every configuration, a table)
 
 #include <dlfcn.h>
-#include <sys/resource.h>
 #include <torch/torch.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -26,6 +24,7 @@
 #include <vector>
 
 #include "forge/forge.h"
+#include "process_memory.h"
 
 namespace {
 
@@ -115,17 +114,6 @@ std::vector<double> run_torch(const Options& o, int steps) {
   return ms;
 }
 
-// The resident set now, in MB (both frameworks are linked into this binary,
-// so the peak is also reported above the RSS at startup).
-double current_rss_mb() {
-  std::FILE* f = std::fopen("/proc/self/statm", "r");
-  long pages = 0, resident = 0;
-  if (f) {
-    if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
-    std::fclose(f);
-  }
-  return static_cast<double>(resident) * static_cast<double>(sysconf(_SC_PAGESIZE)) / (1024.0 * 1024.0);
-}
 
 double median(std::vector<double> v) {
   std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
@@ -152,9 +140,8 @@ int main(int argc, char** argv) {
   const int steps = static_cast<int>(std::max<std::int64_t>(kEpochSamples / o.batch, 20));
   std::vector<double> ms = o.framework == "torch" ? run_torch(o, steps) : run_forge(o, steps);
   ms.erase(ms.begin(), ms.begin() + 5);  // warm-up
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  const double peak = static_cast<double>(usage.ru_maxrss) / 1024.0;
+  // Both frameworks are linked into this binary, so the peak is also reported above the RSS at startup.
+  const double peak = peak_rss_mb();
   std::printf(
       "%-6s %-4s batch %4lld  %d threads  %8.3f ms/step (median of %zu)  peak RSS %7.1f MB (%6.1f MB above startup)\n",
       o.framework.c_str(), o.model.c_str(), static_cast<long long>(o.batch), o.threads, median(ms), ms.size(), peak,

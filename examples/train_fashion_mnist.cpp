@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "fashion_mnist_model.h"
+#include "progress.h"
 
 namespace {
 
@@ -90,23 +91,12 @@ Flags parse(int argc, char** argv) {
   return f;
 }
 
-std::string clock_time(double seconds) {
-  const auto s = static_cast<long>(std::max(0.0, seconds) + 0.5);
-  char text[32];
-  std::snprintf(text, sizeof text, "%ld:%02ld", s / 60, s % 60);
-  return text;
-}
-
 // One line, redrawn in place: epoch, bar, step/total, loss, samples/s, ETA.
 void draw_progress(std::int64_t epoch, std::int64_t epochs, std::int64_t step, std::int64_t steps, double loss,
                    double samples_per_s, double eta_s) {
-  constexpr int kWidth = 30;
-  const int filled = static_cast<int>(kWidth * step / std::max<std::int64_t>(steps, 1));
-  std::string bar(static_cast<std::size_t>(filled), '=');
-  if (filled < kWidth) bar += '>' + std::string(static_cast<std::size_t>(kWidth - filled - 1), ' ');
   std::printf("\repoch %lld/%lld [%s] %lld/%lld  loss %.4f  %.0f samples/s  ETA %s   ", static_cast<long long>(epoch),
-              static_cast<long long>(epochs), bar.c_str(), static_cast<long long>(step), static_cast<long long>(steps),
-              loss, samples_per_s, clock_time(eta_s).c_str());
+              static_cast<long long>(epochs), progress::bar(step, steps).c_str(), static_cast<long long>(step),
+              static_cast<long long>(steps), loss, samples_per_s, progress::clock_time(eta_s).c_str());
   std::fflush(stdout);
 }
 
