@@ -13,6 +13,7 @@
 #include "forge/exec_context.h"
 #include "forge/exec_scope.h"
 #include "forge/io.h"
+#include "forge/infer.h"
 #include "forge/io/idx.h"
 #include "forge/nn.h"
 #include "forge/ops.h"
