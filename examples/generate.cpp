@@ -26,6 +26,8 @@
 #include <string>
 #include <vector>
 
+#include "utf8.h"
+
 namespace {
 
 namespace infer = forge::infer;
@@ -104,45 +106,6 @@ Flags parse(int argc, char** argv) {
   return f;
 }
 
-// UTF-8 to code points (a malformed byte becomes U+FFFD), and back.
-std::u32string decode_utf8(const std::string& s) {
-  std::u32string out;
-  for (std::size_t i = 0; i < s.size();) {
-    const auto b = static_cast<unsigned char>(s[i]);
-    const int n = b < 0x80 ? 1 : (b >> 5) == 6 ? 2 : (b >> 4) == 14 ? 3 : (b >> 3) == 30 ? 4 : 0;
-    if (n == 0 || i + n > s.size()) {
-      out += U'\uFFFD';
-      ++i;
-      continue;
-    }
-    char32_t cp = n == 1 ? b : b & (0x7F >> n);
-    for (int k = 1; k < n; ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
-    out += cp;
-    i += n;
-  }
-  return out;
-}
-
-std::string encode_utf8(char32_t cp) {
-  std::string out;
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-  return out;
-}
-
 double mib(std::size_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
 
 }  // namespace
@@ -155,7 +118,7 @@ int main(int argc, char** argv) try {
   const auto vocab_it = model->metadata().find("forge.vocab");
   if (vocab_it == model->metadata().end())
     usage(flags.checkpoint + " has no \"forge.vocab\" metadata (a character vocabulary)");
-  const std::u32string chars = decode_utf8(vocab_it->second);
+  const std::u32string chars = utf8::decode(vocab_it->second);
   std::map<char32_t, std::int64_t> ids;
   for (std::size_t i = 0; i < chars.size(); ++i) ids.emplace(chars[i], static_cast<std::int64_t>(i));
   std::printf(
@@ -172,22 +135,37 @@ int main(int argc, char** argv) try {
     text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
   }
   std::vector<std::int64_t> prompt;
-  for (const char32_t ch : decode_utf8(text)) {
+  for (const char32_t ch : utf8::decode(text)) {
     const auto it = ids.find(ch);
-    if (it == ids.end()) usage("the prompt's character '" + encode_utf8(ch) + "' is not in the model's vocabulary");
+    if (it == ids.end()) {
+      std::string shown;
+      utf8::append(shown, ch);
+      usage("the prompt's character '" + shown + "' is not in the model's vocabulary");
+    }
     prompt.push_back(it->second);
+  }
+  // The cache holds max_seq_len positions: more new tokens than fit after the
+  // prompt are clamped (the Generator itself refuses them).
+  infer::GenerateOptions options = flags.options;
+  const std::int64_t room = c.max_seq_len - static_cast<std::int64_t>(prompt.size());
+  if (room < 1) usage("the prompt is longer than the model's context of " + std::to_string(c.max_seq_len));
+  if (options.max_new_tokens > room) {
+    std::printf("(--max-new %lld clamped to %lld: the model's context is %lld positions)\n",
+                static_cast<long long>(options.max_new_tokens), static_cast<long long>(room),
+                static_cast<long long>(c.max_seq_len));
+    options.max_new_tokens = room;
   }
   const std::vector<std::vector<std::int64_t>> prompts(static_cast<std::size_t>(flags.batch), prompt);
 
   infer::Generator generator(model, flags.batch, flags.cache_dtype);
   forge::Arena arena(ctx);
   for (int run = 0; run < flags.runs; ++run) {
-    const infer::Generated out = generator.generate(arena, prompts, flags.options);
+    const infer::Generated out = generator.generate(arena, prompts, options);
     const infer::GenerateStats& s = generator.last_stats();
     if (run == 0) {
       for (std::int64_t b = 0; b < out.tokens.count(); ++b) {
         std::string generated;
-        for (const std::int64_t t : out.tokens.item(b).to_vector<std::int64_t>()) generated += encode_utf8(chars[t]);
+        for (const std::int64_t t : out.tokens.item(b).to_vector<std::int64_t>()) utf8::append(generated, chars[t]);
         std::printf("---- sequence %lld ----\n%s%s\n", static_cast<long long>(b), text.c_str(), generated.c_str());
       }
       std::printf("----\n");

@@ -34,6 +34,10 @@ class Table : public nn::Module {
 };
 
 // y = x W^T + b with W [out, in]: a plain (trainable) weight, or a PackedMatrix.
+// x @ w^T + b through forge::linear, or infer::linear's f32 kernel for a few
+// rows without autograd (Note [Few rows through infer::linear]).
+Tensor project(const Tensor& x, const Tensor& w, const Tensor& b);
+
 class Projection : public nn::Module {
  public:
   Projection(Tensor weight, Tensor bias);
