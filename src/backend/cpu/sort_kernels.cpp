@@ -86,6 +86,55 @@ struct ByIndex {
   }
 };
 
+// A key's bits in an unsigned order that is Note [Sort order]'s: -0 as 0,
+// every NaN above +inf.
+template <typename V>
+inline std::uint32_t ordered_bits(V v) noexcept {
+  if constexpr (std::is_same_v<V, float>) {
+    if (v != v) return 0xFFFFFFFFu;
+    const auto u = std::bit_cast<std::uint32_t>(v == 0 ? 0.0f : v);
+    return (u & 0x80000000u) != 0 ? ~u : u | 0x80000000u;
+  } else if constexpr (std::is_same_v<V, std::int32_t>) {
+    return static_cast<std::uint32_t>(v) ^ 0x80000000u;
+  } else {
+    return v;
+  }
+}
+
+constexpr int kRadixBits = 8;
+constexpr std::int64_t kRadixMinElements = 256;
+constexpr std::int64_t kRadixMaxElements = std::int64_t{1} << 32;  // the index takes the low 32 bits
+
+// Sorts the n keys key(i) of a line, stably, into `out` as (ordered key << 32 | i),
+// through `tmp`: least significant digit first, 8 bits at a time, skipping a
+// digit every key shares. Stable passes over keys laid out in index order
+// leave equal keys in index order.
+template <bool kDescending, typename KeyFn>
+void radix_sort_line(std::int64_t n, KeyFn key, std::uint64_t* out, std::uint64_t* tmp) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    std::uint32_t bits = ordered_bits(key(i));
+    if (kDescending) bits = ~bits;
+    out[i] = static_cast<std::uint64_t>(bits) << 32 | static_cast<std::uint64_t>(i);
+  }
+  std::uint64_t* src = out;
+  std::uint64_t* dst = tmp;
+  for (int shift = 32; shift < 64; shift += kRadixBits) {
+    std::int64_t count[std::size_t{1} << kRadixBits] = {};
+    const std::uint64_t mask = (std::uint64_t{1} << kRadixBits) - 1;
+    for (std::int64_t i = 0; i < n; ++i) ++count[(src[i] >> shift) & mask];
+    if (count[(src[0] >> shift) & mask] == n) continue;  // one digit for all: nothing moves
+    std::int64_t at = 0;
+    for (std::int64_t& c : count) {
+      const std::int64_t here = c;
+      c = at;
+      at += here;
+    }
+    for (std::int64_t i = 0; i < n; ++i) dst[count[(src[i] >> shift) & mask]++] = src[i];
+    std::swap(src, dst);
+  }
+  if (src != out) std::copy(src, src + n, out);
+}
+
 // The lines of a SortArgs: every position of the dims other than dim, with
 // the element offsets of x, values and indices there.
 struct Lines {
@@ -157,12 +206,31 @@ void select_lines(detail::DeviceRuntime& rt, const SortArgs& a) {
   };
 
   const std::int64_t grain = std::max<std::int64_t>(1, kLineGrainElements / n);
+  // Whole long lines of keys of 32 bits or fewer sort by radix (same order, Note [Sort order]).
+  constexpr bool kNarrowKeys =
+      std::is_same_v<V, float> || std::is_same_v<V, std::int32_t> || std::is_same_v<V, std::uint8_t>;
+  const bool radix = kNarrowKeys && k == n && n >= kRadixMinElements && n <= kRadixMaxElements;
   rt.parallel_for(lines.count, grain, [&](std::int64_t l0, std::int64_t l1) {
     ScratchLease<I> scratch = rt.pool().scratch<I>(static_cast<std::size_t>(heap ? k : n));
     I* items = scratch.data();
     Walker<3> w = lines.walker();
     w.seek(l0);
     for (std::int64_t l = l0; l < l1; ++l, w.next()) {
+      if constexpr (kNarrowKeys) {
+        if (radix) {
+          // Two arrays of n words fit the n items' scratch.
+          auto* keys = reinterpret_cast<std::uint64_t*>(items);
+          const T* row = in + w.off[0];
+          radix_sort_line<kDescending>(
+              n, [&](std::int64_t i) { return key_at(row, i); }, keys, keys + n);
+          for (std::int64_t j = 0; j < n; ++j) {
+            const auto i = static_cast<std::int64_t>(keys[j] & 0xFFFFFFFFu);
+            if (values) values[w.off[1] + j * vs] = load(row + i * s);
+            indices[w.off[2] + j * is] = i;
+          }
+          continue;
+        }
+      }
       order(in + w.off[0], items);
       if (values) {
         T* v = values + w.off[1];
@@ -239,7 +307,8 @@ struct WeightRow {
   double operator[](std::int64_t i) const noexcept { return static_cast<double>(widen(load(p + i * stride))); }
 };
 
-inline bool bad_weight(double w) noexcept { return !(w >= 0) || std::isinf(w); }
+// Negative, NaN or inf (w - w is 0 for every finite w): one branch-free test the lanes below vectorize.
+inline bool bad_weight(double w) noexcept { return !(w >= 0 && w - w == 0); }
 
 // The sum of weights [begin, end) of a row, how many are positive, and
 // whether any is negative, NaN or inf: in 8 interleaved lanes, since one
@@ -256,14 +325,20 @@ Summary summarize(const WeightRow<T>& row, std::int64_t begin, std::int64_t end)
   std::int64_t positive = 0;
   bool bad = false;
   std::int64_t i = begin;
-  for (; i + kLanes <= end; i += kLanes) {
-    for (int u = 0; u < kLanes; ++u) {
-      const double w = row[i + u];
-      lane[u] += w;
-      positive += w > 0;
-      bad |= bad_weight(w);
+  const auto add_block = [&](auto at) {
+    for (; i + kLanes <= end; i += kLanes) {
+      for (int u = 0; u < kLanes; ++u) {
+        const double w = at(i + u);
+        lane[u] += w;
+        positive += w > 0;
+        bad |= bad_weight(w);
+      }
     }
-  }
+  };
+  if (row.stride == 1)  // packed: the loop vectorizes
+    add_block([p = row.p](std::int64_t j) { return static_cast<double>(widen(load(p + j))); });
+  else
+    add_block([&row](std::int64_t j) { return row[j]; });
   for (; i < end; ++i) {
     const double w = row[i];
     lane[0] += w;
