@@ -7,10 +7,14 @@
 //   comparison per element), else partitions with nth_element. Lines are
 //   split over threads; each chunk leases its scratch from the pool.
 // - searchsorted: libtorch's bisection, comparisons written as libtorch's.
-// - multinomial: every row is checked first (no draw from a refused call),
-//   then rows draw in order, one 53-bit uniform per sample: a single sample
-//   scans the row once; more build a Fenwick tree of the weights (O(log V)
-//   per draw, removing each drawn weight without replacement).
+// - multinomial: every row is checked and summed in blocks first (no draw
+//   from a refused call), then rows draw in order, one 53-bit uniform per
+//   sample: a single sample walks the block sums and then one block; more
+//   build a Fenwick tree of the weights (O(log V) per draw, removing each
+//   drawn weight without replacement).
+// - sort of a whole line of 32-bit-or-narrower keys (f32, f16, bf16, i32,
+//   u8, bool) of 256+ elements: an LSD radix sort of (key, index) words,
+//   stable, so the same order as the comparison sort.
 
 #include "backend/cpu/sort_kernels.h"
 
@@ -349,15 +353,28 @@ Summary summarize(const WeightRow<T>& row, std::int64_t begin, std::int64_t end)
   return {sum, positive, bad};
 }
 
-// Checks every row; fills totals[r] with row r's sum.
+// Rows are summed in blocks of this many weights; a single draw walks the
+// block sums, then one block.
+constexpr std::int64_t kDrawBlock = 256;
+
+// Checks every row; fills totals[r] with row r's sum and block_sums[r * blocks + b]
+// with the sum of its block b.
 template <typename T>
-MultinomialCheck check_rows(const MultinomialArgs& a, double* totals) {
+MultinomialCheck check_rows(const MultinomialArgs& a, double* totals, double* block_sums) {
   const T* probs = reinterpret_cast<const T*>(a.probs);
+  const std::int64_t n = a.categories, blocks = (n + kDrawBlock - 1) / kDrawBlock;
   for (std::int64_t r = 0; r < a.rows; ++r) {
     const WeightRow<T> row{probs + r * a.row_stride, a.col_stride};
-    const Summary s = summarize(row, 0, a.categories);
+    Summary s;
+    for (std::int64_t b = 0; b < blocks; ++b) {
+      const Summary part = summarize(row, b * kDrawBlock, std::min(n, (b + 1) * kDrawBlock));
+      block_sums[r * blocks + b] = part.sum;
+      s.sum += part.sum;
+      s.positive += part.positive;
+      s.bad |= part.bad;
+    }
     if (s.bad) {
-      for (std::int64_t i = 0; i < a.categories; ++i) {
+      for (std::int64_t i = 0; i < n; ++i) {
         const double w = row[i];
         if (bad_weight(w)) return {w < 0 ? BadWeights::negative : BadWeights::non_finite, r, i, w, 0};
       }
@@ -371,19 +388,16 @@ MultinomialCheck check_rows(const MultinomialArgs& a, double* totals) {
 }
 
 // The first category whose running sum passes target (a positive weight):
-// whole blocks are added by their lane sums, the block that passes is walked.
+// whole blocks are added by their sums, the block that passes is walked.
 template <typename T>
-std::int64_t scan_draw(const WeightRow<T>& row, std::int64_t n, double target) {
-  constexpr std::int64_t kBlock = 256;
+std::int64_t scan_draw(const WeightRow<T>& row, std::int64_t n, const double* block_sums, double target) {
   double acc = 0;
-  for (std::int64_t b = 0; b < n; b += kBlock) {
-    const std::int64_t e = std::min(n, b + kBlock);
-    const double block = summarize(row, b, e).sum;
-    if (!(acc + block > target)) {
-      acc += block;
+  for (std::int64_t b = 0; b * kDrawBlock < n; ++b) {
+    if (!(acc + block_sums[b] > target)) {
+      acc += block_sums[b];
       continue;
     }
-    for (std::int64_t i = b; i < e; ++i) {
+    for (std::int64_t i = b * kDrawBlock, e = std::min(n, i + kDrawBlock); i < e; ++i) {
       const double w = row[i];
       if (w <= 0) continue;
       acc += w;
@@ -447,24 +461,26 @@ class Fenwick {
 
 template <typename T>
 MultinomialCheck draw(detail::DeviceRuntime& rt, const MultinomialArgs& a, std::mt19937_64& g) {
-  ScratchLease<double> totals = rt.pool().scratch<double>(static_cast<std::size_t>(a.rows));
-  const MultinomialCheck bad = check_rows<T>(a, totals.data());
+  const std::int64_t n = a.categories, blocks = (n + kDrawBlock - 1) / kDrawBlock;
+  ScratchLease<double> sums = rt.pool().scratch<double>(static_cast<std::size_t>(a.rows * (blocks + 1)));
+  double* totals = sums.data();
+  double* block_sums = totals + a.rows;
+  const MultinomialCheck bad = check_rows<T>(a, totals, block_sums);
   if (bad.problem != BadWeights::none) return bad;
   const T* probs = reinterpret_cast<const T*>(a.probs);
   auto* out = reinterpret_cast<std::int64_t*>(a.out);
-  const std::int64_t n = a.categories;
   ScratchLease<double> tree;
   if (a.samples > 1) tree = rt.pool().scratch<double>(static_cast<std::size_t>(2 * n));
   for (std::int64_t r = 0; r < a.rows; ++r) {
     const WeightRow<T> row{probs + r * a.row_stride, a.col_stride};
     std::int64_t* o = out + r * a.out_row_stride;
     if (a.samples == 1) {
-      o[0] = scan_draw(row, n, unit_draw(g) * totals[static_cast<std::size_t>(r)]);
+      o[0] = scan_draw(row, n, block_sums + r * blocks, unit_draw(g) * totals[r]);
       continue;
     }
     Fenwick f(tree.data(), tree.data() + n, n);
     f.build(row);
-    double total = totals[static_cast<std::size_t>(r)];
+    double total = totals[r];
     for (std::int64_t j = 0; j < a.samples; ++j) {
       const std::int64_t c = f.find(unit_draw(g) * total);
       o[j * a.out_col_stride] = c;
