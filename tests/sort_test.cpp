@@ -188,9 +188,9 @@ TEST_CASE("sort: a 0-d tensor, an empty dim and a size-1 dim", "[sort]") {
 TEST_CASE("topk: largest and smallest, sorted or in index order, are the first k of a stable sort", "[sort]") {
   TestContext ctx;
   for (const DType dtype : kRealDTypes) {
-    for (const std::int64_t n : {1, 9, 200}) {
+    for (const std::int64_t n : {1, 9, 200, 300}) {
       const Tensor x = tied_values(ctx, 3, n, dtype, static_cast<std::uint64_t>(n));
-      // 1 and n / 10 take the heap (k * 8 <= n); n / 2 and n partition.
+      // 1 and n / 10 take the heap (k * 8 <= n); n / 2 and n partition (300 sorted: radix).
       for (const std::int64_t k : std::set<std::int64_t>{0, 1, n / 10, n / 2, n}) {
         for (const bool largest : {true, false}) {
           for (const bool sorted : {true, false}) {

@@ -213,7 +213,7 @@ void select_lines(detail::DeviceRuntime& rt, const SortArgs& a) {
   // Whole long lines of keys of 32 bits or fewer sort by radix (same order, Note [Sort order]).
   constexpr bool kNarrowKeys =
       std::is_same_v<V, float> || std::is_same_v<V, std::int32_t> || std::is_same_v<V, std::uint8_t>;
-  const bool radix = kNarrowKeys && k == n && n >= kRadixMinElements && n <= kRadixMaxElements;
+  const bool radix = kNarrowKeys && k == n && a.sorted && n >= kRadixMinElements && n <= kRadixMaxElements;
   rt.parallel_for(lines.count, grain, [&](std::int64_t l0, std::int64_t l1) {
     ScratchLease<I> scratch = rt.pool().scratch<I>(static_cast<std::size_t>(heap ? k : n));
     I* items = scratch.data();
