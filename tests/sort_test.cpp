@@ -105,18 +105,32 @@ const std::map<int, double> kChiSquare999 = {{3, 16.266}, {5, 20.515}, {9, 27.87
 TEST_CASE("sort: ascending and descending rows match std::stable_sort in every dtype, ties and NaN included",
           "[sort]") {
   TestContext ctx;
-  for (const DType dtype : kRealDTypes) {
-    const Tensor x = tied_values(ctx, 6, 41, dtype, 7);
-    for (const bool descending : {false, true}) {
-      for (const bool stable : {false, true}) {
-        INFO(forge::dtype_name(dtype) << (descending ? " descending" : " ascending") << (stable ? " stable" : ""));
-        const auto [values, indices] = forge::sort(x, -1, descending, stable);
-        CHECK(values.dtype() == dtype);
-        CHECK(indices.dtype() == DType::i64);
-        check_rows_against_reference(x, values, indices, 41, descending, false);
-        CHECK(longs(forge::argsort(x, 1, descending, stable)) == longs(indices));
+  // 41 sorts by comparison, 300 and 5000 by radix (keys of 32 bits or fewer) or comparison (f64, i64).
+  for (const std::int64_t n : {41, 300, 5000}) {
+    for (const DType dtype : kRealDTypes) {
+      const Tensor x = tied_values(ctx, n > 1000 ? 2 : 6, n, dtype, static_cast<std::uint64_t>(n));
+      for (const bool descending : {false, true}) {
+        for (const bool stable : {false, true}) {
+          INFO(forge::dtype_name(dtype) << " n " << n << (descending ? " descending" : " ascending")
+                                        << (stable ? " stable" : ""));
+          const auto [values, indices] = forge::sort(x, -1, descending, stable);
+          CHECK(values.dtype() == dtype);
+          CHECK(indices.dtype() == DType::i64);
+          check_rows_against_reference(x, values, indices, n, descending, false);
+          CHECK(longs(forge::argsort(x, 1, descending, stable)) == longs(indices));
+        }
       }
     }
+  }
+  // Distinct keys over the whole f32 range, both zeros and both infinities: every digit of the radix moves.
+  std::vector<float> wide = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1e-45f, -1e-45f, 3e38f, -3e38f};
+  std::mt19937_64 g(5);
+  std::uniform_real_distribution<float> exponent(-40, 38);
+  for (int i = 0; i < 600; ++i) wide.push_back((i % 2 ? -1.0f : 1.0f) * std::pow(10.0f, exponent(g)));
+  const Tensor w = ctx.from_vector(wide, {1, static_cast<std::int64_t>(wide.size())});
+  for (const bool descending : {false, true}) {
+    const auto [values, indices] = forge::sort(w, 1, descending);
+    check_rows_against_reference(w, values, indices, w.size(1), descending, false);
   }
 }
 
@@ -174,9 +188,9 @@ TEST_CASE("sort: a 0-d tensor, an empty dim and a size-1 dim", "[sort]") {
 TEST_CASE("topk: largest and smallest, sorted or in index order, are the first k of a stable sort", "[sort]") {
   TestContext ctx;
   for (const DType dtype : kRealDTypes) {
-    for (const std::int64_t n : {1, 9, 200}) {
+    for (const std::int64_t n : {1, 9, 200, 300}) {
       const Tensor x = tied_values(ctx, 3, n, dtype, static_cast<std::uint64_t>(n));
-      // 1 and n / 10 take the heap (k * 8 <= n); n / 2 and n partition.
+      // 1 and n / 10 take the heap (k * 8 <= n); n / 2 and n partition (300 sorted: radix).
       for (const std::int64_t k : std::set<std::int64_t>{0, 1, n / 10, n / 2, n}) {
         for (const bool largest : {true, false}) {
           for (const bool sorted : {true, false}) {

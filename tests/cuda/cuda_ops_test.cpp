@@ -275,3 +275,24 @@ TEST_CASE("cuda: matmul on cuda:0 agrees with the host", "[cuda]") { check_on_de
 TEST_CASE("cuda: indexing ops on cuda:0 agree with the host", "[cuda]") { check_on_device(indexing_cases()); }
 TEST_CASE("cuda: copies and casts on cuda:0 agree with the host", "[cuda]") { check_on_device(copy_cases()); }
 TEST_CASE("cuda: optimizer steps on cuda:0 agree with the host", "[cuda]") { check_on_device(optim_cases()); }
+
+TEST_CASE("cuda: the sort family says it is not supported on cuda:0, and randint and randperm draw the host's values",
+          "[cuda]") {
+  forge_test::TestContext gpu(forge_test::context_options(1, 11, {}, forge::Device::cuda(0)));
+  forge_test::TestContext cpu(forge_test::context_options(1, 11));
+  const Tensor x = gpu.ones({4, 50});
+  const auto unsupported = [](const std::string& op, auto&& fn) {
+    const std::string message = forge_test::expect_error(forge::ErrorCode::device, op, fn);
+    CHECK(message.find("not supported on cuda:0") != std::string::npos);
+  };
+  unsupported("topk", [&] { (void)forge::topk(x, 3); });
+  unsupported("sort", [&] { (void)forge::sort(x); });
+  unsupported("argsort", [&] { (void)forge::argsort(x); });
+  unsupported("searchsorted", [&] { (void)forge::searchsorted(x, x); });
+  unsupported("multinomial", [&] { (void)forge::multinomial(x, 2); });
+  for (forge::ExecContext* ctx : {static_cast<forge::ExecContext*>(&gpu), static_cast<forge::ExecContext*>(&cpu)})
+    ctx->manual_seed(4);
+  CHECK(gpu.randint(-5, 5, {300}).cpu().to_vector<std::int64_t>() ==
+        cpu.randint(-5, 5, {300}).to_vector<std::int64_t>());
+  CHECK(gpu.randperm(500, DType::f32).cpu().to_vector<float>() == cpu.randperm(500, DType::f32).to_vector<float>());
+}

@@ -7,10 +7,14 @@
 //   comparison per element), else partitions with nth_element. Lines are
 //   split over threads; each chunk leases its scratch from the pool.
 // - searchsorted: libtorch's bisection, comparisons written as libtorch's.
-// - multinomial: every row is checked first (no draw from a refused call),
-//   then rows draw in order, one 53-bit uniform per sample: a single sample
-//   scans the row once; more build a Fenwick tree of the weights (O(log V)
-//   per draw, removing each drawn weight without replacement).
+// - multinomial: every row is checked and summed in blocks first (no draw
+//   from a refused call), then rows draw in order, one 53-bit uniform per
+//   sample: a single sample walks the block sums and then one block; more
+//   build a Fenwick tree of the weights (O(log V) per draw, removing each
+//   drawn weight without replacement).
+// - sort of a whole line of 32-bit-or-narrower keys (f32, f16, bf16, i32,
+//   u8, bool) of 256+ elements: an LSD radix sort of (key, index) words,
+//   stable, so the same order as the comparison sort.
 
 #include "backend/cpu/sort_kernels.h"
 
@@ -86,6 +90,55 @@ struct ByIndex {
   }
 };
 
+// A key's bits in an unsigned order that is Note [Sort order]'s: -0 as 0,
+// every NaN above +inf.
+template <typename V>
+inline std::uint32_t ordered_bits(V v) noexcept {
+  if constexpr (std::is_same_v<V, float>) {
+    if (v != v) return 0xFFFFFFFFu;
+    const auto u = std::bit_cast<std::uint32_t>(v == 0 ? 0.0f : v);
+    return (u & 0x80000000u) != 0 ? ~u : u | 0x80000000u;
+  } else if constexpr (std::is_same_v<V, std::int32_t>) {
+    return static_cast<std::uint32_t>(v) ^ 0x80000000u;
+  } else {
+    return v;
+  }
+}
+
+constexpr int kRadixBits = 8;
+constexpr std::int64_t kRadixMinElements = 256;
+constexpr std::int64_t kRadixMaxElements = std::int64_t{1} << 32;  // the index takes the low 32 bits
+
+// Sorts the n keys key(i) of a line, stably, into `out` as (ordered key << 32 | i),
+// through `tmp`: least significant digit first, 8 bits at a time, skipping a
+// digit every key shares. Stable passes over keys laid out in index order
+// leave equal keys in index order.
+template <bool kDescending, typename KeyFn>
+void radix_sort_line(std::int64_t n, KeyFn key, std::uint64_t* out, std::uint64_t* tmp) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    std::uint32_t bits = ordered_bits(key(i));
+    if (kDescending) bits = ~bits;
+    out[i] = static_cast<std::uint64_t>(bits) << 32 | static_cast<std::uint64_t>(i);
+  }
+  std::uint64_t* src = out;
+  std::uint64_t* dst = tmp;
+  for (int shift = 32; shift < 64; shift += kRadixBits) {
+    std::int64_t count[std::size_t{1} << kRadixBits] = {};
+    const std::uint64_t mask = (std::uint64_t{1} << kRadixBits) - 1;
+    for (std::int64_t i = 0; i < n; ++i) ++count[(src[i] >> shift) & mask];
+    if (count[(src[0] >> shift) & mask] == n) continue;  // one digit for all: nothing moves
+    std::int64_t at = 0;
+    for (std::int64_t& c : count) {
+      const std::int64_t here = c;
+      c = at;
+      at += here;
+    }
+    for (std::int64_t i = 0; i < n; ++i) dst[count[(src[i] >> shift) & mask]++] = src[i];
+    std::swap(src, dst);
+  }
+  if (src != out) std::copy(src, src + n, out);
+}
+
 // The lines of a SortArgs: every position of the dims other than dim, with
 // the element offsets of x, values and indices there.
 struct Lines {
@@ -157,12 +210,31 @@ void select_lines(detail::DeviceRuntime& rt, const SortArgs& a) {
   };
 
   const std::int64_t grain = std::max<std::int64_t>(1, kLineGrainElements / n);
+  // Whole long lines of keys of 32 bits or fewer sort by radix (same order, Note [Sort order]).
+  constexpr bool kNarrowKeys =
+      std::is_same_v<V, float> || std::is_same_v<V, std::int32_t> || std::is_same_v<V, std::uint8_t>;
+  const bool radix = kNarrowKeys && k == n && a.sorted && n >= kRadixMinElements && n <= kRadixMaxElements;
   rt.parallel_for(lines.count, grain, [&](std::int64_t l0, std::int64_t l1) {
     ScratchLease<I> scratch = rt.pool().scratch<I>(static_cast<std::size_t>(heap ? k : n));
     I* items = scratch.data();
     Walker<3> w = lines.walker();
     w.seek(l0);
     for (std::int64_t l = l0; l < l1; ++l, w.next()) {
+      if constexpr (kNarrowKeys) {
+        if (radix) {
+          // Two arrays of n words fit the n items' scratch.
+          auto* keys = reinterpret_cast<std::uint64_t*>(items);
+          const T* row = in + w.off[0];
+          radix_sort_line<kDescending>(
+              n, [&](std::int64_t i) { return key_at(row, i); }, keys, keys + n);
+          for (std::int64_t j = 0; j < n; ++j) {
+            const auto i = static_cast<std::int64_t>(keys[j] & 0xFFFFFFFFu);
+            if (values) values[w.off[1] + j * vs] = load(row + i * s);
+            indices[w.off[2] + j * is] = i;
+          }
+          continue;
+        }
+      }
       order(in + w.off[0], items);
       if (values) {
         T* v = values + w.off[1];
@@ -239,7 +311,8 @@ struct WeightRow {
   double operator[](std::int64_t i) const noexcept { return static_cast<double>(widen(load(p + i * stride))); }
 };
 
-inline bool bad_weight(double w) noexcept { return !(w >= 0) || std::isinf(w); }
+// Negative, NaN or inf (w - w is 0 for every finite w): one branch-free test the lanes below vectorize.
+inline bool bad_weight(double w) noexcept { return !(w >= 0 && w - w == 0); }
 
 // The sum of weights [begin, end) of a row, how many are positive, and
 // whether any is negative, NaN or inf: in 8 interleaved lanes, since one
@@ -256,14 +329,20 @@ Summary summarize(const WeightRow<T>& row, std::int64_t begin, std::int64_t end)
   std::int64_t positive = 0;
   bool bad = false;
   std::int64_t i = begin;
-  for (; i + kLanes <= end; i += kLanes) {
-    for (int u = 0; u < kLanes; ++u) {
-      const double w = row[i + u];
-      lane[u] += w;
-      positive += w > 0;
-      bad |= bad_weight(w);
+  const auto add_block = [&](auto at) {
+    for (; i + kLanes <= end; i += kLanes) {
+      for (int u = 0; u < kLanes; ++u) {
+        const double w = at(i + u);
+        lane[u] += w;
+        positive += w > 0;
+        bad |= bad_weight(w);
+      }
     }
-  }
+  };
+  if (row.stride == 1)  // packed: the loop vectorizes
+    add_block([p = row.p](std::int64_t j) { return static_cast<double>(widen(load(p + j))); });
+  else
+    add_block([&row](std::int64_t j) { return row[j]; });
   for (; i < end; ++i) {
     const double w = row[i];
     lane[0] += w;
@@ -274,15 +353,28 @@ Summary summarize(const WeightRow<T>& row, std::int64_t begin, std::int64_t end)
   return {sum, positive, bad};
 }
 
-// Checks every row; fills totals[r] with row r's sum.
+// Rows are summed in blocks of this many weights; a single draw walks the
+// block sums, then one block.
+constexpr std::int64_t kDrawBlock = 256;
+
+// Checks every row; fills totals[r] with row r's sum and block_sums[r * blocks + b]
+// with the sum of its block b.
 template <typename T>
-MultinomialCheck check_rows(const MultinomialArgs& a, double* totals) {
+MultinomialCheck check_rows(const MultinomialArgs& a, double* totals, double* block_sums) {
   const T* probs = reinterpret_cast<const T*>(a.probs);
+  const std::int64_t n = a.categories, blocks = (n + kDrawBlock - 1) / kDrawBlock;
   for (std::int64_t r = 0; r < a.rows; ++r) {
     const WeightRow<T> row{probs + r * a.row_stride, a.col_stride};
-    const Summary s = summarize(row, 0, a.categories);
+    Summary s;
+    for (std::int64_t b = 0; b < blocks; ++b) {
+      const Summary part = summarize(row, b * kDrawBlock, std::min(n, (b + 1) * kDrawBlock));
+      block_sums[r * blocks + b] = part.sum;
+      s.sum += part.sum;
+      s.positive += part.positive;
+      s.bad |= part.bad;
+    }
     if (s.bad) {
-      for (std::int64_t i = 0; i < a.categories; ++i) {
+      for (std::int64_t i = 0; i < n; ++i) {
         const double w = row[i];
         if (bad_weight(w)) return {w < 0 ? BadWeights::negative : BadWeights::non_finite, r, i, w, 0};
       }
@@ -296,19 +388,16 @@ MultinomialCheck check_rows(const MultinomialArgs& a, double* totals) {
 }
 
 // The first category whose running sum passes target (a positive weight):
-// whole blocks are added by their lane sums, the block that passes is walked.
+// whole blocks are added by their sums, the block that passes is walked.
 template <typename T>
-std::int64_t scan_draw(const WeightRow<T>& row, std::int64_t n, double target) {
-  constexpr std::int64_t kBlock = 256;
+std::int64_t scan_draw(const WeightRow<T>& row, std::int64_t n, const double* block_sums, double target) {
   double acc = 0;
-  for (std::int64_t b = 0; b < n; b += kBlock) {
-    const std::int64_t e = std::min(n, b + kBlock);
-    const double block = summarize(row, b, e).sum;
-    if (!(acc + block > target)) {
-      acc += block;
+  for (std::int64_t b = 0; b * kDrawBlock < n; ++b) {
+    if (!(acc + block_sums[b] > target)) {
+      acc += block_sums[b];
       continue;
     }
-    for (std::int64_t i = b; i < e; ++i) {
+    for (std::int64_t i = b * kDrawBlock, e = std::min(n, i + kDrawBlock); i < e; ++i) {
       const double w = row[i];
       if (w <= 0) continue;
       acc += w;
@@ -372,24 +461,26 @@ class Fenwick {
 
 template <typename T>
 MultinomialCheck draw(detail::DeviceRuntime& rt, const MultinomialArgs& a, std::mt19937_64& g) {
-  ScratchLease<double> totals = rt.pool().scratch<double>(static_cast<std::size_t>(a.rows));
-  const MultinomialCheck bad = check_rows<T>(a, totals.data());
+  const std::int64_t n = a.categories, blocks = (n + kDrawBlock - 1) / kDrawBlock;
+  ScratchLease<double> sums = rt.pool().scratch<double>(static_cast<std::size_t>(a.rows * (blocks + 1)));
+  double* totals = sums.data();
+  double* block_sums = totals + a.rows;
+  const MultinomialCheck bad = check_rows<T>(a, totals, block_sums);
   if (bad.problem != BadWeights::none) return bad;
   const T* probs = reinterpret_cast<const T*>(a.probs);
   auto* out = reinterpret_cast<std::int64_t*>(a.out);
-  const std::int64_t n = a.categories;
   ScratchLease<double> tree;
   if (a.samples > 1) tree = rt.pool().scratch<double>(static_cast<std::size_t>(2 * n));
   for (std::int64_t r = 0; r < a.rows; ++r) {
     const WeightRow<T> row{probs + r * a.row_stride, a.col_stride};
     std::int64_t* o = out + r * a.out_row_stride;
     if (a.samples == 1) {
-      o[0] = scan_draw(row, n, unit_draw(g) * totals[static_cast<std::size_t>(r)]);
+      o[0] = scan_draw(row, n, block_sums + r * blocks, unit_draw(g) * totals[r]);
       continue;
     }
     Fenwick f(tree.data(), tree.data() + n, n);
     f.build(row);
-    double total = totals[static_cast<std::size_t>(r)];
+    double total = totals[r];
     for (std::int64_t j = 0; j < a.samples; ++j) {
       const std::int64_t c = f.find(unit_draw(g) * total);
       o[j * a.out_col_stride] = c;
