@@ -114,7 +114,6 @@ std::vector<double> run_torch(const Options& o, int steps) {
   return ms;
 }
 
-
 double median(std::vector<double> v) {
   std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
   return v[v.size() / 2];
