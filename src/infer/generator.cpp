@@ -95,7 +95,7 @@ Tensor draw(Tensor& logits, const GenerateOptions& o) {
 
 struct Choice {
   Tensor tokens;    // i64 [B]
-  Tensor logprobs;  // f32 [B]
+  Tensor logprobs;  // f32 [B], with options.logprobs only
 };
 
 Choice choose(const Tensor& raw, const Tensor& seen, const GenerateOptions& o) {
@@ -105,6 +105,7 @@ Choice choose(const Tensor& raw, const Tensor& seen, const GenerateOptions& o) {
     logits = where(seen, where(lt(logits, 0.0), mul(logits, p), div(logits, p)), logits);
   }
   const Tensor chosen = o.greedy ? argmax(logits, 1) : draw(logits, o);
+  if (!o.logprobs) return {chosen, Tensor()};  // a [B, V] log_softmax per step only when asked for
   return {chosen, gather(log_softmax(logits, 1), 1, chosen.unsqueeze(1)).squeeze(1)};
 }
 
@@ -163,7 +164,7 @@ Generated Generator::generate(Arena& arena, std::span<const std::vector<std::int
     ExecScope scope = ctx.open_exec_scope();
     const Choice choice = choose(next, seen, options);
     const std::int64_t* chosen = choice.tokens.data_ptr<std::int64_t>();
-    const float* lp = choice.logprobs.data_ptr<float>();
+    const float* lp = options.logprobs ? choice.logprobs.data_ptr<float>() : nullptr;
     bool all_done = true;
     for (std::int64_t b = 0; b < B; ++b) {
       if (done[static_cast<std::size_t>(b)]) continue;
