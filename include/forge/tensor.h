@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <iosfwd>
 #include <optional>
@@ -32,7 +33,11 @@ struct AutogradAccess;
 class DeviceRuntime;  // src/backend/device_runtime.h
 }  // namespace detail
 namespace autograd {
-class Node;  // src/autograd/node.h
+class Node;        // src/autograd/node.h
+class HookHandle;  // forge/autograd.h
+}  // namespace autograd
+namespace indexing {
+class TensorIndex;  // forge/ops/indexing.h
 }
 
 class TensorImpl : public RefCounted<TensorImpl> {
@@ -154,6 +159,24 @@ class Tensor {
   void backward(const Tensor& gradient = {}, bool retain_graph = false) const;
   // The same bytes, cut from the tape (a view that never requires grad).
   Tensor detach() const;
+  // Hooks (docs/AUTOGRAD.md "Hooks"). register_hook: `hook` sees the gradient
+  // flowing into this tensor during backward; a defined return replaces it.
+  // register_post_accumulate_grad_hook (leaves only): `hook` is called with
+  // this leaf once its .grad is complete for the backward pass. The handle
+  // removes the hook (remove(), or nothing when it is dropped).
+  autograd::HookHandle register_hook(std::function<Tensor(const Tensor&)> hook);
+  autograd::HookHandle register_post_accumulate_grad_hook(std::function<void(const Tensor&)> hook);
+  // Keeps this non-leaf's gradient in .grad() on later backward passes (a no-op on leaves).
+  Tensor& retain_grad();
+  bool retains_grad() const;
+
+  // ---- indexing, as libtorch's (forge/ops/indexing.h: Slice, None, Ellipsis, integers, bool and integer tensors) ----
+  Tensor index(std::initializer_list<indexing::TensorIndex> indices) const;
+  Tensor index(const std::vector<indexing::TensorIndex>& indices) const;
+  Tensor& index_put_(std::initializer_list<indexing::TensorIndex> indices, const Tensor& values);
+  Tensor& index_put_(const std::vector<indexing::TensorIndex>& indices, const Tensor& values);
+  Tensor& index_put_(std::initializer_list<indexing::TensorIndex> indices, Scalar value);
+  Tensor& index_put_(const std::vector<indexing::TensorIndex>& indices, Scalar value);
 
   // ---- in place: write this tensor, bump its version; recorded when autograd needs it ----
   Tensor& add_(const Tensor& other);
