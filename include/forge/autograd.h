@@ -44,14 +44,18 @@ class NoGradGuard : public GradModeGuard {
 
 // Backpropagates from `outputs` into the .grad() of the leaves that reach
 // them. grad_outputs: one per output (undefined = ones, allowed only for
-// outputs of one element). retain_graph keeps the saved values for another run.
+// outputs of one element). retain_graph keeps the saved values for another
+// run. create_graph records the backward pass itself, so the gradients can
+// be differentiated again (it implies retain_graph); a rule that cannot
+// record its backward is ErrorCode::not_implemented naming its op.
 void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs = {},
-              bool retain_graph = false);
+              bool retain_graph = false, bool create_graph = false);
 
 struct GradOptions {
   std::vector<Tensor> grad_outputs;  // as for backward()
   bool retain_graph = false;
   bool allow_unused = false;  // an input the outputs do not depend on gets an undefined tensor, not an error
+  bool create_graph = false;  // as for backward(): the returned gradients have a history
 };
 
 // The gradients of `outputs` with respect to `inputs` (leaves or not),
@@ -79,5 +83,14 @@ struct GradcheckResult {
 // sides compute the vector-Jacobian product w·J.
 GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& fn,
                           const std::vector<Tensor>& inputs, const GradcheckOptions& options = {});
+
+// Checks the second derivatives of fn (the derivatives of its backward pass):
+// gradcheck of g(inputs, u) = <u', grad(<fn(inputs), u>, inputs, create_graph)>
+// with fixed random u and u', which takes the gradient of fn's backward with
+// respect to both the inputs and the output gradient u. Same input rules as
+// gradcheck; the default tolerances are looser (two nested differences).
+GradcheckResult gradgradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& fn,
+                              const std::vector<Tensor>& inputs,
+                              const GradcheckOptions& options = {.atol = 1e-4, .rtol = 1e-3});
 
 }  // namespace forge::autograd

@@ -156,7 +156,8 @@ class Tensor {
   // The name of the op that recorded this tensor ("mul", ...), or nullptr for a leaf.
   const char* grad_fn_name() const;
   // Backpropagates from this tensor: `gradient` may be omitted for one element.
-  void backward(const Tensor& gradient = {}, bool retain_graph = false) const;
+  // create_graph records the backward (higher-order gradients; autograd::backward).
+  void backward(const Tensor& gradient = {}, bool retain_graph = false, bool create_graph = false) const;
   // The same bytes, cut from the tape (a view that never requires grad).
   Tensor detach() const;
   // Hooks (docs/AUTOGRAD.md "Hooks"). register_hook: `hook` sees the gradient

@@ -6,7 +6,9 @@
 //   to zero); among ready nodes the newest (highest sequence number) runs
 //   first, so the order is the tape's, reversed. Contributions to one node
 //   are summed as they arrive; contributions to a leaf accumulate into .grad.
-// - VJPs run with grad mode off: backward records nothing.
+// - VJPs run with grad mode off: backward records nothing, unless
+//   create_graph, which runs them with grad mode on (Note [Backward that
+//   records]).
 // - Unless retain_graph, a node releases its saved values right after it ran;
 //   reaching a released node again is an ErrorCode::backward.
 // - autograd::grad() captures the gradients of its inputs instead of touching
@@ -51,10 +53,17 @@ bool sole_owner(const Tensor& g) {
          g.is_contiguous() && g.offset() == 0;
 }
 
+// Whether a sum must be recorded: under create_graph a gradient may have a history.
+bool recorded(const Tensor& a, const Tensor& b) {
+  return GradMode::is_enabled() && (a.requires_grad() || b.requires_grad());
+}
+
 // into + g, in place when into is the engine's own.
 void accumulate_into(Tensor& into, Tensor g) {
   if (!into.defined()) {
     into = std::move(g);
+  } else if (recorded(into, g)) {
+    into = add(into, g);
   } else if (sole_owner(into) && into.dtype() == g.dtype()) {
     add_into(into, into, g);
   } else {
@@ -66,7 +75,10 @@ void accumulate_into(Tensor& into, Tensor g) {
 void accumulate(detail::AutogradMeta& meta, const Tensor& g) {
   FORGE_CHECK(meta.grad.shape() == g.shape(), shape, "backward", "the leaf's .grad has shape ", meta.grad.shape(),
               " but the new gradient has shape ", g.shape());
-  add_into(meta.grad, meta.grad, g);
+  if (recorded(meta.grad, g))
+    meta.grad = add(meta.grad, g);  // a new .grad with a history, as libtorch under create_graph
+  else
+    add_into(meta.grad, meta.grad, g);
 }
 
 // The inputs autograd::grad() asks about: a leaf's impl or a non-leaf's node.
@@ -85,7 +97,8 @@ struct Capture {
 
 class Engine {
  public:
-  Engine(bool retain_graph, Capture* capture) : retain_graph_(retain_graph), capture_(capture) {}
+  Engine(bool retain_graph, bool create_graph, Capture* capture)
+      : retain_graph_(retain_graph || create_graph), create_graph_(create_graph), capture_(capture) {}
   ~Engine() {
     for (Node* n : visited_) {
       n->grad_ = Tensor();
@@ -111,6 +124,7 @@ class Engine {
   void commit_fresh_grads();
 
   bool retain_graph_;
+  bool create_graph_;
   Capture* capture_;
   std::uint64_t epoch_ = next_epoch.fetch_add(1, std::memory_order_relaxed);
   std::vector<Node*> visited_;
@@ -189,7 +203,7 @@ void Engine::run(const std::vector<Tensor>& outputs, const std::vector<Tensor>& 
   const char* op = capture_ ? "grad" : "backward";
   FORGE_CHECK(grad_outputs.empty() || grad_outputs.size() == outputs.size(), invalid_argument, op, outputs.size(),
               " outputs but ", grad_outputs.size(), " gradients");
-  NoGradGuard no_grad;
+  GradModeGuard mode(create_graph_);  // Note [Backward that records]
   std::vector<Tensor> seeds(outputs.size());
   for (std::size_t i = 0; i < outputs.size(); ++i) {
     const Tensor& out = outputs[i];
@@ -233,6 +247,17 @@ void Engine::run(const std::vector<Tensor>& outputs, const std::vector<Tensor>& 
   commit_fresh_grads();
 }
 
+// Note [Backward that records]
+// With create_graph the pass runs with grad mode on: every VJP composed of
+// forge ops records its own backward, so the gradients it returns have a
+// history and can be differentiated again (libtorch's double backward). The
+// VJP reads its saved values with their history (Note [Saved values under
+// create_graph] in node.cpp); sums of gradients are recorded out of place
+// (in place would cut them from the tape); a rule whose backward is a fused
+// kernel computes the same formula from ops instead, or refuses by name
+// (Note [Fused backward kernels] in rules/common.h). The graph is kept
+// (retain_graph), since the new graph reads this one's saved values.
+
 // Note [Saved tensor versions]
 // A saved value is a clone_view plus the buffer's version when it was saved.
 // Every in-place write bumps the version of the buffer it writes (all views
@@ -248,7 +273,12 @@ void Engine::run_node(Node* n) {
                 "a tensor saved for the backward pass was modified in place after it was saved (version ",
                 s.value().version(), "); compute into a new tensor instead");
   grads_.assign(n->edges_.size(), Tensor());
-  if (g.defined()) n->apply(g, grads_);
+  if (g.defined()) {
+    if (create_graph_)
+      n->apply_recording(g, grads_);
+    else
+      n->apply(g, grads_);
+  }
   g = Tensor();
   for (std::size_t i = 0; i < n->edges_.size(); ++i) {
     const Edge& e = n->edges_[i];
@@ -264,9 +294,10 @@ void Engine::run_node(Node* n) {
   if (!retain_graph_) n->release();
 }
 
-void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs, bool retain_graph) try {
+void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs, bool retain_graph,
+              bool create_graph) try {
   FORGE_CHECK(!outputs.empty(), invalid_argument, "backward", "no outputs");
-  Engine(retain_graph, nullptr).run(outputs, grad_outputs);
+  Engine(retain_graph, create_graph, nullptr).run(outputs, grad_outputs);
 }
 FORGE_CATCH_OOM("backward")
 
@@ -282,7 +313,7 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
     capture.keys.push_back(fn ? static_cast<const void*>(fn) : static_cast<const void*>(in.impl()));
   }
   capture.results.resize(inputs.size());
-  Engine(options.retain_graph, &capture).run(outputs, options.grad_outputs);
+  Engine(options.retain_graph, options.create_graph, &capture).run(outputs, options.grad_outputs);
   for (std::size_t i = 0; i < inputs.size(); ++i)
     FORGE_CHECK(options.allow_unused || capture.results[i].defined(), backward, "grad", "input ", i, " of shape ",
                 inputs[i].shape(),

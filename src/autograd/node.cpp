@@ -40,6 +40,44 @@ void Node::on_last_release() noexcept {
   draining = false;
 }
 
+// Note [Saved values under create_graph]
+// A saved value is a view without history (a node must not hold its own
+// output, and a view that kept its input's history would pin it twice). A
+// backward that records needs the history back: the derivative of a VJP
+// that reads x must flow to x. SavedTensor::source names which tensor of the
+// op a value was, and unpacking rebuilds it from what the node already holds:
+// an input that is a leaf is that leaf itself (its gradient must reach its
+// .grad), an input with a history is a fresh view attached to the edge's
+// node, and the output a fresh view attached to this node. Anything else
+// (masks, indices, values that need no gradient) is read as saved.
+Tensor Node::unpack(const SavedTensor& s) {
+  const Tensor& value = s.value();
+  if (!value.defined()) return value;
+  if (s.source() == SavedTensor::kOutput) {
+    Tensor t = value.detach();
+    attach(t, Ref<Node>::share(this));
+    return t;
+  }
+  if (s.source() >= 0) {
+    const Edge& e = edges_[static_cast<std::size_t>(s.source())];
+    if (e.leaf) return Tensor(e.leaf);
+    if (e.node) {
+      Tensor t = value.detach();
+      attach(t, e.node);
+      return t;
+    }
+  }
+  return value;
+}
+
+void Node::apply_recording(const Tensor& grad, std::span<Tensor> grads) {
+  std::vector<Tensor> unpacked;
+  unpacked.reserve(saved_.size());
+  for (const SavedTensor& s : saved_) unpacked.push_back(unpack(s));
+  Vjp vjp(grad, unpacked, edges_, grads);
+  run(vjp);
+}
+
 void Vjp::set(std::size_t i, Tensor grad) {
   if (!needs(i) || !grad.defined()) return;
   const Edge& e = edges_[i];

@@ -36,42 +36,69 @@ struct Edge {
 // A value a VJP reads: a view of its bytes (detach(): a clone_view that never
 // records). The buffer's version is taken when it is saved; an
 // in-place write to the buffer after that makes backward refuse to run
-// (Note [Saved tensor versions] in engine.cpp).
+// (Note [Saved tensor versions] in engine.cpp). `source` says which tensor
+// of the op it was, so that a backward that records (create_graph) can give
+// the VJP the value with its history back (Note [Saved values under
+// create_graph] in node.cpp): the node's output, one of its inputs (the
+// edge's index), or neither. Holding an index, not a reference, keeps a node
+// free of a cycle through its own output.
 class SavedTensor {
  public:
+  static constexpr std::int16_t kOther = -1;
+  static constexpr std::int16_t kOutput = -2;
+
   SavedTensor() = default;
-  explicit SavedTensor(const Tensor& t)
-      : value_(t.defined() ? t.detach() : Tensor()), version_(t.defined() ? t.version() : 0) {}
+  explicit SavedTensor(const Tensor& t, std::int16_t source = kOther)
+      : value_(t.defined() ? t.detach() : Tensor()), version_(t.defined() ? t.version() : 0), source_(source) {}
   const Tensor& value() const noexcept { return value_; }
+  std::int16_t source() const noexcept { return source_; }
   bool modified() const noexcept { return value_.defined() && value_.version() != version_; }
   void reset() noexcept { value_ = Tensor(); }
 
  private:
   Tensor value_;
   std::uint32_t version_ = 0;
+  std::int16_t source_ = kOther;
 };
 
 // What a VJP sees: the gradient of the node's output, the saved values, and
 // a slot per input to fill. set() reduces a gradient over the dimensions the
-// op broadcast and casts it to the input's dtype.
+// op broadcast and casts it to the input's dtype. Under create_graph the VJP
+// runs with grad mode on and saved() returns the values with their history,
+// so a VJP composed of differentiable ops records its own backward.
 class Vjp {
  public:
   Vjp(const Tensor& grad, std::span<const SavedTensor> saved, std::span<const Edge> edges,
       std::span<Tensor> grads) noexcept
       : grad_(grad), saved_(saved), edges_(edges), grads_(grads) {}
+  Vjp(const Tensor& grad, std::span<const Tensor> unpacked, std::span<const Edge> edges,
+      std::span<Tensor> grads) noexcept
+      : grad_(grad), unpacked_(unpacked), edges_(edges), grads_(grads), create_graph_(true) {}
 
   const Tensor& grad() const noexcept { return grad_; }
-  const Tensor& saved(std::size_t i) const noexcept { return saved_[i].value(); }
+  const Tensor& saved(std::size_t i) const noexcept { return create_graph_ ? unpacked_[i] : saved_[i].value(); }
   bool needs(std::size_t i) const noexcept { return edges_[i].wants_grad(); }
   const Shape& input_shape(std::size_t i) const noexcept { return edges_[i].shape; }
   DType input_dtype(std::size_t i) const noexcept { return edges_[i].dtype; }
+  // Whether this backward records (create_graph): the gradients it sets must
+  // come from differentiable ops (Note [Fused backward kernels] in rules/common.h).
+  bool create_graph() const noexcept { return create_graph_; }
+  // Under create_graph: whether the gradient or a saved value has a history.
+  bool any_history() const noexcept {
+    if (grad_.defined() && grad_.requires_grad()) return true;
+    for (const Tensor& t : unpacked_)
+      if (t.defined() && t.requires_grad()) return true;
+    return false;
+  }
   void set(std::size_t i, Tensor grad);
 
  private:
   const Tensor& grad_;
   std::span<const SavedTensor> saved_;
+  std::span<const Tensor> unpacked_;
   std::span<const Edge> edges_;
   std::span<Tensor> grads_;
+  bool create_graph_ = false;
 };
 
 class Node : public RefCounted<Node> {
@@ -94,6 +121,8 @@ class Node : public RefCounted<Node> {
     Vjp vjp(grad, saved_, edges_, grads);
     run(vjp);
   }
+  // The same, recording (create_graph): the VJP sees the saved values with their history.
+  void apply_recording(const Tensor& grad, std::span<Tensor> grads);
   // Drops the saved values and the VJP's captured state; the node cannot run again.
   void release() noexcept {
     for (auto& s : saved_) s.reset();
@@ -105,6 +134,8 @@ class Node : public RefCounted<Node> {
   Node(const char* name, std::span<Edge> edges, std::span<SavedTensor> saved) noexcept;
   virtual void run(Vjp& vjp) = 0;
   virtual void drop_state() noexcept = 0;
+  // A saved value with its history (Note [Saved values under create_graph] in node.cpp).
+  Tensor unpack(const SavedTensor& s);
   void bind(std::span<Edge> edges, std::span<SavedTensor> saved) noexcept {
     edges_ = edges;
     saved_ = saved;

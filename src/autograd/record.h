@@ -56,6 +56,16 @@ std::array<const Tensor*, sizeof...(Ts)> saves(const Ts&... ts) noexcept {
 Edge edge_to(const Tensor& t);
 // Makes `out` the output of `node` (requires grad, not a leaf).
 void attach(const Tensor& out, Ref<Node> node);
+// Which of the op's tensors a saved value is (SavedTensor::source): its
+// output, input i, or neither. Only a value with a history needs one.
+inline std::int16_t saved_source(const Tensor& t, const Tensor& out, const Tensor* const* in, std::size_t n) noexcept {
+  if (!t.defined()) return SavedTensor::kOther;
+  if (t.is_same(out)) return SavedTensor::kOutput;
+  if (!t.impl()->requires_grad()) return SavedTensor::kOther;
+  for (std::size_t i = 0; i < n; ++i)
+    if (in[i]->is_same(t)) return static_cast<std::int16_t>(i);
+  return SavedTensor::kOther;
+}
 
 template <std::size_t NIn, std::size_t NSaved, typename F>
 void record(const Tensor& out, const char* name, const std::array<const Tensor*, NIn>& in,
@@ -63,7 +73,8 @@ void record(const Tensor& out, const char* name, const std::array<const Tensor*,
   auto* node = new RuleNode<F, NIn, NSaved>(name, std::move(fn));
   Ref<Node> ref = Ref<Node>::adopt(node);
   for (std::size_t i = 0; i < NIn; ++i) node->edges_store_[i] = edge_to(*in[i]);
-  for (std::size_t i = 0; i < NSaved; ++i) node->saved_store_[i] = SavedTensor(*saved[i]);
+  for (std::size_t i = 0; i < NSaved; ++i)
+    node->saved_store_[i] = SavedTensor(*saved[i], saved_source(*saved[i], out, in.data(), NIn));
   attach(out, std::move(ref));
 }
 

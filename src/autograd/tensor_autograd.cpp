@@ -72,8 +72,8 @@ const char* Tensor::grad_fn_name() const {
   return fn ? fn->name() : nullptr;
 }
 
-void Tensor::backward(const Tensor& gradient, bool retain_graph) const try {
-  autograd::backward({*this}, {gradient}, retain_graph);
+void Tensor::backward(const Tensor& gradient, bool retain_graph, bool create_graph) const try {
+  autograd::backward({*this}, {gradient}, retain_graph, create_graph);
 }
 FORGE_CATCH_OOM("backward")
 

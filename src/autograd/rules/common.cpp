@@ -19,6 +19,12 @@ Tensor unreduce(const Tensor& grad, const Shape& input, const DimList& dims, boo
   return g.expand(input);
 }
 
+void refuse_recording(const Vjp& v, const char* op) {
+  FORGE_CHECK(!v.create_graph() || !v.any_history(), not_implemented, op, "the backward of ", op,
+              " runs a fused kernel and cannot be recorded: higher-order gradients (create_graph) "
+              "through it are not supported");
+}
+
 Tensor zeros_like_shape(const Tensor& like, const Shape& shape, DType dtype) {
   Tensor out = detail::allocate(like.runtime(), shape, dtype, "backward");
   out.zero_();

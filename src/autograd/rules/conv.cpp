@@ -7,6 +7,7 @@
 #include "autograd/rules/conv.h"
 
 #include "autograd/record.h"
+#include "autograd/rules/common.h"
 #include "core/tensor_internal.h"
 #include "forge/ops.h"
 
@@ -117,19 +118,24 @@ void conv2d(const Tensor& out, const Tensor& x, const Tensor& weight, const Tens
   const Tensor none;
   record(out, "conv2d", inputs(x, weight, bias), saves(wants_grad(weight) ? x : none, wants_grad(x) ? weight : none),
          [options, x_shape = x.shape(), w_shape = weight.shape()](Vjp& v) {
+           if (v.needs(0) || v.needs(1)) refuse_recording(v, "conv2d");
            if (v.needs(2)) v.set(2, forge::sum(v.grad(), v.grad().dim() == 4 ? DimList{0, 2, 3} : DimList{1, 2}));
            if (v.needs(0) || v.needs(1)) conv2d_backward(v, options, x_shape, w_shape);
          });
 }
 
 void max_pool2d(const Tensor& out, const Tensor& x, const Pool2dOptions& options) {
-  record(out, "max_pool2d", inputs(x), saves(x),
-         [options](Vjp& v) { v.set(0, pool_backward(v.grad(), v.saved(0), v.input_shape(0), options, true)); });
+  record(out, "max_pool2d", inputs(x), saves(x), [options](Vjp& v) {
+    refuse_recording(v, "max_pool2d");
+    v.set(0, pool_backward(v.grad(), v.saved(0), v.input_shape(0), options, true));
+  });
 }
 
 void avg_pool2d(const Tensor& out, const Tensor& x, const Pool2dOptions& options) {
-  record(out, "avg_pool2d", inputs(x), saves(),
-         [options](Vjp& v) { v.set(0, pool_backward(v.grad(), Tensor(), v.input_shape(0), options, false)); });
+  record(out, "avg_pool2d", inputs(x), saves(), [options](Vjp& v) {
+    refuse_recording(v, "avg_pool2d");
+    v.set(0, pool_backward(v.grad(), Tensor(), v.input_shape(0), options, false));
+  });
 }
 
 }  // namespace forge::autograd::rules

@@ -73,10 +73,39 @@ Tensor class_loss_grad(const char* op, backend::Entry<backend::ClassLossBackward
   return dx;
 }
 
+// The class losses' gradients composed of ops, for a backward that records
+// (Note [Fused backward kernels] in rules/common.h). Over input x of
+// `shape` (classes in dim 1, or dim 0 for [C]) and class-index targets:
+//   cross_entropy: dx = (softmax(x) - q) * scale,  nll_loss: dx = -onehot * scale,
+// q the one-hot target smoothed toward uniform, scale = g * keep / count
+// per target (count: the kept targets under mean, else 1).
+Tensor class_loss_grad_ops(const Shape& shape, DType dtype, const Tensor& logits, const Tensor& target,
+                           const Tensor& grad, Reduction reduction, std::int64_t ignore_index, double smoothing) {
+  const int class_dim = shape.rank() == 1 ? 0 : 1;
+  const std::int64_t classes = shape[class_dim];
+  const DType cd = dtype == DType::f64 ? DType::f64 : DType::f32;
+  const Tensor keep = ne(target, ignore_index);
+  Tensor q = one_hot(masked_fill(target, logical_not(keep), 0), classes).to(cd);  // [..targets, C]
+  if (q.dim() > 2) {                                                              // the classes back to dim 1
+    Dims order{0, q.dim() - 1};
+    for (int d = 1; d < q.dim() - 1; ++d) order.push_back(d);
+    q = q.permute(order);
+  }
+  Tensor scale = keep.to(cd) * grad.to(cd);
+  if (reduction == Reduction::mean) scale = scale / sum(keep.to(cd));
+  scale = scale.unsqueeze(class_dim);
+  if (!logits.defined()) return neg(q * scale);
+  if (smoothing != 0.0) q = q * (1.0 - smoothing) + smoothing / static_cast<double>(classes);
+  return (softmax(logits.to(cd), class_dim) - q) * scale;
+}
+
 }  // namespace
 
 void cross_entropy(const Tensor& out, const Tensor& logits, const Tensor& target, const CrossEntropyOptions& options) {
   record(out, "cross_entropy", inputs(logits), saves(logits, target), [options](Vjp& v) {
+    if (v.create_graph())
+      return v.set(0, class_loss_grad_ops(v.input_shape(0), v.input_dtype(0), v.saved(0), v.saved(1), v.grad(),
+                                          options.reduction, options.ignore_index, options.label_smoothing));
     v.set(0, class_loss_grad("cross_entropy", &backend::NnKernels::cross_entropy_backward, v.input_shape(0),
                              v.input_dtype(0), v.saved(0), v.saved(1), v.grad(), options.reduction,
                              options.ignore_index, options.label_smoothing));
@@ -87,6 +116,9 @@ void nll_loss(const Tensor& out, const Tensor& log_probs, const Tensor& target, 
               std::int64_t ignore_index) {
   // Only the input's shape and the targets matter: save the targets alone.
   record(out, "nll_loss", inputs(log_probs), saves(target), [reduction, ignore_index](Vjp& v) {
+    if (v.create_graph())
+      return v.set(0, class_loss_grad_ops(v.input_shape(0), v.input_dtype(0), Tensor(), v.saved(0), v.grad(), reduction,
+                                          ignore_index, 0.0));
     v.set(0, class_loss_grad("nll_loss", &backend::NnKernels::nll_loss_backward, v.input_shape(0), v.input_dtype(0),
                              Tensor(), v.saved(0), v.grad(), reduction, ignore_index, 0.0));
   });

@@ -10,6 +10,7 @@
 
 #include "autograd/record.h"
 #include "autograd/rules/common.h"
+#include "autograd/rules/unary.h"
 #include "core/tensor_internal.h"
 #include "forge/ops.h"
 #include "ops/attention_internal.h"
@@ -31,10 +32,12 @@ Tensor empty(const Tensor& like, const Shape& shape, DType dtype) {
 }
 
 // softmax: y * (g - sum(g * y)); log_softmax: g - exp(y) * sum(g), over dim.
-Tensor softmax_grad(const Tensor& y, const Tensor& g, std::int64_t dim, bool log) {
+// Composed of ops where the kernel does not apply or the backward records.
+Tensor softmax_grad(const Vjp& v, std::int64_t dim, bool log) {
+  const Tensor &y = v.saved(0), &g = v.grad();
   const int d = wrap_dim(dim, y.dim(), "backward");
-  const bool fused =
-      y.dim() > 0 && d == y.dim() - 1 && y.is_contiguous() && (y.dtype() == DType::f32 || y.dtype() == DType::f64);
+  const bool fused = !v.create_graph() && y.dim() > 0 && d == y.dim() - 1 && y.is_contiguous() &&
+                     (y.dtype() == DType::f32 || y.dtype() == DType::f64);
   if (!fused) {
     if (log) return sub(g, mul(exp(y), sum(g, {d}, true)));
     return mul(y, sub(g, sum(mul(g, y), {d}, true)));
@@ -49,8 +52,30 @@ Tensor softmax_grad(const Tensor& y, const Tensor& g, std::int64_t dim, bool log
   return dx;
 }
 
+// The gradients of layer_norm or rms_norm composed of ops (for a backward
+// that records), in the wide dtype over the last normalized_shape.rank() dims:
+//   xhat = (x - mean) * rstd (rms: x * rstd),  gw = g * w,
+//   dx = rstd * (gw - mean(gw) - xhat * mean(gw * xhat))  (rms: no mean(gw) term),
+//   dw = g * xhat,  db = g  (Vjp::set sums them over the leading dims).
+void norm_grad_ops(Vjp& v, const Shape& normalized_shape, double eps, bool rms) {
+  const Tensor x = wide(v.saved(0)), g = wide(v.grad());
+  const Tensor& w = v.saved(1);
+  DimList dims;
+  for (int k = 0; k < normalized_shape.rank(); ++k) dims.push_back(x.dim() - 1 - k);
+  const Tensor centered = rms ? x : x - mean(x, dims, true);
+  const Tensor rstd = rsqrt(mean(square(centered), dims, true) + eps);
+  const Tensor xhat = centered * rstd;
+  const Tensor gw = w.defined() ? g * wide(w) : g;
+  Tensor inner = gw - xhat * mean(gw * xhat, dims, true);
+  if (!rms) inner = inner - mean(gw, dims, true);
+  if (v.needs(0)) v.set(0, rstd * inner);
+  if (v.needs(1)) v.set(1, g * xhat);
+  if (!rms && v.needs(2)) v.set(2, g);
+}
+
 // The gradients of layer_norm (rms = false) or rms_norm (rms = true).
 void norm_grad(Vjp& v, const Shape& normalized_shape, double eps, bool rms) {
+  if (v.create_graph()) return norm_grad_ops(v, normalized_shape, eps, rms);
   const Tensor &x = v.saved(0), &w = v.saved(1);
   const DType cd = compute_dtype(x.dtype());
   detail::DeviceRuntime& dev = detail::device_runtime(x);
@@ -122,13 +147,11 @@ Tensor pad_grad(Tensor g, const Shape& input, const Dims& pad, PadMode mode) {
 }  // namespace
 
 void softmax(const Tensor& out, const Tensor& x, std::int64_t dim) {
-  record(out, "softmax", inputs(x), saves(out),
-         [dim](Vjp& v) { v.set(0, softmax_grad(v.saved(0), v.grad(), dim, false)); });
+  record(out, "softmax", inputs(x), saves(out), [dim](Vjp& v) { v.set(0, softmax_grad(v, dim, false)); });
 }
 
 void log_softmax(const Tensor& out, const Tensor& x, std::int64_t dim) {
-  record(out, "log_softmax", inputs(x), saves(out),
-         [dim](Vjp& v) { v.set(0, softmax_grad(v.saved(0), v.grad(), dim, true)); });
+  record(out, "log_softmax", inputs(x), saves(out), [dim](Vjp& v) { v.set(0, softmax_grad(v, dim, true)); });
 }
 
 void layer_norm(const Tensor& out, const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
@@ -148,10 +171,12 @@ void embedding(const Tensor& out, const Tensor& weight, const Tensor& indices, s
   record(out, "embedding", inputs(weight), saves(indices), [padding_row](Vjp& v) {
     const Shape& ws = v.input_shape(0);
     const Tensor& g = v.grad();
-    const Tensor rows = g.reshape(Shape{v.saved(0).numel(), ws[1]});
-    const Tensor index = v.saved(0).reshape(Shape{rows.shape()[0], 1}).expand(rows.shape());
-    Tensor gw = forge::scatter_add(zeros_like_shape(g, ws, g.dtype()), 0, index, rows);
-    if (padding_row >= 0) gw.select(0, padding_row).zero_();
+    Tensor rows = g.reshape(Shape{v.saved(0).numel(), ws[1]});
+    const Tensor flat = v.saved(0).reshape(Shape{rows.shape()[0], 1});
+    // Recording: the padding row's contributions are masked out, since writing zeros into a row would not record.
+    if (padding_row >= 0 && v.create_graph()) rows = forge::masked_fill(rows, forge::eq(flat, padding_row), 0);
+    Tensor gw = forge::scatter_add(zeros_like_shape(g, ws, g.dtype()), 0, flat.expand(rows.shape()), rows);
+    if (padding_row >= 0 && !v.create_graph()) gw.select(0, padding_row).zero_();
     v.set(0, gw);
   });
 }
@@ -183,11 +208,12 @@ void scatter_add(const Tensor& out, const Tensor& x, std::int64_t dim, const Ten
     Tensor taken = forge::gather(g, dim, v.saved(0));
     const Shape& ss = v.input_shape(1);
     if (taken.shape() == ss) return v.set(1, taken);
-    Tensor full = zeros_like_shape(g, ss, g.dtype());
-    Tensor part = full;
-    for (int k = 0; k < ss.rank(); ++k) part = part.narrow(k, 0, taken.shape()[k]);
-    part.copy_(taken);
-    v.set(1, full);
+    Dims after;  // zero-pad every dim at its end, the last dim first (pad's order)
+    for (int k = ss.rank() - 1; k >= 0; --k) {
+      after.push_back(0);
+      after.push_back(ss[k] - taken.shape()[k]);
+    }
+    v.set(1, forge::pad(taken, after, PadMode::constant, 0.0));
   });
 }
 
@@ -204,10 +230,14 @@ void pad(const Tensor& out, const Tensor& x, const Dims& pad, PadMode mode) {
          [pad, mode](Vjp& v) { v.set(0, pad_grad(v.grad(), v.input_shape(0), pad, mode)); });
 }
 
-// The gradient goes through the forward's own mask, replayed from its seed.
+// The gradient goes through the forward's own mask, replayed from its seed;
+// a backward that records records that replay as a dropout of the gradient.
 void dropout(const Tensor& out, const Tensor& x, double p, std::uint64_t seed) {
-  record(out, "dropout", inputs(x), saves(),
-         [p, seed](Vjp& v) { v.set(0, detail::dropout_with_seed(v.grad(), p, seed)); });
+  record(out, "dropout", inputs(x), saves(), [p, seed](Vjp& v) {
+    const Tensor dx = detail::dropout_with_seed(v.grad(), p, seed);
+    if (needs_grad(v.grad())) rules::dropout(dx, v.grad(), p, seed);
+    v.set(0, dx);
+  });
 }
 
 }  // namespace forge::autograd::rules

@@ -4,7 +4,8 @@
 // rather than its input. relu, sigmoid, tanh, the gelus and silu run one
 // fused kernel over packed f32/f64 (unary_backward_flat, of the elementwise
 // family: backend/kernels/elementwise.h), packing other layouts first; the
-// rest compose public ops. 16-bit floats compute in f32 (Vjp::set casts the
+// rest compose public ops. Under create_graph the fused five compose ops too
+// (Note [Fused backward kernels] in rules/common.h). 16-bit floats compute in f32 (Vjp::set casts the
 // result back).
 
 #include "autograd/rules/unary.h"
@@ -38,13 +39,55 @@ Tensor fused(UnaryBackward kind, const Tensor& g_in, const Tensor& saved_in) {
   return out;
 }
 
-Tensor relu_vjp(const Tensor& g, const Tensor& out) { return fused(UnaryBackward::relu, g, out); }
-Tensor sigmoid_vjp(const Tensor& g, const Tensor& out) { return fused(UnaryBackward::sigmoid, g, out); }
-Tensor tanh_vjp(const Tensor& g, const Tensor& out) { return fused(UnaryBackward::tanh, g, out); }
-Tensor gelu_vjp(const Tensor& g, const Tensor& x_saved, GeluApproximation approximate) {
-  return fused(approximate == GeluApproximation::none ? UnaryBackward::gelu : UnaryBackward::gelu_tanh, g, x_saved);
+constexpr double kInvSqrt2 = 0.70710678118654752440084436210484904;
+constexpr double kInvSqrt2Pi = 0.39894228040143267793994605993438187;
+constexpr double kSqrt2OverPi = 0.79788456080286535587989211986876374;
+constexpr double kGeluTanhCoeff = 0.044715;
+
+// The same derivatives composed of ops, for a backward that records (Note
+// [Fused backward kernels] in rules/common.h): y the output, x the input.
+Tensor relu_ops(const Tensor& g, const Tensor& y) { return forge::masked_fill(g, forge::le(y, 0), 0); }
+Tensor sigmoid_ops(const Tensor& g, const Tensor& y) { return g * (y * (1.0 - y)); }
+Tensor tanh_ops(const Tensor& g, const Tensor& y) { return g * (1.0 - forge::square(y)); }
+Tensor silu_ops(const Tensor& g, const Tensor& x) {
+  const Tensor s = forge::sigmoid(x);
+  return g * (s * (x * (1.0 - s) + 1.0));
 }
-Tensor silu_vjp(const Tensor& g, const Tensor& x_saved) { return fused(UnaryBackward::silu, g, x_saved); }
+// d/dx x Phi(x) = Phi(x) + x phi(x); the tanh form differentiates
+// 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3).
+Tensor gelu_ops(const Tensor& g, const Tensor& x, GeluApproximation approximate) {
+  if (approximate == GeluApproximation::none) {
+    const Tensor cdf = (forge::erf(x * kInvSqrt2) + 1.0) * 0.5;
+    const Tensor pdf = forge::exp(forge::square(x) * -0.5) * kInvSqrt2Pi;
+    return g * (cdf + x * pdf);
+  }
+  const Tensor x2 = forge::square(x);
+  const Tensor t = forge::tanh((x + x * x2 * kGeluTanhCoeff) * kSqrt2OverPi);
+  const Tensor du = (x2 * (3.0 * kGeluTanhCoeff) + 1.0) * kSqrt2OverPi;
+  return g * ((t + 1.0) * 0.5 + x * (1.0 - forge::square(t)) * du * 0.5);
+}
+
+Tensor relu_vjp(const Vjp& v) {
+  const Tensor &g = v.grad(), &y = v.saved(0);
+  return v.create_graph() ? relu_ops(wide(g), wide(y)) : fused(UnaryBackward::relu, g, y);
+}
+Tensor sigmoid_vjp(const Vjp& v) {
+  const Tensor &g = v.grad(), &y = v.saved(0);
+  return v.create_graph() ? sigmoid_ops(wide(g), wide(y)) : fused(UnaryBackward::sigmoid, g, y);
+}
+Tensor tanh_vjp(const Vjp& v) {
+  const Tensor &g = v.grad(), &y = v.saved(0);
+  return v.create_graph() ? tanh_ops(wide(g), wide(y)) : fused(UnaryBackward::tanh, g, y);
+}
+Tensor gelu_vjp(const Vjp& v, GeluApproximation approximate) {
+  const Tensor &g = v.grad(), &x = v.saved(0);
+  if (v.create_graph()) return gelu_ops(wide(g), wide(x), approximate);
+  return fused(approximate == GeluApproximation::none ? UnaryBackward::gelu : UnaryBackward::gelu_tanh, g, x);
+}
+Tensor silu_vjp(const Vjp& v) {
+  const Tensor &g = v.grad(), &x = v.saved(0);
+  return v.create_graph() ? silu_ops(wide(g), wide(x)) : fused(UnaryBackward::silu, g, x);
+}
 
 }  // namespace
 
@@ -109,15 +152,15 @@ void cos(const Tensor& out, const Tensor& x) {
 }
 
 void tanh(const Tensor& out, const Tensor& x) {
-  record(out, "tanh", inputs(x), saves(out), [](Vjp& v) { v.set(0, tanh_vjp(v.grad(), v.saved(0))); });
+  record(out, "tanh", inputs(x), saves(out), [](Vjp& v) { v.set(0, tanh_vjp(v)); });
 }
 
 void sigmoid(const Tensor& out, const Tensor& x) {
-  record(out, "sigmoid", inputs(x), saves(out), [](Vjp& v) { v.set(0, sigmoid_vjp(v.grad(), v.saved(0))); });
+  record(out, "sigmoid", inputs(x), saves(out), [](Vjp& v) { v.set(0, sigmoid_vjp(v)); });
 }
 
 void relu(const Tensor& out, const Tensor& x) {
-  record(out, "relu", inputs(x), saves(out), [](Vjp& v) { v.set(0, relu_vjp(v.grad(), v.saved(0))); });
+  record(out, "relu", inputs(x), saves(out), [](Vjp& v) { v.set(0, relu_vjp(v)); });
 }
 
 void leaky_relu(const Tensor& out, const Tensor& x, double negative_slope) {
@@ -128,12 +171,11 @@ void leaky_relu(const Tensor& out, const Tensor& x, double negative_slope) {
 }
 
 void gelu(const Tensor& out, const Tensor& x, GeluApproximation approximate) {
-  record(out, "gelu", inputs(x), saves(x),
-         [approximate](Vjp& v) { v.set(0, gelu_vjp(v.grad(), v.saved(0), approximate)); });
+  record(out, "gelu", inputs(x), saves(x), [approximate](Vjp& v) { v.set(0, gelu_vjp(v, approximate)); });
 }
 
 void silu(const Tensor& out, const Tensor& x) {
-  record(out, "silu", inputs(x), saves(x), [](Vjp& v) { v.set(0, silu_vjp(v.grad(), v.saved(0))); });
+  record(out, "silu", inputs(x), saves(x), [](Vjp& v) { v.set(0, silu_vjp(v)); });
 }
 
 // Above the threshold softplus is x itself; below, its slope is sigmoid(beta x).

@@ -18,12 +18,23 @@ namespace {
 
 // The gradient of a view that picks part of x: zeros of x's shape with the
 // output's gradient copied into the picked part (grad mode is off here, so
-// writing into a view of the zeros records nothing).
+// writing into a view of the zeros records nothing). A backward that records
+// scatter-adds instead, through the positions the view picks.
 template <typename Pick>
 void scatter_into_zeros(Vjp& v, Pick&& pick) {
-  const Tensor z = zeros_like_shape(v.grad(), v.input_shape(0), v.grad().dtype());
-  pick(z).copy_(v.grad());
-  v.set(0, z);
+  const Tensor& g = v.grad();
+  const Shape& in = v.input_shape(0);
+  if (!(v.create_graph() && g.requires_grad())) {
+    const Tensor z = zeros_like_shape(g, in, g.dtype());
+    pick(z).copy_(g);
+    return v.set(0, z);
+  }
+  Tensor positions = detail::allocate(g.runtime(), in, DType::i64, "backward");
+  auto* p = reinterpret_cast<std::int64_t*>(detail::first_element(positions));
+  for (std::int64_t i = 0; i < in.numel(); ++i) p[i] = i;
+  const Tensor picked = pick(positions).reshape(Shape{-1});
+  const Tensor flat = zeros_like_shape(g, Shape{in.numel()}, g.dtype());
+  v.set(0, scatter_add(flat, 0, picked, g.reshape(Shape{-1})).reshape(in));
 }
 
 void reshaped(const Tensor& out, const Tensor& x, const char* name) {
