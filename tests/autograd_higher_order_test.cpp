@@ -227,3 +227,50 @@ TEST_CASE("higher order: dropout's recorded backward replays the same mask") {
   }
   CHECK(kept > 0);
 }
+
+TEST_CASE("higher order: gradgradcheck of the indexing and shape rules") {
+  TestContext ctx;
+  Tensor w = leaf(ctx, {4, 3});
+  Tensor idx = ctx.from_vector<std::int64_t>({1, 3, 1, 0}, {2, 2});
+  check_second_order([&](const std::vector<Tensor>& in) { return forge::square(forge::embedding(in[0], idx, 1)); },
+                     {w});
+  Tensor x = leaf(ctx, {3, 4});
+  Tensor g_idx = ctx.from_vector<std::int64_t>({0, 2, 1, 3, 3, 0}, {3, 2});
+  check_second_order([&](const std::vector<Tensor>& in) { return forge::square(forge::gather(in[0], 1, g_idx)); },
+                     {x});
+  Tensor src = leaf(ctx, {3, 3});  // wider than the index: the unread column gets zeros
+  check_second_order(
+      [&](const std::vector<Tensor>& in) {
+        return forge::square(forge::scatter_add(in[0], 1, g_idx, in[1]));
+      },
+      {x, src});
+  check_second_order(
+      [](const std::vector<Tensor>& in) {
+        const Tensor y = forge::cat({forge::square(in[0]), in[0] * in[1]}, 1);
+        return forge::stack({y, forge::sin(y)}, 0);
+      },
+      {x, leaf(ctx, {3, 4})});
+  check_second_order(
+      [](const std::vector<Tensor>& in) {
+        return forge::square(forge::pad(in[0], {1, 2}, forge::PadMode::reflect));
+      },
+      {x});
+}
+
+TEST_CASE("higher order: create_graph into an existing .grad replaces it with a recorded sum") {
+  TestContext ctx;
+  Tensor x = ctx.from_vector<double>({0.5, -2.0}, {2}).requires_grad_();
+  forge::sum(x * x).backward();  // .grad = 2x, no history
+  REQUIRE_FALSE(x.grad().requires_grad());
+  forge::sum(x * x * x).backward({}, false, /*create_graph=*/true);  // .grad = 2x + 3x^2, with a history
+  const Tensor g = x.grad();
+  REQUIRE(g.requires_grad());
+  const auto xs = x.to_vector<double>();
+  const auto gv = g.to_vector<double>();
+  for (std::size_t i = 0; i < 2; ++i) CHECK(gv[i] == Approx(2 * xs[i] + 3 * xs[i] * xs[i]));
+  const auto second = autograd::grad({forge::sum(g)}, {x});
+  const auto sv = second[0].to_vector<double>();
+  for (std::size_t i = 0; i < 2; ++i) CHECK(sv[i] == Approx(6 * xs[i]));  // the first term has no history
+  // A .grad with a history reaches its own leaf: a cycle until .grad is dropped (as in libtorch).
+  x.zero_grad();
+}
