@@ -294,3 +294,39 @@ TEST_CASE("tensor indexing: index_put_ under autograd gives self and values thei
   }
   CHECK(values(leaf_x) == std::vector<double>{5, 1, 1});
 }
+
+TEST_CASE("tensor indexing: a 0-d tensor takes None and Ellipsis, and no integer") {
+  TestContext ctx;
+  const Tensor s = ctx.full({}, 3.5);
+  CHECK(s.index({None}).shape() == Shape{1});
+  CHECK(values(s.index({None, None})) == std::vector<double>{3.5});
+  CHECK(s.index({Ellipsis}).shape() == Shape{});
+  CHECK(s.index({true}).shape() == Shape{1});
+  CHECK(contains(FORGE_REQUIRE_ERROR(out_of_range, "index", s.index({0})),
+                 "too many indices for tensor of dimension 0 (got 1)"));
+  Tensor t = ctx.full({}, 1.0);
+  t.index_put_({}, 2.0);
+  t.index_put_({Ellipsis}, ctx.full({1, 1}, 4.0));
+  CHECK(t.item<double>() == 4.0);
+}
+
+TEST_CASE("tensor indexing: index_put_ records values that require grad into a tensor that does not") {
+  TestContext ctx;
+  Tensor y = ctx.zeros({3, 2}, DType::f64);
+  const Tensor v = ctx.from_vector(std::vector<double>{1, 2}).requires_grad_();
+  y.index_put_({ix(ctx, {0, 2, 0})}, v);  // row 0 twice: the last write wins, both get gradients
+  CHECK(values(y) == std::vector<double>{1, 2, 0, 0, 1, 2});
+  REQUIRE(y.requires_grad());
+  CHECK(std::string(y.grad_fn_name()) == "index_put_");
+  (y * ctx.from_vector(std::vector<double>{1, 2, 3, 4, 5, 6}, {3, 2})).sum().backward();
+  CHECK(values(v.grad()) == std::vector<double>{1 + 5 + 1, 2 + 6 + 2});
+}
+
+TEST_CASE("tensor indexing: index_put_ into a tensor a node saved makes that node's backward refuse") {
+  TestContext ctx;
+  const Tensor x = ctx.ones({3}, DType::f64).requires_grad_();
+  Tensor y = x * 2.0;
+  const Tensor z = y * y;  // saves y
+  y.index_put_({0}, 5.0);
+  FORGE_REQUIRE_ERROR(backward, "mul", z.sum().backward());
+}
