@@ -84,6 +84,22 @@ TEST_CASE("amp: f32 master weights get f32 gradients through the recorded casts"
   CHECK(b.grad().dtype() == DType::f32);
   CHECK(max_rel_diff(w.grad(), gw32) < 3e-2);  // x's column sums, through bf16
   CHECK(values(b.grad()) == values(gb32));     // 16 per output, exact in bf16
+
+  // conv2d, bmm and attention backward through bf16 too.
+  Tensor k = ctx.randn({3, 2, 3, 3}).requires_grad_();
+  Tensor q = ctx.randn({2, 4, 8}).requires_grad_();
+  {
+    amp::AutocastGuard autocast(DType::bf16);
+    const Tensor c = forge::conv2d(ctx.randn({1, 2, 5, 5}), k);
+    const Tensor a = forge::scaled_dot_product_attention(q, q, q);
+    const Tensor m = forge::bmm(q, q.transpose(1, 2));
+    REQUIRE(c.dtype() == DType::bf16);
+    (c.to(DType::f32).sum() + a.to(DType::f32).sum() + m.to(DType::f32).sum()).backward();
+  }
+  CHECK(k.grad().dtype() == DType::f32);
+  CHECK(q.grad().dtype() == DType::f32);
+  for (const Tensor& g : {q.grad(), k.grad()})
+    for (const double e : values(g)) CHECK(std::isfinite(e));
 }
 
 TEST_CASE("amp: a small MLP trained under bf16 autocast reaches a loss close to f32's") {
