@@ -4,9 +4,11 @@
 
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "forge/forge.h"
+#include "gradcheck_support.h"
 #include "support.h"
 
 using forge::DType;
@@ -265,14 +267,42 @@ TEST_CASE("autograd: _into writes with an argument that requires grad are refuse
   CHECK(values(out) == std::vector<double>{2, 4});
 }
 
-TEST_CASE("autograd: arena calls refuse an input that requires grad while recording") {
+TEST_CASE("autograd: arena calls other than masked_select refuse an input that requires grad while recording") {
   TestContext ctx;
-  Tensor x = ctx.from_vector<double>({1, 2, 3}, {3}).requires_grad_();
+  Tensor x = ctx.from_vector<double>({1, 2, 3, 4, 5, 6}, {3, 2}).requires_grad_();
   Tensor mask = ctx.from_vector<bool>({true, false, true}, {3});
   forge::Arena arena(ctx);
   const std::int64_t baseline = ctx.pool().outstanding();
-  FORGE_REQUIRE_ERROR(not_implemented, "masked_select", forge::masked_select(x, mask, &arena));
+  FORGE_REQUIRE_ERROR(not_implemented, "rows_where", forge::rows_where(x, mask, &arena));
   CHECK(ctx.pool().outstanding() == baseline);
-  Tensor picked = forge::masked_select(x.detach(), mask, &arena);
-  CHECK(values(picked) == std::vector<double>{1, 3});
+  const forge::RowsView picked = forge::rows_where(x.detach(), mask, &arena);
+  CHECK(values(picked.tensor()) == std::vector<double>{1, 2, 5, 6});
+}
+
+TEST_CASE("autograd: masked_select records, and its gradient goes back through the mask") {
+  TestContext ctx;
+  forge::Arena arena(ctx);
+  // By hand: y = masked_select(x, mask) * [1, 2, 3]; x.grad is those weights at the true positions.
+  Tensor x = ctx.from_vector<double>({1, 2, 3, 4}, {2, 2}).requires_grad_();
+  const Tensor mask = ctx.from_vector<bool>({true, false, true, true}, {2, 2});
+  const Tensor y = forge::masked_select(x, mask, &arena);
+  CHECK(std::string(y.grad_fn_name()) == "masked_select");
+  (y * ctx.from_vector<double>({1, 2, 3}, {3})).sum().backward();
+  CHECK(values(x.grad()) == std::vector<double>{1, 0, 2, 3});
+  // A mask that broadcasts over x: each x element gets the gradient of every copy selected from it.
+  // (The checks call fn again before running backward, so fn clones the output out of the arena.)
+  const Tensor row_mask = ctx.from_vector<bool>({true, false, true, true}, {4, 1});
+  forge_test::check_gradients(
+      [&](const std::vector<Tensor>& in) {
+        const Tensor picked = forge::masked_select(in[0], row_mask, &arena).clone();
+        return picked * forge::arange(1, static_cast<double>(picked.numel()) + 1, 1, picked.dtype());
+      },
+      {ctx.randn({4, 3}, forge::DType::f64).requires_grad_()});
+  forge_test::check_gradients(
+      [&](const std::vector<Tensor>& in) { return forge::masked_select(in[0], mask, &arena).clone().square(); },
+      {ctx.randn({2, 2}, forge::DType::f64).requires_grad_()});
+  // Nothing selected: a zero gradient.
+  Tensor z = ctx.ones({3}, forge::DType::f64).requires_grad_();
+  forge::masked_select(z, ctx.zeros({3}, forge::DType::boolean), &arena).sum().backward();
+  CHECK(values(z.grad()) == std::vector<double>{0, 0, 0});
 }

@@ -1,6 +1,7 @@
 #pragma once
 // The umbrella header: everything a program using forge needs.
 
+#include "forge/amp.h"
 #include "forge/arena.h"
 #include "forge/autograd.h"
 #include "forge/buffer.h"

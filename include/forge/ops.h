@@ -7,6 +7,7 @@
 
 #include "forge/arena.h"
 #include "forge/ops/elementwise.h"
+#include "forge/ops/indexing.h"
 #include "forge/ops/linalg.h"
 #include "forge/ops/nn.h"
 #include "forge/ops/reduce.h"

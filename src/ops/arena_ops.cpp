@@ -1,8 +1,18 @@
 // Calls whose output size only the call knows. Each opens its ArenaCall first
 // (which checks the arena and rewinds it), then validates its inputs, sizes
 // every output and reserves them together, so a steady loop allocates once.
+//
+// Note [Arena outputs under autograd]
+// masked_select records its output, as libtorch's does: the node saves the
+// positions of the selected elements (a pool tensor, not the arena's bytes),
+// and its gradient adds the output's gradient back at them. The output itself
+// still becomes stale at the arena's next call; a node downstream that saved
+// it then refuses to run backward (stale_output), so keep the arena for the
+// step when such ops read it. The other calls refuse an input that requires
+// grad, since their ragged views are not tensors a tape could continue from.
 
 #include "autograd/record.h"
+#include "autograd/rules/common.h"
 #include "core/tensor_internal.h"
 #include "forge/ops.h"
 
@@ -56,13 +66,34 @@ void check_mask(const char* op, const Tensor& mask) {
 
 void check_pair(const char* op, const Tensor& x, const Tensor& mask) {
   detail::check_input(op, x, "x");
-  // Arena outputs are the caller's memory, outside the tape: refuse rather than
-  // hand back values whose gradient would silently be lost.
-  FORGE_CHECK(!autograd::needs_grad(x), not_implemented, op,
-              "x requires grad, and arena outputs are not recorded by autograd; "
-              "call under NoGradGuard or pass x.detach()");
   check_mask(op, mask);
   detail::check_same_runtime(op, x, mask);
+}
+
+// For the calls that do not record (Note [Arena outputs under autograd]):
+// refuse rather than hand back values whose gradient would silently be lost.
+void check_unrecorded(const char* op, const Tensor& x) {
+  FORGE_CHECK(!autograd::needs_grad(x), not_implemented, op, "x requires grad, and the outputs of ", op,
+              " are not recorded by autograd; "
+              "call under NoGradGuard or pass x.detach()");
+}
+
+// The flat positions (row-major over the flags' shape) of the set flags, [count] i64 from the pool.
+Tensor flag_positions(const char* op, const Flags& flags, std::int64_t n) {
+  Tensor positions = detail::allocate(flags.bytes.runtime(), Shape{flags.count, 1}, DType::i64, op);
+  detail::DeviceRuntime& dev = detail::device_runtime(positions);
+  dev.kernels().indexing.nonzero.get(op, DType::boolean, dev)(
+      dev, Shape{n}, flags.data, reinterpret_cast<std::int64_t*>(detail::first_element(positions)));
+  return positions.reshape(Shape{flags.count});
+}
+
+// The gradient of x (broadcast to `shape`) is zero but at the selected
+// positions, which get the output's gradient in order.
+void record_masked_select(const Tensor& out, const Tensor& x, const Tensor& positions, const Shape& shape) {
+  autograd::record(out, "masked_select", autograd::inputs(x), autograd::saves(positions), [shape](autograd::Vjp& v) {
+    const Tensor flat = autograd::rules::zeros_like_shape(v.grad(), Shape{shape.numel()}, v.grad().dtype());
+    v.set(0, scatter_add(flat, 0, v.saved(0), v.grad()).reshape(shape));
+  });
 }
 
 }  // namespace
@@ -74,8 +105,10 @@ Tensor masked_select(const Tensor& x, const Tensor& mask, Arena* arena) try {
   const Shape shape = broadcast_shapes(x.shape(), mask.shape(), op);
   const Flags flags = flags_of(op, mask, shape);
   const Tensor values = packed(op, x, shape, x.dtype());
+  const Tensor positions = autograd::needs_grad(x) ? flag_positions(op, flags, shape.numel()) : Tensor();
   Tensor out = call.allocate(Shape{flags.count}, x.dtype());
   compact_rows(op, out, values, flags.data, shape.numel(), x.element_size());
+  if (positions.defined()) record_masked_select(out, x, positions, shape);
   call.commit();
   return out;
 }
@@ -100,6 +133,7 @@ RowsView rows_where(const Tensor& x, const Tensor& mask, Arena* arena) try {
   const char* op = "rows_where";
   ArenaCall call(op, arena, {x, mask});
   check_pair(op, x, mask);
+  check_unrecorded(op, x);
   FORGE_CHECK(x.dim() == 2, shape, op, "x must be [N, D], got ", x.shape());
   FORGE_CHECK(mask.dim() == 1 && mask.size(0) == x.size(0), shape, op, "mask must be [", x.size(0), "], got ",
               mask.shape());
@@ -134,6 +168,7 @@ RowsTapeView rows_where_per_item(const Tensor& x, const Tensor& mask, Arena* are
   const char* op = "rows_where_per_item";
   ArenaCall call(op, arena, {x, mask});
   check_pair(op, x, mask);
+  check_unrecorded(op, x);
   FORGE_CHECK(x.dim() == 3, shape, op, "x must be [B, T, D], got ", x.shape());
   FORGE_CHECK(mask.dim() == 2 && mask.size(0) == x.size(0) && mask.size(1) == x.size(1), shape, op, "mask must be [",
               x.size(0), ", ", x.size(1), "], got ", mask.shape());

@@ -19,6 +19,7 @@
 
 #include "autograd/record.h"
 #include "autograd/rules/nn.h"
+#include "forge/amp.h"
 #include "forge/ops.h"
 #include "ops/attention_internal.h"
 #include "ops/nn_internal.h"
@@ -171,6 +172,10 @@ void run_attention(const char* op, Tensor& out, const Tensor& q, const Tensor& k
 
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& attn_mask,
                                     bool is_causal, std::optional<double> scale, CausalAlign align) try {
+  if (amp::detail::autocasts(q, k, v, attn_mask)) [[unlikely]] {
+    return scaled_dot_product_attention(amp::detail::autocast(q), amp::detail::autocast(k), amp::detail::autocast(v),
+                                        amp::detail::autocast(attn_mask), is_causal, scale, align);
+  }
   const char* op = "scaled_dot_product_attention";
   const Attention a = plan_attention(op, q, k, v, attn_mask, is_causal, scale, align);
   Tensor out = detail::allocate(q.runtime(), a.out_shape, q.dtype(), op);

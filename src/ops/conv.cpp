@@ -15,6 +15,7 @@
 
 #include "autograd/record.h"
 #include "core/checked_int.h"
+#include "forge/amp.h"
 #include "forge/ops.h"
 #include "ops/linalg_internal.h"
 
@@ -258,6 +259,8 @@ Tensor& pool_into(const char* op, Tensor& out, const Tensor& x, const Pool2dOpti
 }  // namespace
 
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dOptions& options) try {
+  if (amp::detail::autocasts(x, weight, bias)) [[unlikely]]
+    return conv2d(amp::detail::autocast(x), amp::detail::autocast(weight), amp::detail::autocast(bias), options);
   ConvPlan pl = plan_conv("conv2d", x, weight, bias, options);
   Tensor out = detail::allocate(x.runtime(), pl.out_shape, x.dtype(), "conv2d");
   compute_conv("conv2d", pl, x, weight, bias, out);

@@ -2,11 +2,13 @@
 // (possibly batched, possibly broadcast) strided matrices, checks them, and
 // hands one MatmulProblem to the linalg family's matmul entry of its device.
 // Nothing is copied to make an operand contiguous; the kernel reads views
-// through their strides.
+// through their strides. Under autocast (forge/amp.h) matmul, bmm and linear
+// first recall themselves on their f32 operands cast to the region's dtype.
 
 #include "autograd/rules/linalg.h"
 
 #include "autograd/record.h"
+#include "forge/amp.h"
 #include "forge/ops.h"
 #include "ops/linalg_internal.h"
 
@@ -209,6 +211,8 @@ Plan plan_dot(const char* op, const Tensor& a, const Tensor& b) {
 // Each op records itself when autograd needs it (FORGE_RECORD; the rules are
 // in src/autograd/rules/linalg.cpp). The _into forms do not record.
 Tensor matmul(const Tensor& a, const Tensor& b) try {
+  if (amp::detail::autocasts(a, b)) [[unlikely]]
+    return matmul(amp::detail::autocast(a), amp::detail::autocast(b));
   check_operands("matmul", a, "a", b, "b");
   Plan pl = plan_matmul("matmul", a, b);
   Tensor out = run("matmul", pl, a);
@@ -227,6 +231,8 @@ Tensor mm(const Tensor& a, const Tensor& b) try {
 FORGE_CATCH_OOM("mm")
 
 Tensor bmm(const Tensor& a, const Tensor& b) try {
+  if (amp::detail::autocasts(a, b)) [[unlikely]]
+    return bmm(amp::detail::autocast(a), amp::detail::autocast(b));
   check_operands("bmm", a, "a", b, "b");
   Plan pl = plan_bmm("bmm", a, b);
   Tensor out = run("bmm", pl, a);
@@ -236,6 +242,8 @@ Tensor bmm(const Tensor& a, const Tensor& b) try {
 FORGE_CATCH_OOM("bmm")
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) try {
+  if (amp::detail::autocasts(x, weight, bias)) [[unlikely]]
+    return linear(amp::detail::autocast(x), amp::detail::autocast(weight), amp::detail::autocast(bias));
   check_operands("linear", x, "x", weight, "weight");
   check_bias("linear", bias, x);
   Plan pl = plan_linear("linear", x, weight, bias);
