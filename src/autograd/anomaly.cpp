@@ -24,6 +24,7 @@ const char* non_finite(const Tensor& g) {
 }  // namespace
 
 void check_anomaly(const autograd::Node& node, std::span<const Tensor> grads) {
+  autograd::NoGradGuard no_grad;  // the check itself records nothing
   for (std::size_t i = 0; i < grads.size(); ++i) {
     const Tensor& g = grads[i];
     if (!g.defined() || !is_floating(g.dtype())) continue;
