@@ -33,8 +33,7 @@ int main() {
   std::cout << "gradcheck " << (check ? "passed" : "failed") << ", largest error " << check.max_abs_error << "\n";
 
   // Hooks: clip the gradient flowing through y, keep it, and hear when x.grad is final.
-  forge::autograd::HookHandle clip =
-      y.register_hook([](const forge::Tensor& g) { return forge::clamp(g, -1.0, 1.0); });
+  forge::autograd::HookHandle clip = y.register_hook([](const forge::Tensor& g) { return forge::clamp(g, -1.0, 1.0); });
   y.retain_grad();
   forge::autograd::HookHandle ready = x.register_post_accumulate_grad_hook(
       [](const forge::Tensor& leaf) { std::cout << "x.grad is final: " << leaf.grad().shape() << "\n"; });

@@ -68,7 +68,9 @@ struct BrokenAffine : autograd::Function<BrokenAffine> {
 struct Scripted : autograd::Function<Scripted> {
   static constexpr const char* name = "Scripted";
   static inline std::function<variable_list(const Tensor& grad)> script;
-  static Tensor forward(AutogradContext*, const Tensor& x, std::int64_t scale) { return x * static_cast<double>(scale); }
+  static Tensor forward(AutogradContext*, const Tensor& x, std::int64_t scale) {
+    return x * static_cast<double>(scale);
+  }
   static variable_list backward(AutogradContext*, variable_list grad_outputs) { return script(grad_outputs[0]); }
 };
 
@@ -90,12 +92,12 @@ TEST_CASE("function: gradcheck in f64 passes for a correct custom function and f
   Tensor x = ctx.randn({4, 3}, DType::f64).requires_grad_();
   Tensor w = ctx.randn({3, 5}, DType::f64).requires_grad_();
   Tensor b = ctx.randn({5}, DType::f64).requires_grad_();
-  auto good = autograd::gradcheck([](const std::vector<Tensor>& in) { return Affine::apply(in[0], in[1], in[2]); },
-                                  {x, w, b});
+  auto good =
+      autograd::gradcheck([](const std::vector<Tensor>& in) { return Affine::apply(in[0], in[1], in[2]); }, {x, w, b});
   INFO(good.message);
   CHECK(good.ok);
-  auto bad = autograd::gradcheck(
-      [](const std::vector<Tensor>& in) { return BrokenAffine::apply(in[0], in[1], in[2]); }, {x, w, b});
+  auto bad = autograd::gradcheck([](const std::vector<Tensor>& in) { return BrokenAffine::apply(in[0], in[1], in[2]); },
+                                 {x, w, b});
   CHECK_FALSE(bad.ok);
   CHECK(bad.message.find("input 1") != std::string::npos);
   auto cube = autograd::gradcheck([](const std::vector<Tensor>& in) { return ScaledCube::apply(in[0], -0.5); }, {x});

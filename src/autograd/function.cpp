@@ -86,8 +86,8 @@ class FunctionNode final : public Node {
 
   void set_gradient(Vjp& vjp, std::size_t i, Tensor g) {
     if (!g.defined() || !vjp.needs(i)) return;
-    FORGE_CHECK(g.shape() == vjp.input_shape(i), backward, name(), "backward returned a gradient of shape ",
-                g.shape(), " for input ", i, " of shape ", vjp.input_shape(i));
+    FORGE_CHECK(g.shape() == vjp.input_shape(i), backward, name(), "backward returned a gradient of shape ", g.shape(),
+                " for input ", i, " of shape ", vjp.input_shape(i));
     FORGE_CHECK(is_floating(g.dtype()), backward, name(), "backward returned a gradient of dtype ",
                 dtype_name(g.dtype()), " for input ", i);
     vjp.set(i, std::move(g));

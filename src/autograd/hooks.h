@@ -32,8 +32,8 @@ struct HookEntry : RefCounted<HookEntry> {
   // Drops the callable now unless it is running (then after it returns).
   void remove() noexcept;
 
-  std::function<Tensor(const Tensor&)> pre;   // register_hook
-  std::function<void(const Tensor&)> post;    // register_post_accumulate_grad_hook
+  std::function<Tensor(const Tensor&)> pre;  // register_hook
+  std::function<void(const Tensor&)> post;   // register_post_accumulate_grad_hook
   bool active = true;
   bool running = false;
 };

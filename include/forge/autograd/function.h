@@ -86,9 +86,13 @@ std::string demangle(const char* mangled);
 
 template <typename F>
 const char* function_name() {
-  if constexpr (requires { { F::name } -> std::convertible_to<const char*>; }) {
+  if constexpr (requires {
+                  { F::name } -> std::convertible_to<const char*>;
+                }) {
     return F::name;
-  } else if constexpr (requires { { F::name() } -> std::convertible_to<const char*>; }) {
+  } else if constexpr (requires {
+                         { F::name() } -> std::convertible_to<const char*>;
+                       }) {
     return F::name();
   } else {
     static const std::string name = demangle(typeid(F).name());
@@ -109,10 +113,10 @@ class SavedValue {
  public:
   SavedValue() = default;
   template <typename T>
-    requires(!std::same_as<std::decay_t<T>, SavedValue>)
-  SavedValue(T&& value) : value_(normalize(std::forward<T>(value))) {}  // NOLINT: implicit, as IValue
+  requires(!std::same_as<std::decay_t<T>, SavedValue>) SavedValue(T&& value)
+      : value_(normalize(std::forward<T>(value))) {}  // NOLINT: implicit, as IValue
 
-  double to_double() const;        // a double or an integer
+  double to_double() const;  // a double or an integer
   std::int64_t to_int() const;
   bool to_bool() const;
   const Tensor& to_tensor() const;
