@@ -30,7 +30,7 @@ void check_anomaly(const autograd::Node& node, std::span<const Tensor> grads) {
     if (!g.defined() || !is_floating(g.dtype())) continue;
     if (const char* what = non_finite(g))
       FORGE_FAIL(backward, "backward", "the backward of ", node.name(), " (recorded as node #", node.sequence_nr(),
-                 ") produced ", what, " in the gradient of input ", i, " of shape ", g.shape(), " (anomaly mode)");
+                 ") produced ", what, " in the gradient of input ", i, " of shape ", g.shape());
   }
 }
 
