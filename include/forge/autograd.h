@@ -8,11 +8,17 @@
 
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "forge/tensor.h"
 
-namespace forge::autograd {
+namespace forge {
+namespace detail {
+struct HookEntry;  // src/autograd/hooks.h
+}
+
+namespace autograd {
 
 // Whether ops record on this thread (on by default).
 class GradMode {
@@ -40,6 +46,51 @@ class GradModeGuard {
 class NoGradGuard : public GradModeGuard {
  public:
   NoGradGuard() noexcept : GradModeGuard(false) {}
+};
+
+// The handle of a hook registered on a tensor (Tensor::register_hook,
+// register_post_accumulate_grad_hook), as libtorch's RemovableHandle:
+// remove() unregisters it (a second call does nothing); dropping the handle
+// leaves the hook registered. active(): registered, and its tensor alive.
+class HookHandle {
+ public:
+  HookHandle() noexcept = default;
+  explicit HookHandle(detail::HookEntry* entry) noexcept : entry_(entry) {}  // takes over a reference
+  HookHandle(HookHandle&& other) noexcept : entry_(std::exchange(other.entry_, nullptr)) {}
+  HookHandle& operator=(HookHandle&& other) noexcept;
+  HookHandle(const HookHandle&) = delete;
+  HookHandle& operator=(const HookHandle&) = delete;
+  ~HookHandle();
+
+  void remove() noexcept;
+  bool active() const noexcept;
+
+ private:
+  detail::HookEntry* entry_ = nullptr;
+};
+
+// Anomaly mode (docs/AUTOGRAD.md "Anomaly mode"), per thread like grad mode:
+// while on, backward checks every gradient a node's VJP produces and throws
+// ErrorCode::backward naming the op and its node when one holds NaN or Inf.
+class AnomalyMode {
+ public:
+  static bool is_enabled() noexcept { return enabled_; }
+  static void set_enabled(bool enabled) noexcept { enabled_ = enabled; }
+
+ private:
+  static inline thread_local bool enabled_ = false;
+};
+
+// Turns anomaly mode on for its lifetime and restores the previous mode.
+class DetectAnomalyGuard {
+ public:
+  DetectAnomalyGuard() noexcept : previous_(AnomalyMode::is_enabled()) { AnomalyMode::set_enabled(true); }
+  ~DetectAnomalyGuard() { AnomalyMode::set_enabled(previous_); }
+  DetectAnomalyGuard(const DetectAnomalyGuard&) = delete;
+  DetectAnomalyGuard& operator=(const DetectAnomalyGuard&) = delete;
+
+ private:
+  bool previous_;
 };
 
 // Backpropagates from `outputs` into the .grad() of the leaves that reach
@@ -93,4 +144,5 @@ GradcheckResult gradgradcheck(const std::function<Tensor(const std::vector<Tenso
                               const std::vector<Tensor>& inputs,
                               const GradcheckOptions& options = {.atol = 1e-4, .rtol = 1e-3});
 
-}  // namespace forge::autograd
+}  // namespace autograd
+}  // namespace forge

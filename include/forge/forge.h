@@ -4,6 +4,7 @@
 #include "forge/amp.h"
 #include "forge/arena.h"
 #include "forge/autograd.h"
+#include "forge/autograd/function.h"
 #include "forge/buffer.h"
 #include "forge/buffer_pool.h"
 #include "forge/cuda.h"

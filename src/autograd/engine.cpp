@@ -27,6 +27,19 @@
 // .grad is accumulated into in place as its gradients arrive (keeping them
 // until the end would cost a gradient-sized buffer per parameter); a pass
 // that fails part-way leaves the sums that reached them, as libtorch does.
+//
+// Note [Leaf hooks]
+// A leaf with hooks (src/autograd/hooks.h) must see its gradient once per
+// pass, summed, and its post-accumulate hooks must run as soon as its .grad
+// is final, not at the end of the pass. So walk() also counts the edges into
+// each hooked leaf (for grad(): each hooked leaf it captures); to_leaf sums
+// their contributions (undefined ones count too) and, at the last, runs the
+// leaf's pre-hooks on the sum, accumulates it, and calls the post-accumulate
+// hooks. A leaf that had no .grad gets its gradient at that point, before
+// its hooks run, instead of at the final commit; should the pass fail later,
+// that .grad is taken back with the others, so a failing pass still leaves
+// no new .grad (the hook may have seen it). Leaves without hooks pay one
+// pointer check.
 
 #include <algorithm>
 #include <atomic>
@@ -105,7 +118,11 @@ class Engine {
       n->pending_ = 0;
     }
     // Left only when the pass failed: the kept gradients are dropped.
-    for (auto& [leaf, g] : fresh_) detail::AutogradAccess::meta(*leaf)->fresh_epoch = 0;
+    for (auto& [leaf, g] : fresh_) {
+      detail::AutogradMeta& meta = *detail::AutogradAccess::meta(*leaf);
+      meta.fresh_epoch = 0;
+      if (!g.defined()) meta.grad = Tensor();  // handed over early (Note [Leaf hooks])
+    }
   }
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -122,6 +139,10 @@ class Engine {
   static bool newer_last(const Node* a, const Node* b) noexcept { return a->sequence_nr_ < b->sequence_nr_; }
   void to_leaf(TensorImpl* leaf, Tensor g);
   void commit_fresh_grads();
+  // Note [Leaf hooks]
+  void count_hooked_leaf(TensorImpl* leaf);
+  bool gather_hooked(detail::AutogradMeta& meta, Tensor& g);
+  void post_accumulate(detail::AutogradMeta& meta, TensorImpl* leaf);
 
   bool retain_graph_;
   bool create_graph_;
@@ -132,9 +153,19 @@ class Engine {
   std::vector<Tensor> grads_;
   // First gradients of leaves without a .grad, handed over at the end.
   std::vector<std::pair<Ref<TensorImpl>, Tensor>> fresh_;
+  // Hooked leaves: contributions still due and their sum so far.
+  struct HookedLeaf {
+    std::int64_t pending = 0;
+    Tensor sum;
+  };
+  std::vector<HookedLeaf> hooked_;
 };
 
 void Engine::to_leaf(TensorImpl* leaf, Tensor g) {
+  detail::AutogradMeta* hooked = detail::AutogradAccess::meta(*leaf);
+  if (hooked && hooked->hook_epoch != epoch_) hooked = nullptr;
+  if (hooked && !gather_hooked(*hooked, g)) return;
+  if (!g.defined()) return;
   if (capture_) {
     capture_->add(leaf, g);
     return;
@@ -151,16 +182,52 @@ void Engine::to_leaf(TensorImpl* leaf, Tensor g) {
     meta.fresh_slot = fresh_.size();
     fresh_.emplace_back(Ref<TensorImpl>::share(leaf), std::move(g));
   }
+  if (hooked) post_accumulate(meta, leaf);
+}
+
+// Note [Leaf hooks]: one more contribution due to `leaf` this pass.
+void Engine::count_hooked_leaf(TensorImpl* leaf) {
+  detail::AutogradMeta* meta = detail::AutogradAccess::meta(*leaf);
+  if (!meta || !meta->hooks || (capture_ && !capture_->has(leaf))) return;
+  if (meta->hook_epoch != epoch_) {
+    hooked_.emplace_back();
+    meta->hook_epoch = epoch_;
+    meta->hook_slot = hooked_.size() - 1;
+  }
+  ++hooked_[meta->hook_slot].pending;
+}
+
+// Sums g into the leaf's slot; at the last contribution, g becomes the sum
+// after the leaf's hooks and the answer is true.
+bool Engine::gather_hooked(detail::AutogradMeta& meta, Tensor& g) {
+  HookedLeaf& slot = hooked_[meta.hook_slot];
+  if (g.defined()) accumulate_into(slot.sum, std::move(g));
+  if (--slot.pending > 0) return false;
+  g = std::move(slot.sum);
+  if (g.defined()) g = detail::run_pre_hooks(*meta.hooks, std::move(g));
+  return g.defined();
+}
+
+// The leaf's .grad is final for this pass: hand a first gradient over now
+// and call the post-accumulate hooks.
+void Engine::post_accumulate(detail::AutogradMeta& meta, TensorImpl* leaf) {
+  if (meta.hooks->post.empty()) return;
+  if (!meta.grad.defined()) {
+    Tensor& g = fresh_[meta.fresh_slot].second;
+    if (!sole_owner(g)) g = g.clone();
+    meta.grad = std::move(g);  // left undefined: the commit skips it, a failing pass takes it back
+  }
+  detail::run_post_hooks(*meta.hooks, *leaf);
 }
 
 // Note [All-or-nothing .grad]: first every copy (the only step that can
 // fail), then the hand-over, which cannot.
 void Engine::commit_fresh_grads() {
   for (auto& [leaf, g] : fresh_)
-    if (!sole_owner(g)) g = g.clone();
+    if (g.defined() && !sole_owner(g)) g = g.clone();
   for (auto& [leaf, g] : fresh_) {
     detail::AutogradMeta& meta = *detail::AutogradAccess::meta(*leaf);
-    meta.grad = std::move(g);
+    if (g.defined()) meta.grad = std::move(g);
     meta.fresh_epoch = 0;
   }
   fresh_.clear();
@@ -186,7 +253,10 @@ void Engine::walk(Node* root) {
     if (i < n->edges_.size()) {
       ++stack.back().second;
       Node* child = n->edges_[i].node.get();
-      if (!child) continue;
+      if (!child) {
+        if (TensorImpl* leaf = n->edges_[i].leaf.get()) count_hooked_leaf(leaf);
+        continue;
+      }
       if (child->visit_ != epoch_) enter(child);
       ++child->pending_;
       continue;
@@ -226,8 +296,12 @@ void Engine::run(const std::vector<Tensor>& outputs, const std::vector<Tensor>& 
     }
     seeds[i] = std::move(g);
   }
-  for (const Tensor& out : outputs)
-    if (Node* fn = detail::grad_fn_of(out)) walk(fn);
+  for (const Tensor& out : outputs) {
+    if (Node* fn = detail::grad_fn_of(out))
+      walk(fn);
+    else
+      count_hooked_leaf(out.impl());
+  }
   for (std::size_t i = 0; i < outputs.size(); ++i) {
     if (Node* fn = detail::grad_fn_of(outputs[i]))
       accumulate_into(fn->grad_, std::move(seeds[i]));
@@ -265,6 +339,7 @@ void Engine::run(const std::vector<Tensor>& outputs, const std::vector<Tensor>& 
 // values the forward did not use: refuse, naming the op.
 void Engine::run_node(Node* n) {
   Tensor g = std::move(n->grad_);
+  if (n->hooks() && g.defined()) g = detail::run_node_hooks(*n->hooks(), std::move(g), !capture_);
   if (capture_ && capture_->has(n)) capture_->add(n, g);
   FORGE_CHECK(!n->released_, backward, "backward", "the graph through ", n->name(),
               " was freed by an earlier backward; pass retain_graph = true to run it again");
@@ -279,6 +354,7 @@ void Engine::run_node(Node* n) {
     else
       n->apply(g, grads_);
   }
+  if (AnomalyMode::is_enabled()) detail::check_anomaly(*n, grads_);
   g = Tensor();
   for (std::size_t i = 0; i < n->edges_.size(); ++i) {
     const Edge& e = n->edges_[i];
@@ -286,7 +362,7 @@ void Engine::run_node(Node* n) {
     if (Node* child = e.node.get()) {
       if (gi.defined()) accumulate_into(child->grad_, std::move(gi));
       if (--child->pending_ == 0 && child->needed_) push(child);
-    } else if (e.leaf && gi.defined()) {
+    } else if (e.leaf && (gi.defined() || !hooked_.empty())) {
       to_leaf(e.leaf.get(), std::move(gi));
     }
   }

@@ -9,10 +9,12 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <vector>
 
+#include "autograd/hooks.h"
 #include "forge/ref.h"
 #include "forge/tensor.h"
 
@@ -115,6 +117,12 @@ class Node : public RefCounted<Node> {
   std::span<const Edge> edges() const noexcept { return edges_; }
   std::span<SavedTensor> saved() noexcept { return saved_; }
   bool released() const noexcept { return released_; }
+  // The hooks of this node's output (Note [Where hooks live] in hooks.h): null unless one was registered.
+  detail::TensorHooks* hooks() const noexcept { return hooks_.get(); }
+  detail::TensorHooks& ensure_hooks() {
+    if (!hooks_) hooks_ = std::make_unique<detail::TensorHooks>();
+    return *hooks_;
+  }
 
   // Runs the VJP: fills grads[i] (one per edge) for the inputs that want one.
   void apply(const Tensor& grad, std::span<Tensor> grads) {
@@ -148,6 +156,7 @@ class Node : public RefCounted<Node> {
   std::span<Edge> edges_;
   std::span<SavedTensor> saved_;
   bool released_ = false;
+  std::unique_ptr<detail::TensorHooks> hooks_;
   // The engine's scratch while a backward pass runs.
   Tensor grad_;
   std::int64_t pending_ = 0;
