@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -23,6 +24,7 @@ using forge::DType;
 using forge::Tensor;
 using forge::data::Batch;
 using forge::data::DataLoader;
+using forge::data::DataLoaderOptions;
 using forge::data::Example;
 using forge::data::Position;
 using forge_test::numbered_dataset;
@@ -401,4 +403,45 @@ TEST_CASE("data: DataLoader with a DistributedSampler gives each rank its shard"
   std::sort(all.begin(), all.end());
   CHECK(all.size() == 21);
   CHECK(std::adjacent_find(all.begin(), all.end()) == all.end());  // disjoint
+}
+
+TEST_CASE("data: every heap allocation failure of next() is out_of_memory and loses no batch", "[data]") {
+  // Each batch is walked: the calling thread's nth heap allocation fails, for
+  // n = 1, 2, ... until next() succeeds; the batches that come out are the
+  // reference's. Worker threads are not failed (heap_fault.h): with workers
+  // this walks the collate and the transform, without them the gather too.
+  TestContext ctx;
+  auto numbers = std::make_shared<Numbers>(40);
+  const auto twice = [](const Tensor& x) { return x * 2.0; };
+  for (int workers : {0, 2}) {
+    INFO(workers << " workers");
+    DataLoaderOptions options{.batch_size = 6, .seed = 5, .transform = twice, .num_workers = workers};
+    DataLoader reference(ctx, numbers, options);
+    const Flat want = batches_of(reference, 0);
+    DataLoader loader(ctx, numbers, options);
+    loader.begin_epoch(0);
+    const std::int64_t outstanding = ctx.stats().outstanding;
+    Flat got;
+    int failures = 0;
+    for (std::uint64_t n = 1;; ++n) {
+      std::optional<Batch> b;
+      forge_test::heap::fail_after(n);
+      try {
+        b = loader.next();
+        forge_test::heap::fail_after(0);
+      } catch (const forge::Error& e) {
+        forge_test::heap::fail_after(0);
+        CHECK(e.code() == forge::ErrorCode::out_of_memory);
+        CHECK(ctx.stats().outstanding == outstanding);
+        ++failures;
+        continue;
+      }
+      if (!b) break;
+      got.push_back(values(b->input));
+      got.push_back(values(b->target));
+      n = 0;  // the next batch from its first allocation
+    }
+    CHECK(got == want);
+    CHECK(failures > 7);
+  }
 }
