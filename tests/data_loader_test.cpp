@@ -445,3 +445,26 @@ TEST_CASE("data: every heap allocation failure of next() is out_of_memory and lo
     CHECK(failures > 7);
   }
 }
+
+TEST_CASE("data: the dataset of dataset.h's example batches as it says", "[data]") {
+  TestContext ctx;
+  struct Squares : forge::data::Dataset {
+    std::int64_t size() const override { return 100; }
+    void fill(std::int64_t i, forge::data::Example& out) const override {
+      out.input.reset({1}, DType::f32);
+      out.input.as<float>()[0] = float(i);
+      out.target.reset({}, DType::i64);
+      out.target.as<std::int64_t>()[0] = i * i;
+    }
+  };
+  DataLoader loader(ctx, std::make_shared<Squares>(), {.batch_size = 32, .shuffle = false, .num_workers = 2});
+  CHECK(loader.size() == 4);
+  loader.begin_epoch(0, 3);
+  const auto last = loader.next();
+  REQUIRE(last);
+  CHECK(last->input.shape() == forge::Shape{4, 1});
+  CHECK(last->input.to_vector<float>() == std::vector<float>{96, 97, 98, 99});
+  CHECK(last->target.to_vector<std::int64_t>() == std::vector<std::int64_t>{9216, 9409, 9604, 9801});
+  CHECK_FALSE(loader.next());
+  CHECK(loader.position() == Position{0, 4});
+}

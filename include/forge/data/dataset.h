@@ -4,8 +4,10 @@
 //   struct Squares : data::Dataset {
 //     std::int64_t size() const override { return 100; }
 //     void fill(std::int64_t i, data::Example& out) const override {
-//       *out.input.reset({1}, DType::f32).as<float>() = float(i);
-//       *out.target.reset({}, DType::i64).as<std::int64_t>() = i * i;
+//       out.input.reset({1}, DType::f32);
+//       out.input.as<float>()[0] = float(i);
+//       out.target.reset({}, DType::i64);
+//       out.target.as<std::int64_t>()[0] = i * i;
 //     }
 //   };
 //
