@@ -1,30 +1,53 @@
 #pragma once
-// DataLoader: batches of an in-memory dataset (inputs [N, ...], targets [N, ...]),
-// shuffled per epoch from a seed, with the next batch gathered on a
-// background thread while the current one trains.
+// DataLoader: batches of a Dataset, in the order a Sampler gives per epoch,
+// gathered ahead by worker threads while the current batch trains.
 //
-//   data::DataLoader loader(ctx, images, labels, {.batch_size = 64, .seed = 1});
+//   auto text = std::make_shared<data::TextWindowDataset>("corpus.txt", data::TextWindowOptions{.context = 128});
+//   data::DataLoader loader(ctx, text, {.batch_size = 32, .seed = 1, .num_workers = 2});
 //   for (std::int64_t e = 0; e < epochs; ++e)
 //     for (const data::Batch& b : loader.epoch(e)) train_step(b.input, b.target);
 //
+// or over in-memory tensors (a TensorDataset):
+//
+//   data::DataLoader loader(ctx, images, labels, {.batch_size = 64, .seed = 1});
+//
 // or, by hand: loader.begin_epoch(e); while (auto b = loader.next()) { ... }
 //
-// Epoch e visits every sample exactly once, in the order of a Fisher-Yates
-// shuffle seeded with seed + e (the same on every platform and run), or in
-// dataset order when shuffle is off. Batches are fresh tensors from the
-// context's pool (a steady loop allocates nothing from the system); the
-// transform, if any, runs on the calling thread. The dataset tensors are
-// read by the background thread: do not write to them while a loader lives.
+// Order. Epoch e visits the sampler's indices(e) in batches of batch_size
+// (the last one smaller unless drop_last). Without a sampler: a Fisher-Yates
+// shuffle seeded with seed + e (the same on every platform and run), or
+// dataset order when shuffle is off.
+//
+// Threads. num_workers threads call Dataset::fill and gather up to
+// 2 * num_workers batches ahead, in order; with 0 (or prefetch off) the
+// calling thread gathers each batch in next(). Batches are fresh tensors from
+// the context's pool, made on the calling thread, where the collate and the
+// transform run too (Note [DataLoader prefetch] in src/data/dataloader.cpp).
+// The batches do not depend on num_workers.
+//
+// Failures. When next() throws (the dataset's fill, the collate, the
+// transform, out of memory), the batch is not consumed: position() still
+// names it and the next call tries it again (gathering it anew when the
+// dataset threw), so nothing is skipped silently. To move past a batch that
+// always fails, begin_epoch(epoch, position().batch + 1).
+//
+// Resuming. position() is {epoch, the batch next() returns next};
+// begin_epoch(epoch, batch) continues from there with exactly the batches an
+// uninterrupted run gets.
 
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <iterator>
+#include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <thread>
 #include <vector>
 
+#include "forge/data/dataset.h"
+#include "forge/data/sampler.h"
 #include "forge/tensor.h"
 
 namespace forge {
@@ -35,17 +58,36 @@ namespace forge::data {
 
 struct Batch {
   Tensor input;            // [B, ...] rows of the inputs, after the transform
-  Tensor target;           // [B, ...] rows of the targets (undefined when the loader has none)
+  Tensor target;           // [B, ...] rows of the targets (undefined when the dataset has none)
   std::int64_t index = 0;  // the batch's number in its epoch, from 0
+};
+
+// Turns a batch's examples into tensors of `ctx` (input and target; the
+// loader sets index). Runs on the calling thread: it may make tensors.
+using Collate = std::function<Batch(ExecContext& ctx, std::span<const Example> examples)>;
+
+// The default collate: stacks the examples' inputs into [B, ...] and their
+// targets likewise. Every example must have the input shape and dtype of the
+// first, and a target like the first's or none when it has none (else shape,
+// or dtype, naming both examples). The tensors are on ctx's device.
+Batch default_collate(ExecContext& ctx, std::span<const Example> examples);
+
+struct Position {
+  std::int64_t epoch = 0;
+  std::int64_t batch = 0;  // the batch next() returns next
+  friend bool operator==(const Position&, const Position&) = default;
 };
 
 struct DataLoaderOptions {
   std::int64_t batch_size = 64;
-  bool shuffle = true;
+  bool shuffle = true;                             // without a sampler: permute per epoch
   bool drop_last = false;                          // drop a last batch smaller than batch_size
-  std::uint64_t seed = 0;                          // epoch e shuffles with seed + e
-  bool prefetch = true;                            // gather the next batch on a background thread
+  std::uint64_t seed = 0;                          // without a sampler: epoch e shuffles with seed + e
+  bool prefetch = true;                            // false: no worker threads (num_workers taken as 0)
   std::function<Tensor(const Tensor&)> transform;  // applied to each input batch (e.g. u8 -> f32 / 255)
+  int num_workers = 1;                             // threads gathering ahead; 0: the calling thread, in next()
+  std::shared_ptr<const Sampler> sampler;          // the order; when set, shuffle and seed are unused
+  Collate collate;                                 // examples -> batch; empty: default_collate
 };
 
 class DataLoader {
@@ -53,8 +95,11 @@ class DataLoader {
   class Iterator;
   class EpochRange;
 
-  // inputs: [N, ...]; targets: [N, ...] or undefined. Both on ctx; copied to
-  // contiguous form once if they are not.
+  // A loader over any dataset (kept alive by the loader).
+  DataLoader(ExecContext& ctx, std::shared_ptr<const Dataset> dataset, DataLoaderOptions options = {});
+  // A loader over TensorDataset(inputs, targets). inputs: [N, ...]; targets:
+  // [N, ...] or undefined. Both on ctx; copied to packed host form once if
+  // they are not.
   DataLoader(ExecContext& ctx, Tensor inputs, Tensor targets, DataLoaderOptions options = {});
   ~DataLoader();
   DataLoader(const DataLoader&) = delete;
@@ -62,60 +107,57 @@ class DataLoader {
 
   // Batches per epoch.
   std::int64_t size() const noexcept { return batches_; }
-  std::int64_t dataset_size() const noexcept { return samples_; }
+  std::int64_t dataset_size() const noexcept { return dataset_->size(); }
+  const Dataset& dataset() const noexcept { return *dataset_; }
+  const Sampler& sampler() const noexcept { return *sampler_; }
   const DataLoaderOptions& options() const noexcept { return options_; }
+  int num_workers() const noexcept { return static_cast<int>(workers_.size()); }
 
   // The sample order of epoch e (what its batches visit, in order).
   std::vector<std::int64_t> order(std::int64_t epoch) const;
 
-  // Starts epoch e (abandoning the current one, if any).
-  void begin_epoch(std::int64_t epoch);
+  // Starts epoch e at batch start_batch (0 <= start_batch <= size()),
+  // abandoning the current epoch, if any.
+  void begin_epoch(std::int64_t epoch, std::int64_t start_batch = 0);
   // The next batch of the current epoch, or nullopt at its end.
   std::optional<Batch> next();
-  // A range over epoch e's batches: begin() starts the epoch.
-  EpochRange epoch(std::int64_t epoch);
+  // {epoch begun, batch next() returns next}; {0, 0} before any begin_epoch.
+  Position position() const noexcept { return position_; }
+  // A range over epoch e's batches from start_batch: begin() starts the epoch.
+  EpochRange epoch(std::int64_t epoch, std::int64_t start_batch = 0);
 
  private:
-  // Rows gathered into memory the background thread owns (never a tensor:
-  // only the thread that drives the context may touch its pool).
-  struct Staging {
-    std::vector<std::byte> input;
-    std::vector<std::byte> target;
-    std::int64_t rows = 0;
-  };
+  struct Slot;
 
-  std::int64_t batch_rows(std::int64_t batch) const noexcept;
-  void gather(std::int64_t batch, Staging& into) const noexcept;
-  Batch wrap(const Staging& staged, std::int64_t batch);
-  void request(std::int64_t batch);  // under no lock: hands `batch` to the worker
-  void wait_idle(std::unique_lock<std::mutex>& lock);
+  void start_workers(int count);
+  void stop_workers() noexcept;
   void worker_loop();
+  Slot* next_pending() noexcept;
+  Slot& slot_of(std::int64_t batch) noexcept;
+  void assign(Slot& slot, std::int64_t batch) noexcept;  // under mutex_
+  void gather(Slot& slot) const;
+  std::int64_t batch_rows(std::int64_t batch) const noexcept;
+  Batch wrap(const Slot& slot);
+  void check_examples(const Slot& slot) const;
 
   ExecContext& ctx_;
-  Tensor inputs_;   // contiguous
-  Tensor targets_;  // contiguous or undefined
+  std::shared_ptr<const Dataset> dataset_;
+  std::shared_ptr<const Sampler> sampler_;
   DataLoaderOptions options_;
-  std::int64_t samples_ = 0;
   std::int64_t batches_ = 0;
-  const std::byte* input_base_ = nullptr;  // read by the worker
-  const std::byte* target_base_ = nullptr;
-  std::size_t input_row_bytes_ = 0;
-  std::size_t target_row_bytes_ = 0;
 
-  std::vector<std::int64_t> order_;  // the current epoch's sample order
-  std::int64_t cursor_ = 0;          // the next batch next() returns
+  std::vector<std::int64_t> order_;  // the current epoch's sample order (read by the workers)
+  Position position_;
   bool started_ = false;
-  Staging current_;  // the batch being wrapped (caller's thread)
 
-  // Handover with the worker (Note [DataLoader prefetch] in src/data/dataloader.cpp).
+  // Handover with the workers (Note [DataLoader prefetch]); batch k lives in
+  // slots_[k % slots_.size()].
+  std::vector<Slot> slots_;
   std::mutex mutex_;
-  std::condition_variable cv_;
-  Staging ahead_;                // filled by the worker
-  std::int64_t requested_ = -1;  // batch the worker should gather, -1: none
-  std::int64_t ready_ = -1;      // batch ahead_ holds, -1: none
-  bool busy_ = false;
+  std::condition_variable work_cv_;   // workers wait here for a pending slot
+  std::condition_variable ready_cv_;  // the caller and begin_epoch wait here
   bool stop_ = false;
-  std::thread worker_;
+  std::vector<std::thread> workers_;
 };
 
 class DataLoader::Iterator {
@@ -146,9 +188,10 @@ class DataLoader::Iterator {
 
 class DataLoader::EpochRange {
  public:
-  EpochRange(DataLoader& loader, std::int64_t epoch) : loader_(&loader), epoch_(epoch) {}
+  EpochRange(DataLoader& loader, std::int64_t epoch, std::int64_t start_batch)
+      : loader_(&loader), epoch_(epoch), start_batch_(start_batch) {}
   Iterator begin() {
-    loader_->begin_epoch(epoch_);
+    loader_->begin_epoch(epoch_, start_batch_);
     return Iterator(loader_);
   }
   Iterator end() { return Iterator(); }
@@ -156,8 +199,11 @@ class DataLoader::EpochRange {
  private:
   DataLoader* loader_;
   std::int64_t epoch_;
+  std::int64_t start_batch_;
 };
 
-inline DataLoader::EpochRange DataLoader::epoch(std::int64_t epoch) { return EpochRange(*this, epoch); }
+inline DataLoader::EpochRange DataLoader::epoch(std::int64_t epoch, std::int64_t start_batch) {
+  return EpochRange(*this, epoch, start_batch);
+}
 
 }  // namespace forge::data
