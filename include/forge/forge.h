@@ -3,6 +3,7 @@
 
 #include "forge/arena.h"
 #include "forge/autograd.h"
+#include "forge/autograd/checkpoint.h"
 #include "forge/buffer.h"
 #include "forge/buffer_pool.h"
 #include "forge/cuda.h"
