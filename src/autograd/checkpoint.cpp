@@ -136,6 +136,10 @@ Tensor Recompute::rerun(const std::vector<Tensor>& in) const {
 }
 
 void Recompute::operator()(Vjp& v) {
+  // A VJP runs with grad mode off unless backward records itself
+  // (create_graph); the nested grad() below would not record.
+  FORGE_CHECK(!GradMode::is_enabled(), not_implemented, "checkpoint",
+              "a backward that records (create_graph) through a checkpoint is not supported");
   std::vector<Tensor> in(inputs), wrt;
   std::vector<std::size_t> slot;  // per wrt: its edge; an input may have two (its copy and itself)
   std::unordered_set<const TensorImpl*> known;
