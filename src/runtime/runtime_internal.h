@@ -69,11 +69,16 @@ class ScopeStack {
   // makes activations that only its own backward reads (src/autograd/checkpoint.cpp).
   class Suspend {
    public:
-    explicit Suspend(ScopeStack& stack) noexcept : stack_(stack) {
+    // Only the thread driving the scopes counts (any other one's ops are
+    // refused while scopes are open).
+    explicit Suspend(ScopeStack& stack) noexcept
+        : stack_(stack), active_(stack.owner_.load(std::memory_order_acquire) == std::this_thread::get_id()) {
+      if (!active_) return;
       ++stack_.suspended_;
       stack_.refresh();
     }
     ~Suspend() {
+      if (!active_) return;
       --stack_.suspended_;
       stack_.refresh();
     }
@@ -82,6 +87,7 @@ class ScopeStack {
 
    private:
     ScopeStack& stack_;
+    bool active_;
   };
   // Makes the calling thread the scopes' owner (opening the outermost scope)
   // or checks that it is; releases ownership when the last scope closes.

@@ -28,6 +28,11 @@ using CheckpointFn = std::function<Tensor(const std::vector<Tensor>&)>;
 //   needs no gradient, this is fn(inputs) and records nothing.
 // - The saved inputs are version-checked like any saved tensor, and so are
 //   the leaves fn read.
+// - Called inside a hold scope, the forward's outputs are held by that scope
+//   as every output is, until it closes: checkpoint in a release or
+//   recompute scope (ExecScope::run). The recompute is never held.
+// - A backward that records itself (create_graph) through a checkpoint is
+//   not_implemented.
 Tensor checkpoint(const CheckpointFn& fn, const std::vector<Tensor>& inputs);
 
 }  // namespace forge::autograd
