@@ -410,3 +410,22 @@ TEST_CASE("checkpoint: backward inside a hold scope does not hold the recompute'
   CHECK(plain >= 16);
   CHECK(checkpointed <= 4);
 }
+
+TEST_CASE("checkpoint: integer inputs pass through and a tensor passed twice gets both gradients") {
+  TestContext ctx({.threads = 2, .seed = 9});
+  const Tensor table = ctx.randn({10, 4}).requires_grad_();
+  const Tensor ids = ctx.from_vector<std::int64_t>({1, 3, 3, 7}, {4});
+  const Tensor x0 = ctx.randn({4, 4}).requires_grad_();
+  const auto fn = [&](const Inputs& in) { return forge::embedding(table, in[0]) * in[1] + forge::exp(in[2]); };
+  const auto grads = [&](bool checkpointed) {
+    const Tensor x = x0 * 1.5;  // a non-leaf, passed as inputs 1 and 2
+    const Inputs in{ids, x, x};
+    (checkpointed ? forge::autograd::checkpoint(fn, in) : fn(in)).sum().backward();
+    std::vector<std::vector<std::uint32_t>> out{bits(table.grad()), bits(x0.grad())};
+    Tensor(table).zero_grad();
+    Tensor(x0).zero_grad();
+    return out;
+  };
+  const auto plain = grads(false);
+  CHECK(grads(true) == plain);
+}
