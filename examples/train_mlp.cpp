@@ -37,7 +37,7 @@ int main(int argc, char** argv) {
   forge::optim::Adam adam({w1, b1, w2, b2}, {.lr = 0.02});
 
   for (int step = 1; step <= steps; ++step) {
-    auto scope = ctx.open_exec_scope();  // the step's intermediates, released together at the end
+    auto scope = ctx.open_exec_scope(forge::ScopePolicy::release);  // holds nothing: peak = working set
     forge::Tensor loss = forge::cross_entropy(logits(x), y);
     loss.backward();  // fills w1.grad() ... b2.grad()
     adam.step();

@@ -101,6 +101,38 @@ TEST_CASE("autograd scope: 100 training steps return to one baseline, no system 
   CHECK(last_loss < 0.5 * first_loss);  // it learns
 }
 
+TEST_CASE("autograd scope: 100 steps under release and recompute return to one baseline, warm after step 1") {
+  for (const forge::ScopePolicy policy : {forge::ScopePolicy::release, forge::ScopePolicy::recompute}) {
+    INFO("policy " << forge::to_string(policy));
+    TestContext ctx({.threads = 2, .seed = 3});
+    Mlp mlp(ctx);
+    Batch batch(ctx);
+    forge::optim::Adam adam(mlp.params(), {.lr = 0.01});
+    const std::int64_t baseline = ctx.pool().outstanding();
+    double first_loss = 0, last_loss = 0;
+    std::uint64_t allocations_after_first = 0;
+    for (int step = 0; step < 100; ++step) {
+      {
+        auto scope = ctx.open_exec_scope(policy);
+        // The whole loss as one checkpoint under recompute, a plain call under release.
+        Tensor loss =
+            scope.run([&](const std::vector<Tensor>& in) { return mlp.loss(in[0], in[1]); }, {batch.x, batch.y});
+        (step == 0 ? first_loss : last_loss) = loss.item<float>();
+        loss.backward();
+        adam.step();
+        adam.zero_grad();
+        REQUIRE(scope.stats().buffers == 0);
+        REQUIRE(scope.stats().recomputes == (policy == forge::ScopePolicy::recompute ? 1u : 0u));
+      }
+      INFO("step " << step);
+      REQUIRE(ctx.pool().outstanding() == baseline);
+      if (step == 0) allocations_after_first = ctx.stats().system_allocations;
+    }
+    CHECK(ctx.stats().system_allocations == allocations_after_first);
+    CHECK(last_loss < 0.5 * first_loss);
+  }
+}
+
 TEST_CASE("autograd scope: without a scope, backward releases the saved activations as each node runs") {
   TestContext ctx({.threads = 2, .seed = 5});
   Mlp mlp(ctx);

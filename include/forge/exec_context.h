@@ -61,7 +61,8 @@ class ExecContext {
   int threads() const noexcept { return runtime_->threads(); }
   void manual_seed(std::uint64_t seed) { runtime_->manual_seed(seed); }
 
-  ExecScope open_exec_scope() { return ExecScope(*runtime_); }
+  // A scope with the given policy (forge/exec_scope.h, docs/MEMORY.md "Scope policies").
+  ExecScope open_exec_scope(ScopePolicy policy = ScopePolicy::hold) { return ExecScope(*runtime_, policy); }
 
   // The stream its device's ops are queued on now (the context's own, or a
   // StreamGuard's); the host's placeholder for a CPU context.

@@ -27,6 +27,8 @@ thread_local bool draining = false;
 Node::Node(const char* name, std::span<Edge> edges, std::span<SavedTensor> saved) noexcept
     : name_(name), sequence_nr_(next_sequence_nr++), edges_(edges), saved_(saved) {}
 
+std::uint64_t peek_sequence_nr() noexcept { return next_sequence_nr; }
+
 void Node::on_last_release() noexcept {
   next_dead_ = dead_nodes;
   dead_nodes = this;

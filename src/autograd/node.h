@@ -165,6 +165,10 @@ class Node : public RefCounted<Node> {
   Node* next_dead_ = nullptr;  // Note [Iterative teardown]
 };
 
+// The sequence number the next node recorded on this thread will get: a
+// node numbered at or above it was recorded after this call.
+std::uint64_t peek_sequence_nr() noexcept;
+
 // A node whose VJP is the callable F (a lambda holding the op's parameters),
 // with its edges and saved values stored inline: one allocation per node.
 template <typename F, std::size_t NIn, std::size_t NSaved>

@@ -78,9 +78,10 @@ void ScopeStack::adopt(const Ref<Buffer>& buffer) noexcept {
   // thread opened after this op's reserve() is not this op's.
   const std::thread::id owner = owner_.load(std::memory_order_acquire);
   if (owner == std::thread::id() || owner != std::this_thread::get_id()) return;
+  if (pending_ > 0) --pending_;
+  if (!holding_) return;  // a release or recompute scope holds nothing
   buffer->add_scope_hold(internal);
   held_.push_back(buffer);
-  if (pending_ > 0) --pending_;
 }
 
 void ScopeStack::claim(const char* op) {

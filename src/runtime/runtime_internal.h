@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "forge/buffer.h"
+#include "forge/exec_scope.h"
 #include "forge/ref.h"
 
 namespace forge::detail {
@@ -37,13 +38,56 @@ class ScopeStack {
     if (need > held_.capacity()) held_.reserve(std::max(need, held_.capacity() * 2 + 16));
     ++pending_;
   }
-  // Hands an op's output to the innermost open scope, if any (reserve() made room).
+  // Hands an op's output to the innermost open scope when that scope holds
+  // (ScopePolicy::hold; reserve() made room), and settles the reservation.
   void adopt(const Ref<Buffer>& buffer) noexcept;
 
   struct Frame {
     std::uint64_t id;
     std::size_t mark;          // index into held() where this scope begins
     std::size_t saved_window;  // the pool peak window of the enclosing scope
+    ScopePolicy policy;
+    std::uint64_t acquires_at_open;  // the pool's counters when the scope opened
+    std::uint64_t system_allocations_at_open;
+    // What run() recorded in a recompute scope, and what backward recomputed
+    // while the scope was open (Note [Checkpoint stats] in exec_scope.cpp).
+    std::size_t checkpoints = 0;
+    std::size_t checkpoint_bytes = 0;
+    std::size_t recomputes = 0;
+    std::uint64_t recompute_ns = 0;
+  };
+  // After frames() changed: whether adopt() holds outputs now.
+  void refresh() noexcept {
+    holding_ = suspended_ == 0 && !frames_.empty() && frames_.back().policy == ScopePolicy::hold;
+  }
+  // The open frame of scope `id`, or nullptr.
+  Frame* find(std::uint64_t id) noexcept {
+    auto it = std::find_if(frames_.begin(), frames_.end(), [&](const Frame& f) { return f.id == id; });
+    return it == frames_.end() ? nullptr : &*it;
+  }
+  // While it lives, no scope holds what ops produce: a checkpoint's recompute
+  // makes activations that only its own backward reads (src/autograd/checkpoint.cpp).
+  class Suspend {
+   public:
+    // Only the thread driving the scopes counts (any other one's ops are
+    // refused while scopes are open).
+    explicit Suspend(ScopeStack& stack) noexcept
+        : stack_(stack), active_(stack.owner_.load(std::memory_order_acquire) == std::this_thread::get_id()) {
+      if (!active_) return;
+      ++stack_.suspended_;
+      stack_.refresh();
+    }
+    ~Suspend() {
+      if (!active_) return;
+      --stack_.suspended_;
+      stack_.refresh();
+    }
+    Suspend(const Suspend&) = delete;
+    Suspend& operator=(const Suspend&) = delete;
+
+   private:
+    ScopeStack& stack_;
+    bool active_;
   };
   // Makes the calling thread the scopes' owner (opening the outermost scope)
   // or checks that it is; releases ownership when the last scope closes.
@@ -65,6 +109,8 @@ class ScopeStack {
   std::size_t pending_ = 0;
   std::vector<Frame> frames_;
   std::uint64_t next_id_ = 1;
+  bool holding_ = false;   // the innermost open scope holds, and none is suspended
+  int suspended_ = 0;      // live Suspend guards
 };
 
 // The seeded RNG of a Runtime (FORGE_SEED, ExecContext::manual_seed), leased
