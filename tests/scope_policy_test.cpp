@@ -429,3 +429,23 @@ TEST_CASE("checkpoint: integer inputs pass through and a tensor passed twice get
   const auto plain = grads(false);
   CHECK(grads(true) == plain);
 }
+
+TEST_CASE("checkpoint: a parameter's hooks run once per backward, not again in the recompute") {
+  TestContext ctx({.threads = 2, .seed = 4});
+  const Tensor w = (ctx.randn({4, 4}) * 0.3).requires_grad_();
+  Tensor wh = w;
+  int pre = 0, post = 0;
+  auto h1 = wh.register_hook([&](const Tensor&) {
+    ++pre;
+    return Tensor();
+  });
+  auto h2 = wh.register_post_accumulate_grad_hook([&](const Tensor&) { ++post; });
+  const Tensor x = ctx.randn({3, 4}).requires_grad_();
+  const Tensor y = forge::autograd::checkpoint([&](const Inputs& in) { return forge::tanh(forge::linear(in[0], w)); },
+                                               {x});
+  (y * y).sum().backward();
+  CHECK(pre == 1);
+  CHECK(post == 1);
+  h1.remove();
+  h2.remove();
+}

@@ -37,6 +37,7 @@
 #include <random>
 #include <unordered_set>
 
+#include "autograd/hooks.h"
 #include "autograd/meta.h"
 #include "autograd/node.h"
 #include "autograd/record.h"
@@ -188,7 +189,11 @@ void Recompute::operator()(Vjp& v) {
   GradOptions options;
   options.grad_outputs = {v.grad()};
   options.allow_unused = true;
-  const std::vector<Tensor> grads = grad({out}, wrt, options);
+  std::vector<Tensor> grads;
+  {
+    detail::LeafHooksPause pause;  // the outer pass runs the leaves' hooks on what this hands it
+    grads = grad({out}, wrt, options);
+  }
   for (std::size_t k = 0; k < grads.size(); ++k) {
     if (!grads[k].defined()) continue;
     Tensor g = grads[k];

@@ -188,7 +188,7 @@ void Engine::to_leaf(TensorImpl* leaf, Tensor g) {
 // Note [Leaf hooks]: one more contribution due to `leaf` this pass.
 void Engine::count_hooked_leaf(TensorImpl* leaf) {
   detail::AutogradMeta* meta = detail::AutogradAccess::meta(*leaf);
-  if (!meta || !meta->hooks || (capture_ && !capture_->has(leaf))) return;
+  if (!meta || !meta->hooks || (capture_ && !capture_->has(leaf)) || detail::LeafHooksPause::paused()) return;
   if (meta->hook_epoch != epoch_) {
     hooked_.emplace_back();
     meta->hook_epoch = epoch_;

@@ -58,6 +58,23 @@ void run_post_hooks(TensorHooks& hooks, TensorImpl& leaf);
 // A non-leaf's hooks, then its retained .grad (a fresh tensor the first pass,
 // out-of-place sums after, as libtorch).
 Tensor run_node_hooks(TensorHooks& hooks, Tensor grad, bool to_grad);
+// While one lives on this thread, a backward pass that starts skips the
+// hooks of leaves: a checkpoint's recompute (src/autograd/checkpoint.cpp)
+// captures its leaves' gradients with a nested grad() and hands them to the
+// outer pass, whose leaf hooks then run once, not twice.
+class LeafHooksPause {
+ public:
+  LeafHooksPause() noexcept : previous_(paused_) { paused_ = true; }
+  ~LeafHooksPause() { paused_ = previous_; }
+  LeafHooksPause(const LeafHooksPause&) = delete;
+  LeafHooksPause& operator=(const LeafHooksPause&) = delete;
+  static bool paused() noexcept { return paused_; }
+
+ private:
+  static inline thread_local bool paused_ = false;
+  bool previous_;
+};
+
 // Anomaly mode: refuses a VJP's gradients that hold NaN or Inf, naming the node.
 void check_anomaly(const autograd::Node& node, std::span<const Tensor> grads);
 
