@@ -50,23 +50,36 @@ std::vector<ParamGroup> one_group(std::vector<Tensor> params) {
 
 }  // namespace
 
-Adam::Adam(std::vector<Tensor> params, AdamOptions options) : Adam(one_group(std::move(params)), options, "Adam") {}
+// The delegating constructors catch what building their arguments throws.
+Adam::Adam(std::vector<Tensor> params, AdamOptions options) try
+    : Adam(one_group(std::move(params)), options, "Adam") {
+}
+FORGE_CATCH_OOM("Adam")
 
-Adam::Adam(const std::vector<ParamGroup>& groups, AdamOptions options) : Adam(groups, options, "Adam") {}
+Adam::Adam(const std::vector<ParamGroup>& groups, AdamOptions options) try : Adam(groups, options, "Adam") {
+}
+FORGE_CATCH_OOM("Adam")
 
 Adam::Adam(const std::vector<ParamGroup>& groups, AdamOptions options, std::string name)
     : Optimizer(groups, std::move(name)) {
-  check_options(options, this->name().c_str());
-  for (std::size_t g = 0; g < groups.size(); ++g)
-    groups_.push_back(group_options(options, groups[g].options, g, this->name().c_str()));
-  init_state({"exp_avg", "exp_avg_sq"});
+  try {
+    check_options(options, this->name().c_str());
+    for (std::size_t g = 0; g < groups.size(); ++g)
+      groups_.push_back(group_options(options, groups[g].options, g, this->name().c_str()));
+    init_state({"exp_avg", "exp_avg_sq"});
+  }
+  FORGE_CATCH_OOM(this->name().c_str())
 }
 
-AdamW::AdamW(std::vector<Tensor> params, AdamWOptions options)
-    : Adam(one_group(std::move(params)), decoupled(options), "AdamW") {}
+AdamW::AdamW(std::vector<Tensor> params, AdamWOptions options) try
+    : Adam(one_group(std::move(params)), decoupled(options), "AdamW") {
+}
+FORGE_CATCH_OOM("AdamW")
 
-AdamW::AdamW(const std::vector<ParamGroup>& groups, AdamWOptions options)
-    : Adam(groups, decoupled(options), "AdamW") {}
+AdamW::AdamW(const std::vector<ParamGroup>& groups, AdamWOptions options) try
+    : Adam(groups, decoupled(options), "AdamW") {
+}
+FORGE_CATCH_OOM("AdamW")
 
 double Adam::lr(std::size_t group) const noexcept { return group < groups_.size() ? groups_[group].lr : 0.0; }
 
