@@ -63,13 +63,14 @@ int main(int argc, char** argv) {
     acc_opt.zero_grad();
     for (std::int64_t m = 0; m < kBatch; m += kMicro) {
       auto scope = ctx.open_exec_scope();  // a micro-batch's intermediates go when it is done
-      const forge::Tensor part = forge::cross_entropy(accumulated->forward(xb.narrow(0, m, kMicro)),
-                                                      yb.narrow(0, m, kMicro));
+      const forge::Tensor part =
+          forge::cross_entropy(accumulated->forward(xb.narrow(0, m, kMicro)), yb.narrow(0, m, kMicro));
       (part * (static_cast<double>(kMicro) / kBatch)).backward();
     }
 
     const auto pf = full->parameters(), pa = accumulated->parameters();
-    for (std::size_t i = 0; i < pf.size(); ++i) worst_grad = std::max(worst_grad, max_abs_diff(pf[i].grad(), pa[i].grad()));
+    for (std::size_t i = 0; i < pf.size(); ++i)
+      worst_grad = std::max(worst_grad, max_abs_diff(pf[i].grad(), pa[i].grad()));
     full_opt.step();
     acc_opt.step();
     for (std::size_t i = 0; i < pf.size(); ++i) worst_param = std::max(worst_param, max_abs_diff(pf[i], pa[i]));

@@ -13,7 +13,6 @@
 #include <vector>
 
 #include "forge/optim.h"
-
 #include "support.h"
 
 using namespace forge;
@@ -604,7 +603,8 @@ TEST_CASE("nn: ModuleList and ModuleDict register their modules as children, in 
   CHECK(tower->heads->contains("norm"));
   auto msg = FORGE_REQUIRE_ERROR(invalid_argument, "nn.ModuleDict", tower->heads->at("missing"));
   CHECK_THAT(msg, Catch::Contains("keys: [cls, norm]"));
-  FORGE_REQUIRE_ERROR(invalid_argument, "nn.register_module", tower->heads->insert("a.b", std::make_shared<nn::ReLU>()));
+  FORGE_REQUIRE_ERROR(invalid_argument, "nn.register_module",
+                      tower->heads->insert("a.b", std::make_shared<nn::ReLU>()));
   // Replacing a key keeps its place; pop removes it.
   auto other = std::make_shared<nn::Linear>(ctx, 4, 3);
   tower->heads->insert("cls", other);
@@ -677,4 +677,28 @@ TEST_CASE("nn: printing a module tree shows each module with its parameter count
         "    (cls): Linear (10 parameters: weight [2, 4], bias [2])\n"
         "    (norm): LayerNorm (8 parameters, 0 trainable: weight [4], bias [4])\n");
   CHECK(tower->to_string() == out.str());
+}
+
+TEST_CASE("nn: the module tree example of docs/TRAINING.md prints what the page shows") {
+  TestContext ctx;
+  struct Tower : nn::Module {
+    const char* type_name() const override { return "Tower"; }
+  };
+  auto model = std::make_shared<Tower>();
+  // The page's snippet, as written there.
+  auto blocks = model->register_module("blocks", std::make_shared<nn::ModuleList>());
+  blocks->push_back(std::make_shared<nn::Linear>(ctx, 4, 4));
+  blocks->push_back(std::make_shared<nn::ReLU>());
+  model->register_module("heads", std::make_shared<nn::ModuleDict>())
+      ->insert("cls", std::make_shared<nn::Linear>(ctx, 4, 2));
+  blocks->requires_grad_(false);  // fine-tune the heads only
+  std::ostringstream out;
+  out << *model;
+  CHECK(out.str() ==
+        "Tower (30 parameters, 10 trainable)\n"
+        "  (blocks): ModuleList (20 parameters, 0 trainable)\n"
+        "    (0): Linear (20 parameters, 0 trainable: weight [4, 4], bias [4])\n"
+        "    (1): ReLU\n"
+        "  (heads): ModuleDict (10 parameters)\n"
+        "    (cls): Linear (10 parameters: weight [2, 4], bias [2])\n");
 }

@@ -37,6 +37,14 @@ void set_grad(TestContext& ctx, Tensor& t, int k) {
   t.set_grad((g * 0.37 + static_cast<double>(k)).sin());
 }
 
+// Three steps of every optimizer, the same gradients for every tensor.
+void three_steps(TestContext& ctx, std::vector<Tensor> tensors, const std::vector<optim::Optimizer*>& optimizers) {
+  for (int k = 0; k < 3; ++k) {
+    for (Tensor& t : tensors) set_grad(ctx, t, k);
+    for (optim::Optimizer* o : optimizers) o->step();
+  }
+}
+
 }  // namespace
 
 TEST_CASE("optim: each parameter group steps with its own options, as a separate optimizer would") {
@@ -51,12 +59,7 @@ TEST_CASE("optim: each parameter group steps with its own options, as a separate
     CHECK(grouped.num_groups() == 2);
     CHECK(grouped.options(1).lr == 0.01);
     CHECK(grouped.options(1).momentum == 0.9);  // from the defaults
-    for (int k = 0; k < 3; ++k) {
-      for (Tensor* t : {&a, &b, &a1, &b1}) set_grad(ctx, *t, k);
-      grouped.step();
-      alone_a.step();
-      alone_b.step();
-    }
+    three_steps(ctx, {a, b, a1, b1}, {&grouped, &alone_a, &alone_b});
     CHECK(same_bits(a, a1));
     CHECK(same_bits(b, b1));
   }
@@ -65,12 +68,7 @@ TEST_CASE("optim: each parameter group steps with its own options, as a separate
     optim::AdamW grouped({{{a}, {.beta2 = 0.95}}, {{b}, {.lr = 3e-3, .weight_decay = 0.0, .eps = 1e-6}}}, {.lr = 1e-2});
     optim::AdamW alone_a({a1}, {.lr = 1e-2, .beta2 = 0.95});
     optim::AdamW alone_b({b1}, {.lr = 3e-3, .eps = 1e-6, .weight_decay = 0.0});
-    for (int k = 0; k < 3; ++k) {
-      for (Tensor* t : {&a, &b, &a1, &b1}) set_grad(ctx, *t, k);
-      grouped.step();
-      alone_a.step();
-      alone_b.step();
-    }
+    three_steps(ctx, {a, b, a1, b1}, {&grouped, &alone_a, &alone_b});
     CHECK(same_bits(a, a1));
     CHECK(same_bits(b, b1));
     CHECK(grouped.group_of(0) == 0);

@@ -1,8 +1,8 @@
 // Optimizer state dicts (bit-exact round trips, resumed steps, refused dicts),
 // clip_grad_norm_ and the learning-rate schedules.
 
-#include <catch2/catch.hpp>
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
 #include <functional>

@@ -68,7 +68,9 @@ struct Run {
     ++step;
   }
 
-  train::Checkpoint parts() { return {.model = model.get(), .optimizer = opt.get(), .schedule = sched.get(), .context = &ctx}; }
+  train::Checkpoint parts() {
+    return {.model = model.get(), .optimizer = opt.get(), .schedule = sched.get(), .context = &ctx};
+  }
 
   // Trains from `from` to the end, or stops (returning the position to resume at) after `stop_after` steps.
   std::optional<train::DataPosition> train_from(train::DataPosition from, std::int64_t stop_after = -1) {

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <functional>
-#include <ostream>
 #include <map>
+#include <ostream>
 #include <set>
 #include <sstream>
 

@@ -51,13 +51,10 @@ std::vector<ParamGroup> one_group(std::vector<Tensor> params) {
 }  // namespace
 
 // The delegating constructors catch what building their arguments throws.
-Adam::Adam(std::vector<Tensor> params, AdamOptions options) try
-    : Adam(one_group(std::move(params)), options, "Adam") {
-}
+Adam::Adam(std::vector<Tensor> params, AdamOptions options) try : Adam(one_group(std::move(params)), options, "Adam") {}
 FORGE_CATCH_OOM("Adam")
 
-Adam::Adam(const std::vector<ParamGroup>& groups, AdamOptions options) try : Adam(groups, options, "Adam") {
-}
+Adam::Adam(const std::vector<ParamGroup>& groups, AdamOptions options) try : Adam(groups, options, "Adam") {}
 FORGE_CATCH_OOM("Adam")
 
 Adam::Adam(const std::vector<ParamGroup>& groups, AdamOptions options, std::string name)
@@ -72,13 +69,11 @@ Adam::Adam(const std::vector<ParamGroup>& groups, AdamOptions options, std::stri
 }
 
 AdamW::AdamW(std::vector<Tensor> params, AdamWOptions options) try
-    : Adam(one_group(std::move(params)), decoupled(options), "AdamW") {
-}
+    : Adam(one_group(std::move(params)), decoupled(options), "AdamW") {}
 FORGE_CATCH_OOM("AdamW")
 
 AdamW::AdamW(const std::vector<ParamGroup>& groups, AdamWOptions options) try
-    : Adam(groups, decoupled(options), "AdamW") {
-}
+    : Adam(groups, decoupled(options), "AdamW") {}
 FORGE_CATCH_OOM("AdamW")
 
 double Adam::lr(std::size_t group) const noexcept { return group < groups_.size() ? groups_[group].lr : 0.0; }

@@ -64,8 +64,8 @@ void LRScheduler::load_state_dict(const StateDict& dict) try {
   for (std::size_t g = 0; g < base_lrs_.size(); ++g) {
     const std::string key = group_key(g, base_lrs_.size(), "base_lr");
     base_lrs.push_back(read.scalar(key));
-    FORGE_CHECK(base_lrs.back() >= 0 && std::isfinite(base_lrs.back()), invalid_argument, op, "key '", key,
-                "' holds ", base_lrs.back(), ", not a learning rate");
+    FORGE_CHECK(base_lrs.back() >= 0 && std::isfinite(base_lrs.back()), invalid_argument, op, "key '", key, "' holds ",
+                base_lrs.back(), ", not a learning rate");
   }
   const auto members = settings();
   std::vector<double> values, old;
@@ -219,13 +219,13 @@ std::vector<std::pair<const char*, double*>> OneCycleLR::settings() {
 
 void OneCycleLR::check(const char* op) const {
   FORGE_CHECK(is_count(total_steps_, 2), invalid_argument, op, "total_steps ", total_steps_, " must be at least 2");
-  FORGE_CHECK(pct_start_ > 0 && pct_start_ < 1, invalid_argument, op, "pct_start ", pct_start_,
-              " must lie in (0, 1)");
+  FORGE_CHECK(pct_start_ > 0 && pct_start_ < 1, invalid_argument, op, "pct_start ", pct_start_, " must lie in (0, 1)");
   FORGE_CHECK(pct_start_ * total_steps_ - 1 < total_steps_ - 1, invalid_argument, op, "pct_start ", pct_start_,
               " leaves no steps to anneal over ", total_steps_, " steps");
-  FORGE_CHECK(div_factor_ > 0 && std::isfinite(div_factor_) && final_div_factor_ > 0 && std::isfinite(final_div_factor_),
-              invalid_argument, op, "div_factor ", div_factor_, " and final_div_factor ", final_div_factor_,
-              " must be positive and finite");
+  FORGE_CHECK(
+      div_factor_ > 0 && std::isfinite(div_factor_) && final_div_factor_ > 0 && std::isfinite(final_div_factor_),
+      invalid_argument, op, "div_factor ", div_factor_, " and final_div_factor ", final_div_factor_,
+      " must be positive and finite");
 }
 
 }  // namespace forge::optim

@@ -49,7 +49,6 @@ std::string state_key(std::size_t param, const std::string& slot) {
   return "state." + std::to_string(param) + "." + slot;
 }
 
-
 // A step updates each entry in place, so two entries that share bytes would
 // be updated twice per step (or each with the other's gradient): refuse a
 // parameter listed twice and views whose bytes meet. Parameters are
@@ -121,8 +120,7 @@ std::string group_key(std::size_t group, std::size_t groups, const std::string& 
 
 const Tensor& DictReader::find(const std::string& key) {
   const auto it = dict_.find(key);
-  FORGE_CHECK(it != dict_.end() && it->second.defined(), invalid_argument, op_, "state dict has no tensor '", key,
-              "'");
+  FORGE_CHECK(it != dict_.end() && it->second.defined(), invalid_argument, op_, "state dict has no tensor '", key, "'");
   read_.insert(key);
   return it->second;
 }
@@ -135,8 +133,8 @@ double DictReader::scalar(const std::string& key) {
 
 std::int64_t DictReader::count(const std::string& key) {
   const double v = scalar(key);
-  FORGE_CHECK(v >= 0 && v <= 9007199254740992.0 && v == std::floor(v), invalid_argument, op_, "key '", key,
-              "' holds ", v, ", not a step count");
+  FORGE_CHECK(v >= 0 && v <= 9007199254740992.0 && v == std::floor(v), invalid_argument, op_, "key '", key, "' holds ",
+              v, ", not a step count");
   return static_cast<std::int64_t>(v);
 }
 

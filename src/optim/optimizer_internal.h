@@ -7,7 +7,6 @@
 #include <vector>
 
 #include "forge/state_dict.h"
-
 #include "forge/tensor.h"
 
 namespace forge::optim {

@@ -50,7 +50,8 @@ FORGE_CATCH_OOM("SGD")
 void SGD::init(const std::vector<ParamGroup>& groups, const SGDOptions& options) {
   check_options(options, "SGD");
   for (std::size_t g = 0; g < groups.size(); ++g) groups_.push_back(group_options(options, groups[g].options, g));
-  const bool momentum = std::any_of(groups_.begin(), groups_.end(), [](const SGDOptions& o) { return o.momentum != 0; });
+  const bool momentum =
+      std::any_of(groups_.begin(), groups_.end(), [](const SGDOptions& o) { return o.momentum != 0; });
   if (momentum)
     init_state({"momentum_buffer"});
   else

@@ -45,8 +45,7 @@ const std::string& entry(const io::Metadata& m, const std::string& key, const ch
   return it->second;
 }
 
-std::int64_t integer(const io::Metadata& m, const std::string& key, const char* op,
-                     const std::filesystem::path& path) {
+std::int64_t integer(const io::Metadata& m, const std::string& key, const char* op, const std::filesystem::path& path) {
   const std::string& text = entry(m, key, op, path);
   std::int64_t v = 0;
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
@@ -69,8 +68,8 @@ void require_part(const io::Metadata& m, const std::string& key, const std::stri
                   const std::filesystem::path& path) {
   const auto it = m.find(key);
   FORGE_CHECK(it != m.end(), invalid_argument, op, path.string(), " holds no ", key.substr(6), " state");
-  FORGE_CHECK(it->second == want, invalid_argument, op, path.string(), " holds the state of a ", it->second,
-              " ", key.substr(6), ", not of a ", want);
+  FORGE_CHECK(it->second == want, invalid_argument, op, path.string(), " holds the state of a ", it->second, " ",
+              key.substr(6), ", not of a ", want);
 }
 
 }  // namespace
@@ -92,9 +91,8 @@ FORGE_CATCH_OOM("set_rng_state")
 
 void save_checkpoint(const std::filesystem::path& path, const Checkpoint& what) try {
   const char* op = "save_checkpoint";
-  FORGE_CHECK(what.step >= 0 && what.position.epoch >= 0 && what.position.batch >= 0, invalid_argument, op,
-              "step ", what.step, ", epoch ", what.position.epoch, " and batch ", what.position.batch,
-              " must not be negative");
+  FORGE_CHECK(what.step >= 0 && what.position.epoch >= 0 && what.position.batch >= 0, invalid_argument, op, "step ",
+              what.step, ", epoch ", what.position.epoch, " and batch ", what.position.batch, " must not be negative");
   StateDict tensors;
   io::Metadata meta;
   for (const auto& [key, value] : what.metadata) meta.emplace(std::string("user.").append(key), value);

@@ -61,8 +61,7 @@ class Adam : public Optimizer {
  protected:
   Adam(const std::vector<ParamGroup>& groups, AdamOptions options, std::string name);
   std::vector<std::pair<std::string, double>> hyperparameters(std::size_t group) const override;
-  void load_hyperparameters(std::size_t group, const std::vector<double>& values, const char* op,
-                            bool apply) override;
+  void load_hyperparameters(std::size_t group, const std::vector<double>& values, const char* op, bool apply) override;
 
  private:
   std::vector<AdamOptions> groups_;  // one per group, overrides applied

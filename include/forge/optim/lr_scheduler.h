@@ -98,8 +98,7 @@ class ExponentialLR : public LRScheduler {
 // lr = base * (start + (end - start) * min(t, total_steps) / total_steps).
 class LinearLR : public LRScheduler {
  public:
-  LinearLR(Optimizer& optimizer, double start_factor = 1.0 / 3, double end_factor = 1.0,
-           std::int64_t total_steps = 5);
+  LinearLR(Optimizer& optimizer, double start_factor = 1.0 / 3, double end_factor = 1.0, std::int64_t total_steps = 5);
 
  protected:
   double lr_at(double base, std::int64_t t) const noexcept override;

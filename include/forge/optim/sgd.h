@@ -49,8 +49,7 @@ class SGD : public Optimizer {
 
  protected:
   std::vector<std::pair<std::string, double>> hyperparameters(std::size_t group) const override;
-  void load_hyperparameters(std::size_t group, const std::vector<double>& values, const char* op,
-                            bool apply) override;
+  void load_hyperparameters(std::size_t group, const std::vector<double>& values, const char* op, bool apply) override;
 
  private:
   void init(const std::vector<ParamGroup>& groups, const SGDOptions& options);

@@ -45,8 +45,8 @@ struct Checkpoint {
   optim::LRScheduler* schedule = nullptr;
   ExecContext* context = nullptr;  // whose random generator's state is saved and restored
   DataPosition position = {};
-  std::int64_t step = 0;        // the training step to run next (or any count the caller keeps)
-  io::Metadata metadata = {};   // the caller's own strings
+  std::int64_t step = 0;       // the training step to run next (or any count the caller keeps)
+  io::Metadata metadata = {};  // the caller's own strings
 };
 
 // Writes the parts of `what` that are set, with its position, step and
