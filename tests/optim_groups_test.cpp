@@ -91,6 +91,7 @@ TEST_CASE("optim: set_lr sets every group's lr, or one group's") {
   CHECK(adam.lr(1) == 0.3);
   FORGE_REQUIRE_ERROR(invalid_argument, "Adam", adam.set_lr(-1.0));
   FORGE_REQUIRE_ERROR(out_of_range, "Adam", adam.set_lr(2, 0.1));
+  FORGE_REQUIRE_ERROR(out_of_range, "Adam", (void)adam.lr(2));
   CHECK(adam.lr(1) == 0.3);
 }
 

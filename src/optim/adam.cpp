@@ -76,7 +76,7 @@ AdamW::AdamW(const std::vector<ParamGroup>& groups, AdamWOptions options) try
     : Adam(groups, decoupled(options), "AdamW") {}
 FORGE_CATCH_OOM("AdamW")
 
-double Adam::lr(std::size_t group) const noexcept { return group < groups_.size() ? groups_[group].lr : 0.0; }
+double Adam::lr(std::size_t group) const { return groups_[checked_group(group)].lr; }
 
 void Adam::set_lr(std::size_t group, double lr) {
   FORGE_CHECK(lr >= 0, invalid_argument, name(), "lr ", lr, " is negative");

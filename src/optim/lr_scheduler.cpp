@@ -39,8 +39,9 @@ void LRScheduler::step() {
   apply();
 }
 
-double LRScheduler::lr(std::size_t group) const noexcept {
-  return group < base_lrs_.size() ? lr_at(base_lrs_[group], steps_) : 0.0;
+double LRScheduler::lr(std::size_t group) const {
+  FORGE_CHECK(group < base_lrs_.size(), out_of_range, name_, "parameter group ", group, " of ", base_lrs_.size());
+  return lr_at(base_lrs_[group], steps_);
 }
 
 StateDict LRScheduler::state_dict() const try {

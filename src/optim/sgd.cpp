@@ -58,7 +58,7 @@ void SGD::init(const std::vector<ParamGroup>& groups, const SGDOptions& options)
     init_state({});
 }
 
-double SGD::lr(std::size_t group) const noexcept { return group < groups_.size() ? groups_[group].lr : 0.0; }
+double SGD::lr(std::size_t group) const { return groups_[checked_group(group)].lr; }
 
 void SGD::set_lr(std::size_t group, double lr) {
   FORGE_CHECK(lr >= 0, invalid_argument, "SGD", "lr ", lr, " is negative");

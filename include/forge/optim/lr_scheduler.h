@@ -34,9 +34,9 @@ class LRScheduler {
 
   // One more step: sets every group's lr for the new step count.
   void step();
-  // Group 0's current lr, and group g's.
-  double lr() const noexcept { return lr(0); }
-  double lr(std::size_t group) const noexcept;
+  // Group 0's current lr, and group g's (out_of_range past the last group).
+  double lr() const { return lr(0); }
+  double lr(std::size_t group) const;
   std::int64_t steps() const noexcept { return steps_; }
   const std::vector<double>& base_lrs() const noexcept { return base_lrs_; }
   const std::string& name() const noexcept { return name_; }

@@ -67,8 +67,8 @@ class Optimizer {
   void zero_grad(bool set_to_none = true);
 
   // Group 0's learning rate, and group g's (out_of_range past the last group).
-  double lr() const noexcept { return lr(0); }
-  virtual double lr(std::size_t group) const noexcept = 0;
+  double lr() const { return lr(0); }
+  virtual double lr(std::size_t group) const = 0;
   // Sets every group's learning rate, or group g's. Refuses a negative or NaN
   // learning rate (then nothing changes).
   void set_lr(double lr);

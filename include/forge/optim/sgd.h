@@ -38,7 +38,7 @@ class SGD : public Optimizer {
   void step() override;
   using Optimizer::lr;
   using Optimizer::set_lr;
-  double lr(std::size_t group) const noexcept override;
+  double lr(std::size_t group) const override;
   void set_lr(std::size_t group, double lr) override;
 
   // Group 0's options, and group g's.
