@@ -8,7 +8,11 @@
 #include <cstring>
 #include <memory>
 #include <numeric>
+#include <sstream>
+#include <string>
+#include <vector>
 
+#include "forge/optim.h"
 #include "support.h"
 
 using namespace forge;
@@ -556,4 +560,145 @@ TEST_CASE("nn: a scoped CNN training step on 2 threads takes no system memory af
     if (step == 0) after_first = ctx.stats().system_allocations;
   }
   CHECK(ctx.stats().system_allocations == after_first);
+}
+
+namespace {
+
+// A module with a ModuleList of blocks and a ModuleDict of heads.
+struct Tower : nn::Module {
+  std::shared_ptr<nn::ModuleList> blocks;
+  std::shared_ptr<nn::ModuleDict> heads;
+  Tower(ExecContext& ctx) {
+    blocks = register_module("blocks", std::make_shared<nn::ModuleList>());
+    blocks->push_back(std::make_shared<nn::Linear>(ctx, 4, 4));
+    blocks->push_back(std::make_shared<nn::ReLU>());
+    blocks->push_back(std::make_shared<nn::Linear>(ctx, 4, 4, false));
+    heads = register_module("heads", std::make_shared<nn::ModuleDict>());
+    heads->insert("cls", std::make_shared<nn::Linear>(ctx, 4, 2));
+    heads->insert("norm", std::make_shared<nn::LayerNorm>(ctx, 4));
+  }
+  Tensor forward(const Tensor& x) override {
+    Tensor h = x;
+    for (const auto& b : *blocks) h = b->forward(h);
+    return heads->at("cls")->forward(heads->at("norm")->forward(h));
+  }
+  const char* type_name() const override { return "Tower"; }
+};
+
+}  // namespace
+
+TEST_CASE("nn: ModuleList and ModuleDict register their modules as children, in order") {
+  TestContext ctx;
+  auto tower = std::make_shared<Tower>(ctx);
+  std::vector<std::string> names;
+  for (const auto& [n, p] : tower->named_parameters()) names.push_back(n);
+  CHECK(names == std::vector<std::string>{"blocks.0.weight", "blocks.0.bias", "blocks.2.weight", "heads.cls.weight",
+                                          "heads.cls.bias", "heads.norm.weight", "heads.norm.bias"});
+  CHECK(tower->blocks->size() == 3);
+  CHECK(tower->blocks->at<nn::Linear>(2) != nullptr);
+  FORGE_REQUIRE_ERROR(invalid_argument, "nn.ModuleList", tower->blocks->at<nn::Linear>(1));
+  FORGE_REQUIRE_ERROR(out_of_range, "nn.ModuleList", tower->blocks->at(3));
+  FORGE_REQUIRE_ERROR(not_implemented, "nn.forward", tower->blocks->forward(ctx.zeros({1, 4})));
+  CHECK(tower->heads->keys() == std::vector<std::string>{"cls", "norm"});
+  CHECK(tower->heads->contains("norm"));
+  auto msg = FORGE_REQUIRE_ERROR(invalid_argument, "nn.ModuleDict", tower->heads->at("missing"));
+  CHECK_THAT(msg, Catch::Contains("keys: [cls, norm]"));
+  FORGE_REQUIRE_ERROR(invalid_argument, "nn.register_module",
+                      tower->heads->insert("a.b", std::make_shared<nn::ReLU>()));
+  // Replacing a key keeps its place; pop removes it.
+  auto other = std::make_shared<nn::Linear>(ctx, 4, 3);
+  tower->heads->insert("cls", other);
+  CHECK(tower->heads->keys() == std::vector<std::string>{"cls", "norm"});
+  CHECK(tower->heads->at("cls") == other);
+  CHECK(tower->heads->pop("norm") != nullptr);
+  CHECK(tower->heads->keys() == std::vector<std::string>{"cls"});
+  CHECK(tower->state_dict().count("heads.cls.weight") == 1);
+  CHECK(tower->state_dict().at("heads.cls.weight").shape() == Shape{3, 4});
+  nn::ModuleList list{std::make_shared<nn::ReLU>(), std::make_shared<nn::GELU>()};
+  CHECK(list.size() == 2);
+  nn::ModuleDict dict{{"a", std::make_shared<nn::ReLU>()}};
+  CHECK(dict.size() == 1);
+}
+
+TEST_CASE("nn: named_modules walks the tree depth first, each module once, and apply visits the same") {
+  TestContext ctx;
+  auto tower = std::make_shared<Tower>(ctx);
+  auto shared = std::make_shared<nn::ReLU>();
+  tower->blocks->push_back(shared);
+  tower->blocks->push_back(shared);  // registered twice: listed once
+  std::vector<std::string> names;
+  for (const auto& [n, m] : tower->named_modules()) names.push_back(n + ":" + m->type_name());
+  CHECK(names == std::vector<std::string>{":Tower", "blocks:ModuleList", "blocks.0:Linear", "blocks.1:ReLU",
+                                          "blocks.2:Linear", "blocks.3:ReLU", "heads:ModuleDict", "heads.cls:Linear",
+                                          "heads.norm:LayerNorm"});
+  CHECK(tower->named_modules().front().second == tower);  // shares the owner
+  CHECK(tower->modules(false).size() == 8);
+  std::vector<std::string> visited;
+  tower->apply([&](const std::string& n, nn::Module& m) { visited.push_back(n + ":" + m.type_name()); });
+  CHECK(visited == names);
+  int linears = 0;
+  tower->apply([&](nn::Module& m) { linears += std::string(m.type_name()) == "Linear"; });
+  CHECK(linears == 3);
+  nn::Linear on_stack(ctx, 2, 2);  // not held by a shared_ptr: the self entry owns nothing
+  CHECK(on_stack.named_modules().front().second.get() == &on_stack);
+}
+
+TEST_CASE("nn: requires_grad_(false) freezes a subtree: no gradients there, the optimizer leaves it alone") {
+  TestContext ctx;
+  auto tower = std::make_shared<Tower>(ctx);
+  tower->blocks->requires_grad_(false);
+  CHECK(tower->parameter_count() == 20 + 16 + 10 + 8);
+  CHECK(tower->parameter_count(true) == 10 + 8);
+  for (const auto& [n, p] : tower->named_parameters()) CHECK(p.requires_grad() == (n.rfind("heads", 0) == 0));
+  const Tensor frozen_before = tower->blocks->at<nn::Linear>(0)->parameters()[0].clone();
+  optim::SGD sgd(tower->parameters(), {.lr = 0.1});
+  Tensor loss = tower->forward(ctx.randn({3, 4})).square().sum();
+  loss.backward();
+  for (const auto& [n, p] : tower->named_parameters()) CHECK(p.grad().defined() == (n.rfind("heads", 0) == 0));
+  sgd.step();
+  CHECK(same_bits(tower->blocks->at<nn::Linear>(0)->parameters()[0], frozen_before));
+  tower->requires_grad_(true);
+  CHECK(tower->parameter_count(true) == tower->parameter_count());
+}
+
+TEST_CASE("nn: printing a module tree shows each module with its parameter count") {
+  TestContext ctx;
+  auto tower = std::make_shared<Tower>(ctx);
+  tower->heads->at("norm")->requires_grad_(false);
+  std::ostringstream out;
+  out << *tower;
+  CHECK(out.str() ==
+        "Tower (54 parameters, 46 trainable)\n"
+        "  (blocks): ModuleList (36 parameters)\n"
+        "    (0): Linear (20 parameters: weight [4, 4], bias [4])\n"
+        "    (1): ReLU\n"
+        "    (2): Linear (16 parameters: weight [4, 4])\n"
+        "  (heads): ModuleDict (18 parameters, 10 trainable)\n"
+        "    (cls): Linear (10 parameters: weight [2, 4], bias [2])\n"
+        "    (norm): LayerNorm (8 parameters, 0 trainable: weight [4], bias [4])\n");
+  CHECK(tower->to_string() == out.str());
+}
+
+TEST_CASE("nn: the module tree example of docs/TRAINING.md prints what the page shows") {
+  TestContext ctx;
+  struct Tower : nn::Module {
+    const char* type_name() const override { return "Tower"; }
+  };
+  auto model = std::make_shared<Tower>();
+  // The page's snippet, as written there.
+  auto blocks = model->register_module("blocks", std::make_shared<nn::ModuleList>());
+  blocks->push_back(std::make_shared<nn::Linear>(ctx, 4, 4));
+  blocks->push_back(std::make_shared<nn::ReLU>());
+  model->register_module("heads", std::make_shared<nn::ModuleDict>())
+      ->insert("cls", std::make_shared<nn::Linear>(ctx, 4, 2));
+  blocks->requires_grad_(false);  // fine-tune the heads only
+  std::ostringstream out;
+  out << *model;
+  CHECK(out.str() ==
+        "Tower (30 parameters, 10 trainable)\n"
+        "  (blocks): ModuleList (20 parameters, 0 trainable)\n"
+        "    (0): Linear (20 parameters, 0 trainable: weight [4, 4], bias [4])\n"
+        "    (1): ReLU\n"
+        "  (heads): ModuleDict (10 parameters)\n"
+        "    (cls): Linear (10 parameters: weight [2, 4], bias [2])\n");
 }

@@ -1,6 +1,7 @@
 // Optimizer state dicts (bit-exact round trips, resumed steps, refused dicts),
 // clip_grad_norm_ and the learning-rate schedules.
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
@@ -330,4 +331,107 @@ TEST_CASE("optim: CosineWithWarmup warms up linearly from 0, then follows the co
   FORGE_REQUIRE_ERROR(invalid_argument, "CosineWithWarmup", optim::CosineWithWarmup(adamw, 5, 4));
   optim::SGD sgd({p}, {.lr = 0.1});
   FORGE_REQUIRE_ERROR(invalid_argument, "CosineWithWarmup", optim::CosineWithWarmup(sgd, 1, 4, 0.2));
+}
+
+TEST_CASE("optim: ExponentialLR, LinearLR and OneCycleLR follow their formulas") {
+  TestContext ctx;
+  Tensor p = ctx.from_vector<double>({1}, {1}).requires_grad_();
+  optim::SGD sgd({p}, {.lr = 0.2});
+  {
+    optim::ExponentialLR sched(sgd, 0.9);
+    for (int t = 0; t <= 6; ++t, sched.step()) CHECK(sgd.lr() == Approx(0.2 * std::pow(0.9, t)).epsilon(1e-15));
+  }
+  sgd.set_lr(0.2);
+  {
+    optim::LinearLR sched(sgd, 0.25, 1.0, 4);
+    for (int t = 0; t <= 6; ++t, sched.step()) {
+      INFO(t);
+      CHECK(sgd.lr() == Approx(0.2 * (0.25 + 0.75 * std::min(t, 4) / 4.0)).epsilon(1e-15));
+    }
+  }
+  sgd.set_lr(0.2);
+  {
+    optim::OneCycleLR sched(sgd, 10, 0.3, 25, 1e4);
+    const double peak = 0.2, initial = peak / 25, floor = initial / 1e4;
+    auto anneal = [](double from, double to, double pct) {
+      return to + (from - to) / 2 * (1 + std::cos(std::numbers::pi * pct));
+    };
+    for (int t = 0; t <= 11; ++t, sched.step()) {
+      INFO(t);
+      double want = floor;  // past the last step it stays there
+      if (t <= 2)
+        want = anneal(initial, peak, t / 2.0);
+      else if (t <= 9)
+        want = anneal(peak, floor, (t - 2) / 7.0);
+      CHECK(sgd.lr() == Approx(want).epsilon(1e-14).margin(1e-18));
+    }
+    CHECK(sched.steps() == 12);
+  }
+  FORGE_REQUIRE_ERROR(invalid_argument, "ExponentialLR", optim::ExponentialLR(sgd, -0.5));
+  FORGE_REQUIRE_ERROR(invalid_argument, "LinearLR", optim::LinearLR(sgd, 0.0));
+  FORGE_REQUIRE_ERROR(invalid_argument, "LinearLR", optim::LinearLR(sgd, 0.5, 1.0, 0));
+  FORGE_REQUIRE_ERROR(invalid_argument, "OneCycleLR", optim::OneCycleLR(sgd, 1));
+  FORGE_REQUIRE_ERROR(invalid_argument, "OneCycleLR", optim::OneCycleLR(sgd, 10, 1.0));
+}
+
+TEST_CASE("optim: a schedule scales each parameter group from its own base lr") {
+  TestContext ctx;
+  Tensor a = ctx.randn({2}).requires_grad_(), b = ctx.randn({2}).requires_grad_();
+  optim::AdamW adamw({{{a}, {.lr = 0.1}}, {{b}, {.lr = 0.01}}});
+  optim::CosineWithWarmup sched(adamw, 2, 6, 0.001);
+  CHECK(sched.base_lrs() == std::vector<double>{0.1, 0.01});
+  for (int t = 0; t <= 7; ++t, sched.step()) {
+    INFO(t);
+    for (std::size_t g = 0; g < 2; ++g) {
+      const double base = g == 0 ? 0.1 : 0.01;
+      double want = 0.001;
+      if (t < 2)
+        want = base * t / 2.0;
+      else if (t < 6)
+        want = 0.001 + (base - 0.001) * 0.5 * (1 + std::cos(std::numbers::pi * (t - 2) / 4.0));
+      CHECK(adamw.lr(g) == Approx(want).epsilon(1e-14).margin(1e-18));
+      CHECK(sched.lr(g) == adamw.lr(g));
+    }
+  }
+  optim::StepLR step(adamw, 1, 0.5);  // the bases are the lrs the optimizer has now
+  CHECK(step.base_lrs() == std::vector<double>{0.001, 0.001});
+  FORGE_REQUIRE_ERROR(invalid_argument, "CosineWithWarmup", optim::CosineWithWarmup(adamw, 1, 4, 0.002));
+}
+
+TEST_CASE("optim: a schedule's state_dict resumes it exactly, and a refused dict changes nothing") {
+  TestContext ctx;
+  Tensor p = ctx.from_vector<double>({1}, {1}).requires_grad_();
+  optim::SGD sgd({p}, {.lr = 0.3});
+  optim::OneCycleLR sched(sgd, 20, 0.25);
+  for (int t = 0; t < 7; ++t) sched.step();
+  const StateDict saved = sched.state_dict();
+  CHECK(saved.at("step").item<std::int64_t>() == 7);
+  CHECK(saved.at("base_lr").item<double>() == 0.3);
+  CHECK(saved.at("pct_start").item<double>() == 0.25);
+
+  // Made anew against an optimizer whose lr has already been changed, as when resuming.
+  optim::SGD other({p}, {.lr = 1.0});
+  optim::OneCycleLR resumed(other, 50);
+  resumed.load_state_dict(saved);
+  CHECK(resumed.steps() == 7);
+  CHECK(other.lr() == sgd.lr());
+  for (int t = 0; t < 15; ++t) {
+    sched.step();
+    resumed.step();
+    CHECK(other.lr() == sgd.lr());
+  }
+
+  optim::StepLR step(other, 3);
+  const double lr_before = other.lr();
+  StateDict bad = step.state_dict();
+  bad.insert_or_assign("gamma", ctx.full({}, -2.0, DType::f64));
+  auto msg = FORGE_REQUIRE_ERROR(invalid_argument, "StepLR.load_state_dict", step.load_state_dict(bad));
+  CHECK_THAT(msg, Catch::Contains("gamma -2"));
+  bad = step.state_dict();
+  bad.emplace("extra", ctx.full({}, 1.0, DType::f64));
+  FORGE_REQUIRE_ERROR(invalid_argument, "StepLR.load_state_dict", step.load_state_dict(bad));
+  FORGE_REQUIRE_ERROR(invalid_argument, "StepLR.load_state_dict", step.load_state_dict(saved));
+  CHECK(other.lr() == lr_before);
+  step.step();
+  CHECK(other.lr() == Approx(lr_before).epsilon(1e-15));  // gamma still 0.1, step_size still 3
 }

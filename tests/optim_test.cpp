@@ -103,8 +103,9 @@ TEST_CASE("optim: Adam refuses parameters it cannot update") {
   TestContext ctx;
   Tensor i = ctx.from_vector<std::int64_t>({1}, {1});
   FORGE_REQUIRE_ERROR(dtype, "Adam", forge::optim::Adam({i}));
-  Tensor no_grad = ctx.from_vector<double>({1}, {1});
-  FORGE_REQUIRE_ERROR(invalid_argument, "Adam", forge::optim::Adam({no_grad}));
+  Tensor leaf = ctx.from_vector<double>({1}, {1}).requires_grad_();
+  Tensor not_leaf = leaf * 2.0;
+  FORGE_REQUIRE_ERROR(invalid_argument, "Adam", forge::optim::Adam({not_leaf}));
   Tensor base = ctx.randn({3, 2}, DType::f64);
   Tensor t = base.t();
   t.requires_grad_();
@@ -255,7 +256,7 @@ TEST_CASE("optim: SGD refuses bad options") {
   FORGE_REQUIRE_ERROR(invalid_argument, "SGD", forge::optim::SGD({p}, {.nesterov = true}));
   FORGE_REQUIRE_ERROR(invalid_argument, "SGD",
                       forge::optim::SGD({p}, {.momentum = 0.9, .dampening = 0.1, .nesterov = true}));
-  FORGE_REQUIRE_ERROR(invalid_argument, "SGD", forge::optim::SGD({}, {}));
+  FORGE_REQUIRE_ERROR(invalid_argument, "SGD", forge::optim::SGD(std::vector<Tensor>{}, {}));
   forge::optim::SGD plain({p});
   FORGE_REQUIRE_ERROR(invalid_argument, "SGD", plain.momentum_buffer(0));
   FORGE_REQUIRE_ERROR(invalid_argument, "SGD", plain.set_lr(-1));

@@ -103,7 +103,7 @@ void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& gra
               bool retain_graph = false, bool create_graph = false);
 
 struct GradOptions {
-  std::vector<Tensor> grad_outputs;  // as for backward()
+  std::vector<Tensor> grad_outputs = {};  // as for backward()
   bool retain_graph = false;
   bool allow_unused = false;  // an input the outputs do not depend on gets an undefined tensor, not an error
   bool create_graph = false;  // as for backward(): the returned gradients have a history

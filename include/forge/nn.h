@@ -4,6 +4,7 @@
 // parameter initializers.
 
 #include "forge/nn/attention.h"
+#include "forge/nn/containers.h"
 #include "forge/nn/init.h"
 #include "forge/nn/layers.h"
 #include "forge/nn/module.h"

@@ -5,4 +5,5 @@
 #include "forge/optim/clip_grad.h"
 #include "forge/optim/lr_scheduler.h"
 #include "forge/optim/optimizer.h"
+#include "forge/optim/param_groups.h"
 #include "forge/optim/sgd.h"

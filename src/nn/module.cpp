@@ -1,7 +1,9 @@
 #include "forge/nn/module.h"
 
 #include <algorithm>
+#include <functional>
 #include <map>
+#include <ostream>
 #include <set>
 #include <sstream>
 
@@ -67,6 +69,26 @@ Tensor Module::register_buffer(const std::string& name, const Tensor& t) try {
   return b;
 }
 FORGE_CATCH_OOM("nn.register_buffer")
+
+void Module::replace_module(const std::string& name, std::shared_ptr<Module> module) try {
+  const char* op = "nn.replace_module";
+  FORGE_CHECK(module != nullptr, invalid_argument, op, "module '", name, "' is null");
+  for (auto& [n, child] : children_)
+    if (n == name) {
+      child = std::move(module);
+      return;
+    }
+  FORGE_FAIL(invalid_argument, op, type_name(), " has no child module '", name, "'");
+}
+FORGE_CATCH_OOM("nn.replace_module")
+
+void Module::remove_module(const std::string& name) try {
+  const auto it = std::find_if(children_.begin(), children_.end(), [&](const auto& c) { return c.first == name; });
+  FORGE_CHECK(it != children_.end(), invalid_argument, "nn.remove_module", type_name(), " has no child module '", name,
+              "'");
+  children_.erase(it);
+}
+FORGE_CATCH_OOM("nn.remove_module")
 
 void Module::add_child(const std::string& name, std::shared_ptr<Module> module) try {
   const char* op = "nn.register_module";
@@ -141,6 +163,88 @@ std::vector<std::shared_ptr<Module>> Module::children() const try {
   return out;
 }
 FORGE_CATCH_OOM("nn.children")
+
+NamedModules Module::named_modules(bool include_self) const try {
+  NamedModules out;
+  std::set<const Module*> seen{this};
+  if (include_self) {
+    // Shares the owner when there is one; else an entry that owns nothing (a module on the stack).
+    std::shared_ptr<Module> self = std::const_pointer_cast<Module>(weak_from_this().lock());
+    if (!self) self = std::shared_ptr<Module>(std::shared_ptr<Module>(), const_cast<Module*>(this));
+    out.emplace_back("", std::move(self));
+  }
+  // Depth first, each module before its children.
+  std::function<void(const Module&, const std::string&)> walk = [&](const Module& m, const std::string& prefix) {
+    for (const auto& [n, child] : m.children_) {
+      if (!seen.insert(child.get()).second) continue;
+      out.emplace_back(prefix + n, child);
+      walk(*child, prefix + n + ".");
+    }
+  };
+  walk(*this, "");
+  return out;
+}
+FORGE_CATCH_OOM("nn.named_modules")
+
+std::vector<std::shared_ptr<Module>> Module::modules(bool include_self) const try {
+  std::vector<std::shared_ptr<Module>> out;
+  for (auto& [n, m] : named_modules(include_self)) out.push_back(std::move(m));
+  return out;
+}
+FORGE_CATCH_OOM("nn.modules")
+
+Module& Module::apply(const std::function<void(Module&)>& fn) {
+  for (const auto& [n, m] : named_modules(true)) fn(*m);
+  return *this;
+}
+
+Module& Module::apply(const std::function<void(const std::string&, Module&)>& fn) {
+  for (const auto& [n, m] : named_modules(true)) fn(n, *m);
+  return *this;
+}
+
+Module& Module::requires_grad_(bool requires_grad) try {
+  for (Tensor& p : parameters()) {
+    FORGE_CHECK(!requires_grad || is_floating(p.dtype()), dtype, "nn.requires_grad_", "a parameter holds ",
+                dtype_name(p.dtype()), "; only floating parameters can require grad");
+  }
+  for (Tensor& p : parameters()) p.requires_grad_(requires_grad);
+  return *this;
+}
+FORGE_CATCH_OOM("nn.requires_grad_")
+
+std::int64_t Module::parameter_count(bool trainable_only) const try {
+  std::int64_t n = 0;
+  for (const Tensor& p : parameters())
+    if (!trainable_only || p.requires_grad()) n += p.numel();
+  return n;
+}
+FORGE_CATCH_OOM("nn.parameter_count")
+
+void Module::print(std::ostream& out, const std::string& name, int depth) const {
+  out << std::string(static_cast<std::size_t>(2 * depth), ' ');
+  if (depth > 0) out << "(" << name << "): ";
+  out << type_name();
+  const std::int64_t total = parameter_count(), trainable = parameter_count(true);
+  if (total > 0 || !parameters_.empty()) {
+    out << " (" << total << (total == 1 ? " parameter" : " parameters");
+    if (trainable != total) out << ", " << trainable << " trainable";
+    for (std::size_t i = 0; i < parameters_.size(); ++i)
+      out << (i == 0 ? ": " : ", ") << parameters_[i].first << " " << parameters_[i].second.shape();
+    out << ")";
+  }
+  out << "\n";
+  for (const auto& [n, child] : children_) child->print(out, n, depth + 1);
+}
+
+std::string Module::to_string() const try {
+  std::ostringstream out;
+  print(out, "", 0);
+  return out.str();
+}
+FORGE_CATCH_OOM("nn.to_string")
+
+std::ostream& operator<<(std::ostream& out, const Module& module) { return out << module.to_string(); }
 
 void Module::train(bool on) try {
   training_ = on;

@@ -47,4 +47,16 @@ double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
 }
 FORGE_CATCH_OOM("clip_grad_norm_")
 
+void clip_grad_value_(const std::vector<Tensor>& params, double clip_value) try {
+  const char* op = "clip_grad_value_";
+  FORGE_CHECK(clip_value >= 0, invalid_argument, op, "clip_value ", clip_value, " must not be negative or NaN");
+  for (const Tensor& p : params) FORGE_CHECK(p.defined(), invalid_argument, op, "undefined parameter");
+  autograd::NoGradGuard no_grad;
+  for (const Tensor& p : params) {
+    Tensor g = p.grad();
+    if (g.defined()) g.clamp_(-clip_value, clip_value);
+  }
+}
+FORGE_CATCH_OOM("clip_grad_value_")
+
 }  // namespace forge::optim

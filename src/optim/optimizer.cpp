@@ -45,16 +45,6 @@ Tensor owned_zeros(Runtime& rt, const Shape& shape, DType dtype, const char* op)
                                                       shape, contiguous_strides(shape), 0, dtype)));
 }
 
-// A 0-d tensor for a saved scalar (a transient: the dict's, not the optimizer's).
-Tensor scalar_tensor(Runtime& rt, double value, DType dtype, const char* op) {
-  Tensor t = detail::allocate_in(rt, rt.pool(), Shape{}, dtype, op);  // on the host, as libtorch keeps `step`
-  if (dtype == DType::i64)
-    *t.data_ptr<std::int64_t>() = static_cast<std::int64_t>(value);
-  else
-    *t.data_ptr<double>() = value;
-  return t;
-}
-
 std::string state_key(std::size_t param, const std::string& slot) {
   return "state." + std::to_string(param) + "." + slot;
 }
@@ -106,21 +96,99 @@ void check_params(const char* op, const std::vector<Tensor>& params) {
                 dtype_name(p.dtype()), "; ", op, " updates f32 and f64 parameters");
     FORGE_CHECK(p.is_contiguous(), invalid_argument, op, "parameter ", i, " of shape ", p.shape(),
                 " is not contiguous");
-    FORGE_CHECK(p.requires_grad() && p.is_leaf(), invalid_argument, op, "parameter ", i,
-                " must be a leaf that requires grad");
+    // A leaf that does not require grad (a frozen one) is accepted, as libtorch
+    // does: it has no .grad, so steps skip it until it requires grad again.
+    FORGE_CHECK(p.is_leaf(), invalid_argument, op, "parameter ", i, " must be a leaf (not the output of an op)");
   }
   check_disjoint(op, params);
 }
 
 }  // namespace
 
+Tensor scalar_tensor(Runtime& rt, double value, DType dtype, const char* op) {
+  Tensor t = detail::allocate_in(rt, rt.pool(), Shape{}, dtype, op);  // on the host, as libtorch keeps `step`
+  if (dtype == DType::i64)
+    *t.data_ptr<std::int64_t>() = static_cast<std::int64_t>(value);
+  else
+    *t.data_ptr<double>() = value;
+  return t;
+}
+
+std::string group_key(std::size_t group, std::size_t groups, const std::string& name) {
+  return groups == 1 ? name : "group." + std::to_string(group) + "." + name;
+}
+
+const Tensor& DictReader::find(const std::string& key) {
+  const auto it = dict_.find(key);
+  FORGE_CHECK(it != dict_.end() && it->second.defined(), invalid_argument, op_, "state dict has no tensor '", key, "'");
+  read_.insert(key);
+  return it->second;
+}
+
+double DictReader::scalar(const std::string& key) {
+  const Tensor& t = find(key);
+  FORGE_CHECK(t.dim() == 0, shape, op_, "key '", key, "' holds shape ", t.shape(), ", not a 0-d tensor");
+  return t.item<double>();
+}
+
+std::int64_t DictReader::count(const std::string& key) {
+  const double v = scalar(key);
+  FORGE_CHECK(v >= 0 && v <= 9007199254740992.0 && v == std::floor(v), invalid_argument, op_, "key '", key, "' holds ",
+              v, ", not a step count");
+  return static_cast<std::int64_t>(v);
+}
+
+void DictReader::finish(const std::string& what) const {
+  for (const auto& [key, tensor] : dict_)
+    FORGE_CHECK(read_.count(key) == 1, invalid_argument, op_, "unexpected key '", key, "' (", what, ")");
+}
+
 Optimizer::Optimizer(std::vector<Tensor> params, std::string name)
-    : params_(std::move(params)), name_(std::move(name)) {
+    : params_(std::move(params)), group_begin_{0}, name_(std::move(name)) {
   try {
+    group_begin_.push_back(params_.size());
     check_params(name_.c_str(), params_);
     param_steps_.assign(params_.size(), 0);
   }
   FORGE_CATCH_OOM(name_.c_str())
+}
+
+Optimizer::Optimizer(const std::vector<ParamGroup>& groups, std::string name)
+    : group_begin_{0}, name_(std::move(name)) {
+  try {
+    FORGE_CHECK(!groups.empty(), invalid_argument, name_, "got no parameter groups");
+    for (const ParamGroup& g : groups) {
+      params_.insert(params_.end(), g.params.begin(), g.params.end());
+      group_begin_.push_back(params_.size());
+    }
+    check_params(name_.c_str(), params_);
+    param_steps_.assign(params_.size(), 0);
+  }
+  FORGE_CATCH_OOM(name_.c_str())
+}
+
+std::size_t Optimizer::checked_group(std::size_t group) const {
+  FORGE_CHECK(group < num_groups(), out_of_range, name_, "parameter group ", group, " of ", num_groups());
+  return group;
+}
+
+std::vector<Tensor> Optimizer::group_params(std::size_t group) const try {
+  checked_group(group);
+  return {params_.begin() + static_cast<std::ptrdiff_t>(group_begin_[group]),
+          params_.begin() + static_cast<std::ptrdiff_t>(group_begin_[group + 1])};
+}
+FORGE_CATCH_OOM(name_.c_str())
+
+std::size_t Optimizer::group_of(std::size_t param) const {
+  checked(param);
+  // group_begin_ is sorted; the group is the last one starting at or before param (empty groups skipped).
+  const auto it = std::upper_bound(group_begin_.begin(), group_begin_.end(), param);
+  return static_cast<std::size_t>(it - group_begin_.begin()) - 1;
+}
+
+void Optimizer::set_lr(double lr) {
+  FORGE_CHECK(lr >= 0, invalid_argument, name_, "lr ", lr, " is negative");
+  for (std::size_t g = 0; g < num_groups(); ++g) set_lr(g, lr);
 }
 
 Optimizer::~Optimizer() = default;
@@ -163,37 +231,37 @@ StateDict Optimizer::state_dict() const try {
     dict.emplace(state_key(i, "step"), scalar_tensor(rt, static_cast<double>(param_steps_[i]), DType::i64, op));
   }
   dict.emplace("step", scalar_tensor(rt, static_cast<double>(steps_), DType::i64, op));
-  for (const auto& [name, value] : hyperparameters()) dict.emplace(name, scalar_tensor(rt, value, DType::f64, op));
+  for (std::size_t g = 0; g < num_groups(); ++g) {
+    for (const auto& [name, value] : hyperparameters(g))
+      dict.emplace(group_key(g, num_groups(), name), scalar_tensor(rt, value, DType::f64, op));
+    if (num_groups() > 1)
+      dict.emplace(group_key(g, num_groups(), "size"),
+                   scalar_tensor(rt, static_cast<double>(group_begin_[g + 1] - group_begin_[g]), DType::i64, op));
+  }
   return dict;
 }
 FORGE_CATCH_OOM(name_.c_str())
 
 void Optimizer::load_state_dict(const StateDict& dict) try {
-  const std::string op = name_ + ".load_state_dict";
-  std::set<std::string> expected;
-  auto find = [&](const std::string& key) -> const Tensor& {
-    const auto it = dict.find(key);
-    FORGE_CHECK(it != dict.end() && it->second.defined(), invalid_argument, op, "state dict has no tensor '", key, "'");
-    expected.insert(key);
-    return it->second;
-  };
-  auto scalar = [&](const std::string& key) {
-    const Tensor& t = find(key);
-    FORGE_CHECK(t.dim() == 0, shape, op, "key '", key, "' holds shape ", t.shape(), ", not a 0-d tensor");
-    return t.item<double>();
-  };
-  auto count = [&](const std::string& key) {
-    const double v = scalar(key);
-    FORGE_CHECK(v >= 0 && v <= 9007199254740992.0 && v == std::floor(v), invalid_argument, op, "key '", key, "' holds ",
-                v, ", not a step count");
-    return static_cast<std::int64_t>(v);
-  };
+  DictReader read(dict, name_ + ".load_state_dict");
+  const std::string& op = read.op();
+  auto find = [&](const std::string& key) -> const Tensor& { return read.find(key); };
+  auto scalar = [&](const std::string& key) { return read.scalar(key); };
+  auto count = [&](const std::string& key) { return read.count(key); };
 
   // Check everything first: a refused dict leaves this optimizer as it was.
-  const auto hyper = hyperparameters();
-  std::vector<double> values;
-  for (const auto& [name, value] : hyper) values.push_back(scalar(name));
-  load_hyperparameters(values, op.c_str(), false);
+  const std::size_t groups = num_groups();
+  std::vector<std::vector<double>> values(groups);
+  for (std::size_t g = 0; g < groups; ++g) {
+    for (const auto& [name, value] : hyperparameters(g)) values[g].push_back(scalar(group_key(g, groups, name)));
+    load_hyperparameters(g, values[g], op.c_str(), false);
+    if (groups == 1) continue;
+    const std::string key = group_key(g, groups, "size");
+    const std::int64_t size = count(key);
+    const std::size_t own = group_begin_[g + 1] - group_begin_[g];
+    FORGE_CHECK(static_cast<std::size_t>(size) == own, invalid_argument, op, "key '", key, "' holds ", size,
+                ", parameter group ", g, " has ", own, " parameters");
+  }
   const std::int64_t steps = count("step");
   std::vector<std::int64_t> param_steps;
   std::vector<std::vector<Tensor>> sources(params_.size());
@@ -211,9 +279,8 @@ void Optimizer::load_state_dict(const StateDict& dict) try {
       sources[i].push_back(detail::packed_where_it_is(t, op.c_str()));  // from the host or the device
     }
   }
-  for (const auto& [key, tensor] : dict)
-    FORGE_CHECK(expected.count(key) == 1, invalid_argument, op, "unexpected key '", key, "' (this optimizer has ",
-                params_.size(), " parameters)");
+  read.finish("this optimizer has " + std::to_string(params_.size()) + " parameters in " + std::to_string(groups) +
+              (groups == 1 ? " group" : " groups"));
 
   // Adopt: copy the bytes (the dict may alias this optimizer's own state).
   for (std::size_t i = 0; i < params_.size(); ++i) {
@@ -231,7 +298,7 @@ void Optimizer::load_state_dict(const StateDict& dict) try {
   }
   param_steps_ = std::move(param_steps);
   steps_ = steps;
-  load_hyperparameters(values, op.c_str(), true);
+  for (std::size_t g = 0; g < groups; ++g) load_hyperparameters(g, values[g], op.c_str(), true);
 }
 FORGE_CATCH_OOM(name_.c_str())
 

@@ -30,8 +30,8 @@ struct GenerateOptions {
   std::int64_t top_k = 0;    // 0: off
   double top_p = 1.0;        // in (0, 1]; 1: off
   double repetition_penalty = 1.0;
-  std::vector<std::int64_t> stop_tokens;
-  std::optional<std::uint64_t> seed;  // reseeds the context's generator before sampling
+  std::vector<std::int64_t> stop_tokens = {};
+  std::optional<std::uint64_t> seed = std::nullopt;  // reseeds the context's generator before sampling
   bool greedy = false;
   bool logprobs = false;  // log-probabilities of the chosen tokens, after temperature and filters
 };

@@ -9,6 +9,9 @@
 // children ("fc1.weight", "0.bias"), own entries first, then children in the
 // order they were registered.
 
+#include <cstdint>
+#include <functional>
+#include <iosfwd>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -23,8 +26,10 @@
 namespace forge::nn {
 
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+class Module;
+using NamedModules = std::vector<std::pair<std::string, std::shared_ptr<Module>>>;
 
-class Module {
+class Module : public std::enable_shared_from_this<Module> {
  public:
   Module() = default;
   virtual ~Module() = default;
@@ -56,9 +61,34 @@ class Module {
   std::vector<Tensor> buffers(bool recurse = true) const;
   NamedTensors named_buffers(bool recurse = true) const;
   std::vector<std::shared_ptr<Module>> children() const;
-  const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& named_children() const noexcept {
-    return children_;
-  }
+  const NamedModules& named_children() const noexcept { return children_; }
+  // This module (named "", when include_self) and every descendant, depth
+  // first in registration order, with dotted names ("0", "0.fc1"); a module
+  // registered twice is listed once, under its first name. The entry for this
+  // module shares its owner when a shared_ptr holds it, else it owns nothing.
+  NamedModules named_modules(bool include_self = true) const;
+  std::vector<std::shared_ptr<Module>> modules(bool include_self = true) const;
+  // Calls fn on this module, then on every descendant (named_modules() order).
+  Module& apply(const std::function<void(Module&)>& fn);
+  Module& apply(const std::function<void(const std::string&, Module&)>& fn);
+
+  // ---- freezing ----
+  // Sets requires_grad on every parameter of this module and its descendants:
+  // false freezes the subtree (its parameters get no .grad; their existing
+  // .grad is kept, as libtorch). Optimizers skip parameters without a .grad.
+  Module& requires_grad_(bool requires_grad = true);
+  // How many elements the parameters hold (each tensor once), or only those
+  // that require grad.
+  std::int64_t parameter_count(bool trainable_only = false) const;
+
+  // ---- printing ----
+  // The module tree, one line per module with its parameter count and its own
+  // parameters' shapes, e.g.
+  //   Sequential (58 parameters)
+  //     (0): Linear (40 parameters: weight [8, 4], bias [8])
+  //     (1): ReLU
+  // Counts say "N trainable" when some parameters are frozen.
+  std::string to_string() const;
 
   // ---- mode (Dropout reads it), recursively ----
   void train(bool on = true);
@@ -92,9 +122,14 @@ class Module {
   // The registered parameter or buffer called `name`; throws invalid_argument when missing.
   const Tensor& parameter(std::string_view name) const;
   const Tensor& buffer(std::string_view name) const;
+  // Replaces the child registered as `name` (invalid_argument when there is none).
+  void replace_module(const std::string& name, std::shared_ptr<Module> module);
+  // Unregisters the child `name` (invalid_argument when there is none).
+  void remove_module(const std::string& name);
 
  private:
   void add_child(const std::string& name, std::shared_ptr<Module> module);
+  void print(std::ostream& out, const std::string& name, int depth) const;
   void check_new_name(const std::string& name, const char* op) const;
   // Every registered tensor slot of this module and its descendants, with dotted names.
   void collect_slots(const std::string& prefix, bool params, bool buffers, bool recurse,
@@ -103,8 +138,11 @@ class Module {
 
   NamedTensors parameters_;
   NamedTensors buffers_;
-  std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+  NamedModules children_;
   bool training_ = true;
 };
+
+// Prints module.to_string().
+std::ostream& operator<<(std::ostream& out, const Module& module);
 
 }  // namespace forge::nn

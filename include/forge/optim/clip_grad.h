@@ -1,5 +1,6 @@
 #pragma once
 // clip_grad_norm_: rescales gradients whose total norm exceeds a bound.
+// clip_grad_value_: clamps every gradient element into [-value, value].
 
 #include <limits>
 #include <vector>
@@ -20,5 +21,10 @@ inline constexpr double kInfNorm = std::numeric_limits<double>::infinity();
 // clipping (0 when no parameter has a .grad).
 double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type = 2.0,
                        bool error_if_nonfinite = false);
+
+// As libtorch: every parameter's .grad is clamped in place to [-clip_value,
+// clip_value] (NaN entries stay NaN); parameters without a .grad are skipped.
+// A negative or NaN clip_value is invalid_argument and changes nothing.
+void clip_grad_value_(const std::vector<Tensor>& params, double clip_value);
 
 }  // namespace forge::optim

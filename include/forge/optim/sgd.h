@@ -6,7 +6,10 @@
 //   b = d on a parameter's first update, else momentum b + (1 - dampening) d
 //   d = d + momentum b (nesterov) or b
 //   p -= lr d
-// State: "momentum_buffer" (b) per parameter when momentum is not 0.
+// State: "momentum_buffer" (b) per parameter when some group's momentum is
+// not 0 (every parameter then has one; those of groups without momentum stay
+// unused). Groups may override lr, momentum, dampening, weight_decay and
+// nesterov (optimizer.h).
 
 #include <string>
 #include <utility>
@@ -29,21 +32,28 @@ class SGD : public Optimizer {
  public:
   // params: contiguous f32/f64 leaves that require grad.
   explicit SGD(std::vector<Tensor> params, SGDOptions options = {});
+  // Parameter groups; `options` fills what a group leaves unset.
+  explicit SGD(const std::vector<ParamGroup>& groups, SGDOptions options = {});
 
   void step() override;
-  double lr() const noexcept override { return options_.lr; }
-  void set_lr(double lr) override;
+  using Optimizer::lr;
+  using Optimizer::set_lr;
+  double lr(std::size_t group) const override;
+  void set_lr(std::size_t group, double lr) override;
 
-  const SGDOptions& options() const noexcept { return options_; }
-  // Parameter i's momentum buffer (momentum > 0 only).
+  // Group 0's options, and group g's.
+  const SGDOptions& options() const noexcept { return groups_[0]; }
+  const SGDOptions& options(std::size_t group) const { return groups_[checked_group(group)]; }
+  // Parameter i's momentum buffer (its group's momentum > 0 only).
   const Tensor& momentum_buffer(std::size_t i) const;
 
  protected:
-  std::vector<std::pair<std::string, double>> hyperparameters() const override;
-  void load_hyperparameters(const std::vector<double>& values, const char* op, bool apply) override;
+  std::vector<std::pair<std::string, double>> hyperparameters(std::size_t group) const override;
+  void load_hyperparameters(std::size_t group, const std::vector<double>& values, const char* op, bool apply) override;
 
  private:
-  SGDOptions options_;
+  void init(const std::vector<ParamGroup>& groups, const SGDOptions& options);
+  std::vector<SGDOptions> groups_;  // one per group, overrides applied
 };
 
 }  // namespace forge::optim
