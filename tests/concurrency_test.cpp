@@ -137,7 +137,7 @@ std::shared_ptr<nn::Module> build(ExecContext& ctx, Model model) {
 // enough that a 2-thread context runs its GEMMs and elementwise kernels on
 // both threads); everything comes from the
 // context's seeded generator, so two runs of one configuration may compare bits.
-TrainRun train(Model model, int threads) {
+TrainRun train_run(Model model, int threads) {
   TrainRun run;
   ExecContext ctx({.threads = threads, .seed = kTrainSeed});
   {
@@ -179,7 +179,7 @@ TEST_CASE("concurrency: 8 threads training their own contexts match single-threa
   };
   const Config configs[] = {{Model::mlp, 1}, {Model::cnn, 1}, {Model::mlp, 2}, {Model::cnn, 2}};
   std::vector<TrainRun> reference;
-  for (const Config& c : configs) reference.push_back(train(c.model, c.threads));
+  for (const Config& c : configs) reference.push_back(train_run(c.model, c.threads));
   for (const TrainRun& r : reference) {
     REQUIRE(r.losses.size() == static_cast<std::size_t>(kTrainSteps));
     CHECK(r.losses.back() < r.losses.front());  // it trains
@@ -190,7 +190,7 @@ TEST_CASE("concurrency: 8 threads training their own contexts match single-threa
     std::vector<TrainRun> runs(kThreads);
     run_threads(kThreads, [&](int i) {
       const Config& c = configs[i % 4];
-      runs[static_cast<std::size_t>(i)] = train(c.model, c.threads);
+      runs[static_cast<std::size_t>(i)] = train_run(c.model, c.threads);
     });
     for (int i = 0; i < kThreads; ++i) {
       INFO("round " << round << ", thread " << i);

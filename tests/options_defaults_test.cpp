@@ -37,6 +37,8 @@ namespace {
   [[maybe_unused]] forge::infer::WordPieceOptions wordpiece{.lowercase = false};
   [[maybe_unused]] forge::infer::DecoderConfig decoder{.vocab_size = 8};
   [[maybe_unused]] forge::infer::EncoderConfig encoder{.vocab_size = 8};
+  [[maybe_unused]] forge::data::DataLoaderOptions loader{.batch_size = 8};
+  [[maybe_unused]] forge::data::TextWindowOptions text{.context = 8};
 }
 
 }  // namespace

@@ -75,13 +75,13 @@ struct Run {
   // Trains from `from` to the end, or stops (returning the position to resume at) after `stop_after` steps.
   std::optional<train::DataPosition> train_from(train::DataPosition from, std::int64_t stop_after = -1) {
     for (std::int64_t e = from.epoch; e < kEpochs; ++e) {
-      loader->begin_epoch(e);
-      std::int64_t b = 0;
-      for (; e == from.epoch && b < from.batch; ++b) (void)loader->next();  // skip what was trained before
+      loader->begin_epoch(e, e == from.epoch ? from.batch : 0);  // skip what was trained before
       while (auto batch = loader->next()) {
         train_step(*batch);
-        ++b;
-        if (step == stop_after) return b == loader->size() ? train::DataPosition{e + 1, 0} : train::DataPosition{e, b};
+        if (step == stop_after) {
+          const train::DataPosition at = loader->position();
+          return at.batch == loader->size() ? train::DataPosition{e + 1, 0} : at;
+        }
       }
     }
     return std::nullopt;

@@ -29,3 +29,4 @@
 #include "forge/state_dict.h"
 #include "forge/stream.h"
 #include "forge/tensor.h"
+#include "forge/train/checkpoint.h"

@@ -80,14 +80,14 @@ struct Position {
 
 struct DataLoaderOptions {
   std::int64_t batch_size = 64;
-  bool shuffle = true;                             // without a sampler: permute per epoch
-  bool drop_last = false;                          // drop a last batch smaller than batch_size
-  std::uint64_t seed = 0;                          // without a sampler: epoch e shuffles with seed + e
-  bool prefetch = true;                            // false: no worker threads (num_workers taken as 0)
-  std::function<Tensor(const Tensor&)> transform;  // applied to each input batch (e.g. u8 -> f32 / 255)
-  int num_workers = 1;                             // threads gathering ahead; 0: the calling thread, in next()
-  std::shared_ptr<const Sampler> sampler;          // the order; when set, shuffle and seed are unused
-  Collate collate;                                 // examples -> batch; empty: default_collate
+  bool shuffle = true;                                  // without a sampler: permute per epoch
+  bool drop_last = false;                               // drop a last batch smaller than batch_size
+  std::uint64_t seed = 0;                               // without a sampler: epoch e shuffles with seed + e
+  bool prefetch = true;                                 // false: no worker threads (num_workers taken as 0)
+  std::function<Tensor(const Tensor&)> transform = {};  // applied to each input batch (e.g. u8 -> f32 / 255)
+  int num_workers = 1;                                  // threads gathering ahead; 0: the calling thread, in next()
+  std::shared_ptr<const Sampler> sampler = {};          // the order; when set, shuffle and seed are unused
+  Collate collate = {};                                 // examples -> batch; empty: default_collate
 };
 
 class DataLoader {

@@ -3,11 +3,11 @@
 // stopped, in one safetensors file.
 //
 //   train::save_checkpoint(path, {.model = model.get(), .optimizer = &opt, .schedule = &sched,
-//                                 .context = &ctx, .position = {epoch, batch}, .step = step});
+//                                 .context = &ctx, .position = loader.position(), .step = step});
 //   ...
 //   const train::Checkpoint at = train::load_checkpoint(path, {.model = model.get(), .optimizer = &opt,
 //                                                             .schedule = &sched, .context = &ctx});
-//   // continue from at.position (loader.begin_epoch(at.position.epoch), skip at.position.batch batches)
+//   loader.begin_epoch(at.position.epoch, at.position.batch);  // continue with the same batches
 //
 // The file holds the model's state_dict under "model.<name>", the
 // optimizer's under "optimizer.<key>", the schedule's under "schedule.<key>",
@@ -24,6 +24,7 @@
 #include <filesystem>
 #include <string>
 
+#include "forge/data/dataloader.h"
 #include "forge/exec_context.h"
 #include "forge/io/safetensors.h"
 #include "forge/nn/module.h"
@@ -32,12 +33,10 @@
 
 namespace forge::train {
 
-// Where a data loader is: batch `batch` (from 0) of epoch `epoch` is the next to train on.
-struct DataPosition {
-  std::int64_t epoch = 0;
-  std::int64_t batch = 0;
-  bool operator==(const DataPosition&) const = default;
-};
+// Where a data loader is: batch `batch` (from 0) of epoch `epoch` is the
+// next to train on (data::DataLoader::position(); resume with
+// begin_epoch(position.epoch, position.batch)).
+using DataPosition = data::Position;
 
 struct Checkpoint {
   nn::Module* model = nullptr;
