@@ -236,13 +236,10 @@ TEST_CASE("higher order: gradgradcheck of the indexing and shape rules") {
                      {w});
   Tensor x = leaf(ctx, {3, 4});
   Tensor g_idx = ctx.from_vector<std::int64_t>({0, 2, 1, 3, 3, 0}, {3, 2});
-  check_second_order([&](const std::vector<Tensor>& in) { return forge::square(forge::gather(in[0], 1, g_idx)); },
-                     {x});
+  check_second_order([&](const std::vector<Tensor>& in) { return forge::square(forge::gather(in[0], 1, g_idx)); }, {x});
   Tensor src = leaf(ctx, {3, 3});  // wider than the index: the unread column gets zeros
   check_second_order(
-      [&](const std::vector<Tensor>& in) {
-        return forge::square(forge::scatter_add(in[0], 1, g_idx, in[1]));
-      },
+      [&](const std::vector<Tensor>& in) { return forge::square(forge::scatter_add(in[0], 1, g_idx, in[1])); },
       {x, src});
   check_second_order(
       [](const std::vector<Tensor>& in) {

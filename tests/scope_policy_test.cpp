@@ -441,8 +441,8 @@ TEST_CASE("checkpoint: a parameter's hooks run once per backward, not again in t
   });
   auto h2 = wh.register_post_accumulate_grad_hook([&](const Tensor&) { ++post; });
   const Tensor x = ctx.randn({3, 4}).requires_grad_();
-  const Tensor y = forge::autograd::checkpoint([&](const Inputs& in) { return forge::tanh(forge::linear(in[0], w)); },
-                                               {x});
+  const Tensor y =
+      forge::autograd::checkpoint([&](const Inputs& in) { return forge::tanh(forge::linear(in[0], w)); }, {x});
   (y * y).sum().backward();
   CHECK(pre == 1);
   CHECK(post == 1);
