@@ -109,8 +109,8 @@ class ScopeStack {
   std::size_t pending_ = 0;
   std::vector<Frame> frames_;
   std::uint64_t next_id_ = 1;
-  bool holding_ = false;   // the innermost open scope holds, and none is suspended
-  int suspended_ = 0;      // live Suspend guards
+  bool holding_ = false;  // the innermost open scope holds, and none is suspended
+  int suspended_ = 0;     // live Suspend guards
 };
 
 // The seeded RNG of a Runtime (FORGE_SEED, ExecContext::manual_seed), leased
