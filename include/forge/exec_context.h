@@ -28,7 +28,7 @@ class ContextSlot;
 
 struct ExecContextOptions {
   Device device = Device::cpu();
-  int threads = 0;                              // 0: FORGE_NUM_THREADS, else all hardware threads
+  int threads = 0;                                             // 0: FORGE_NUM_THREADS, else all hardware threads
   std::optional<std::uint64_t> seed = std::nullopt;            // default: FORGE_SEED, else a fixed seed
   std::optional<std::size_t> max_cached_bytes = std::nullopt;  // default: FORGE_POOL_MAX_CACHED_BYTES, else 1 GiB
 };
