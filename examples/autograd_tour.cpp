@@ -29,7 +29,7 @@ void hooks(forge::ExecContext& ctx) {
   });
   h.retain_grad();  // h.grad() after backward
   int ready = 0;
-  autograd::HookHandle post = w.register_post_accumulate_grad_hook([&](const Tensor &) { ++ready; });
+  autograd::HookHandle post = w.register_post_accumulate_grad_hook([&](const Tensor&) { ++ready; });
   forge::cross_entropy(forge::linear(h, w2), y).backward();
   clip.remove();
   post.remove();
