@@ -8,12 +8,19 @@
 // --device cuda trains on the GPU: the model, its gradients, the optimizer's
 // state and the activations live there; the DataLoader gathers each batch on
 // the host and moves it to the device; the pool reported is the device's.
+// --distributed trains data-parallel across the processes mpirun started
+// (docs/DISTRIBUTED.md): --batch-size is the global batch, split evenly over
+// the ranks; each rank reads its shard of every epoch (DistributedSampler);
+// dist::DataParallel averages the gradients during backward; rank 0 alone
+// prints, evaluates and writes the checkpoint, which every rank reloads.
 //
 //   build/release/examples/train_fashion_mnist [--epochs 3] [--batch-size 64]
 //       [--lr 1e-3] [--threads 0] [--data DIR] [--out DIR] [--limit N] [--seed S]
-//       [--device cpu|cuda]
+//       [--device cpu|cuda] [--distributed]
+//   mpirun -np 2 build/release/examples/train_fashion_mnist --distributed
 
 #include <forge/data/dataloader.h>
+#include <forge/distributed.h>
 
 #include <algorithm>
 #include <chrono>
@@ -24,6 +31,7 @@
 #include <iostream>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "fashion_mnist_model.h"
@@ -41,13 +49,14 @@ struct Flags {
   std::int64_t limit = 0;
   std::uint64_t seed = 1;
   forge::Device device = forge::Device::cpu();
+  bool distributed = false;
 };
 
 [[noreturn]] void usage(const char* message) {
   std::fprintf(stderr,
                "%s\nusage: train_fashion_mnist [--epochs N] [--batch-size N] [--lr X] [--threads N]\n"
                "                           [--data DIR] [--out DIR] [--limit N] [--seed N]\n"
-               "                           [--device cpu|cuda]\n",
+               "                           [--device cpu|cuda] [--distributed]\n",
                message);
   std::exit(2);
 }
@@ -63,6 +72,10 @@ Flags parse(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     if (flag == "--help" || flag == "-h") usage("Trains a CNN on Fashion-MNIST.");
+    if (flag == "--distributed") {
+      f.distributed = true;
+      continue;
+    }
     if (i + 1 >= argc) usage(("missing value after " + flag).c_str());
     const std::string value = argv[++i];
     if (flag == "--epochs")
@@ -191,7 +204,25 @@ int main(int argc, char** argv) {
   const Flags flags = parse(argc, argv);
   namespace fm = fashion_mnist;
   if (!fm::device_available(flags.device)) return 1;
-  forge::ExecContext ctx({.device = flags.device, .threads = flags.threads, .seed = flags.seed});
+  // Distributed on one machine: the cores are shared by the ranks there.
+  int threads = flags.threads;
+  if (flags.distributed && threads == 0) {
+    const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    const int ranks_here = local ? std::max(1, std::atoi(local)) : 1;
+    threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / ranks_here);
+  }
+  forge::ExecContext ctx({.device = flags.device, .threads = threads, .seed = flags.seed});
+  std::optional<forge::dist::ProcessGroup> group;
+  if (flags.distributed) group.emplace(ctx);
+  const int rank = group ? group->rank() : 0, ranks = group ? group->size() : 1;
+  const bool main_rank = rank == 0;
+  if (flags.batch_size % ranks != 0) {
+    if (main_rank)
+      std::fprintf(stderr, "--batch-size %lld does not split over %d ranks\n", static_cast<long long>(flags.batch_size),
+                   ranks);
+    return 2;
+  }
+  const std::int64_t rank_batch = flags.batch_size / ranks;
 
   fm::Split train, test;
   try {
@@ -201,18 +232,32 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n(scripts/setup installs the dataset into %s)\n", e.what(), fm::kDefaultDataDir);
     return 1;
   }
-  std::printf(
-      "Fashion-MNIST: %lld training and %lld test images; on %s, %d threads, batch %lld, Adam lr %g "
-      "(cosine)\n",
-      static_cast<long long>(train.images.size(0)), static_cast<long long>(test.images.size(0)),
-      ctx.device().str().c_str(), ctx.threads(), static_cast<long long>(flags.batch_size), flags.lr);
+  if (main_rank && group)
+    std::printf("distributed: %d ranks (%s), %lld images per rank per step, %d threads each\n", ranks,
+                forge::dist::to_string(group->backend()), static_cast<long long>(rank_batch), ctx.threads());
+  if (main_rank)
+    std::printf(
+        "Fashion-MNIST: %lld training and %lld test images; on %s, %d threads, batch %lld, Adam lr %g "
+        "(cosine)\n",
+        static_cast<long long>(train.images.size(0)), static_cast<long long>(test.images.size(0)),
+        ctx.device().str().c_str(), ctx.threads(), static_cast<long long>(flags.batch_size), flags.lr);
 
-  fm::Cnn model(ctx);
+  auto net = std::make_shared<fm::Cnn>(ctx);
+  fm::Cnn& model = *net;
+  // Distributed: rank 0's initial weights on every rank, gradients averaged in backward.
+  std::optional<forge::dist::DataParallel> ddp;
+  if (group) ddp.emplace(net, *group);
   forge::optim::Adam adam(model.parameters(), {.lr = flags.lr});
   // drop_last keeps every step's shapes the same, so the pool serves each step from its cache.
+  // Distributed: each rank its shard of the epoch's order (the same seed everywhere).
+  std::shared_ptr<const forge::data::Sampler> sampler;
+  if (group)
+    sampler = std::make_shared<forge::data::DistributedSampler>(
+        train.images.size(0), forge::data::DistributedSamplerOptions{
+                                  .world_size = ranks, .rank = rank, .seed = flags.seed, .drop_last = true});
   forge::data::DataLoader loader(
       ctx, train.images, train.labels,
-      {.batch_size = flags.batch_size, .drop_last = true, .seed = flags.seed, .transform = fm::to_input});
+      {.batch_size = rank_batch, .drop_last = true, .seed = flags.seed, .transform = fm::to_input, .sampler = sampler});
   // The learning rate follows a cosine from --lr down to 0 over the whole run.
   const double total_steps = static_cast<double>(loader.size() * flags.epochs);
   auto lr_at = [&](std::int64_t step) {
@@ -236,7 +281,7 @@ int main(int argc, char** argv) {
       adam.set_lr(lr_at(global_step));
       {
         auto scope = ctx.open_exec_scope();  // the step's activations and tape, released together
-        forge::Tensor loss = forge::cross_entropy(model.forward(batch.input), batch.target);
+        forge::Tensor loss = forge::cross_entropy(ddp ? (*ddp)(batch.input) : model.forward(batch.input), batch.target);
         loss.backward();
         adam.step();
         adam.zero_grad();
@@ -249,11 +294,11 @@ int main(int argc, char** argv) {
       }
       allocations_mark = allocations;
       loss_sum += step_loss.back();
-      samples += batch.input.size(0);
+      samples += batch.input.size(0) * ranks;
 
       const auto now = Clock::now();
       const std::int64_t step = batch.index + 1;
-      if (now - last_draw > std::chrono::milliseconds(100) || step == loader.size()) {
+      if (main_rank && (now - last_draw > std::chrono::milliseconds(100) || step == loader.size())) {
         const double seconds = std::chrono::duration<double>(now - start).count();
         draw_progress(epoch, flags.epochs, step, loader.size(), loss_sum / static_cast<double>(step),
                       static_cast<double>(samples) / seconds,
@@ -262,18 +307,27 @@ int main(int argc, char** argv) {
       }
     }
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    accuracy.push_back(fm::evaluate(model, test));
-    std::printf("\nepoch %lld: %.1f s, %.0f samples/s, mean loss %.4f, test accuracy %.2f%%\n",
-                static_cast<long long>(epoch), seconds, static_cast<double>(samples) / seconds,
-                loss_sum / static_cast<double>(std::max<std::int64_t>(loader.size(), 1)), 100 * accuracy.back());
+    // Every rank holds the same weights; rank 0 evaluates, the others wait at the next step.
+    accuracy.push_back(main_rank ? fm::evaluate(model, test) : 0.0);
+    if (main_rank)
+      std::printf("\nepoch %lld: %.1f s, %.0f samples/s, mean loss %.4f, test accuracy %.2f%%\n",
+                  static_cast<long long>(epoch), seconds, static_cast<double>(samples) / seconds,
+                  loss_sum / static_cast<double>(std::max<std::int64_t>(loader.size(), 1)), 100 * accuracy.back());
   }
 
   std::filesystem::create_directories(flags.out);
-  // The checkpoint: saved as safetensors, reloaded into a fresh model, evaluated.
+  // The checkpoint: saved as safetensors (by rank 0), reloaded into a fresh model (by every rank), evaluated.
   const std::string checkpoint = flags.out + "/fashion_mnist.safetensors";
-  fm::save_checkpoint(checkpoint, model.state_dict());
+  if (group)
+    forge::dist::save_checkpoint(*group, checkpoint, {.model = &model});
+  else
+    fm::save_checkpoint(checkpoint, model.state_dict());
   fm::Cnn reloaded(ctx);
-  reloaded.load_state_dict(fm::load_checkpoint(ctx, checkpoint));
+  if (group)
+    forge::dist::load_checkpoint(*group, checkpoint, {.model = &reloaded});
+  else
+    reloaded.load_state_dict(fm::load_checkpoint(ctx, checkpoint));
+  if (!main_rank) return 0;
   const double reloaded_accuracy = fm::evaluate(reloaded, test);
   std::printf("checkpoint %s reloaded: test accuracy %.2f%% (%s)\n", checkpoint.c_str(), 100 * reloaded_accuracy,
               reloaded_accuracy == accuracy.back() ? "identical" : "DIFFERS");

@@ -102,6 +102,18 @@ class DetectAnomalyGuard {
 void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs = {},
               bool retain_graph = false, bool create_graph = false);
 
+// Runs `callback` on this thread once the backward pass running now has
+// committed its gradients (libtorch's queue_callback): a post-accumulate hook
+// queues one to act on all of a pass's .grad at once (dist::DataParallel
+// waits for its reductions there). Callbacks run in the order queued, and may
+// queue more; a pass that fails drops them; one that throws ends the pass's
+// backward() with its error, the gradients already in place. Outside a
+// backward pass: ErrorCode::backward.
+void queue_callback(std::function<void()> callback);
+// The backward pass running on this thread (a number no other pass of the
+// process has), or 0 outside one.
+std::uint64_t current_pass() noexcept;
+
 struct GradOptions {
   std::vector<Tensor> grad_outputs = {};  // as for backward()
   bool retain_graph = false;

@@ -30,6 +30,7 @@ enum class ErrorCode {
   backward,          // autograd misuse (freed graph, modified saved tensor)
   io,                // a file that cannot be read, written or trusted
   not_implemented,   // a valid request forge does not support yet
+  distributed,       // a collective that failed, timed out or disagreed across ranks
   internal,          // a broken invariant inside forge
 };
 

@@ -12,6 +12,7 @@
 #include "forge/data/dataloader.h"
 #include "forge/data/text_window_dataset.h"
 #include "forge/device.h"
+#include "forge/distributed.h"
 #include "forge/dtype.h"
 #include "forge/error.h"
 #include "forge/exec_context.h"

@@ -53,9 +53,14 @@
 
 namespace forge::autograd {
 
+class Engine;
+
 namespace {
 
 std::atomic<std::uint64_t> next_epoch{1};
+
+// The innermost pass running on this thread (queue_callback, current_pass).
+thread_local Engine* current_engine = nullptr;
 
 // Whether nobody but the engine sees g's bytes, so it can become a .grad or
 // be accumulated into in place (an exec scope's hold does not count: it only
@@ -128,6 +133,8 @@ class Engine {
   Engine& operator=(const Engine&) = delete;
 
   void run(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs);
+  void queue(std::function<void()> callback) { callbacks_.push_back(std::move(callback)); }
+  std::uint64_t epoch() const noexcept { return epoch_; }
 
  private:
   void walk(Node* root);
@@ -159,6 +166,7 @@ class Engine {
     Tensor sum;
   };
   std::vector<HookedLeaf> hooked_;
+  std::vector<std::function<void()>> callbacks_;  // queue_callback
 };
 
 void Engine::to_leaf(TensorImpl* leaf, Tensor g) {
@@ -274,6 +282,11 @@ void Engine::run(const std::vector<Tensor>& outputs, const std::vector<Tensor>& 
   FORGE_CHECK(grad_outputs.empty() || grad_outputs.size() == outputs.size(), invalid_argument, op, outputs.size(),
               " outputs but ", grad_outputs.size(), " gradients");
   GradModeGuard mode(create_graph_);  // Note [Backward that records]
+  struct Current {
+    Engine* previous;
+    explicit Current(Engine* e) : previous(current_engine) { current_engine = e; }
+    ~Current() { current_engine = previous; }
+  } current(this);
   std::vector<Tensor> seeds(outputs.size());
   for (std::size_t i = 0; i < outputs.size(); ++i) {
     const Tensor& out = outputs[i];
@@ -319,6 +332,10 @@ void Engine::run(const std::vector<Tensor>& outputs, const std::vector<Tensor>& 
     run_node(n);
   }
   commit_fresh_grads();
+  for (std::size_t i = 0; i < callbacks_.size(); ++i) {
+    auto callback = std::move(callbacks_[i]);
+    callback();
+  }
 }
 
 // Note [Backward that records]
@@ -376,6 +393,14 @@ void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& gra
   Engine(retain_graph, create_graph, nullptr).run(outputs, grad_outputs);
 }
 FORGE_CATCH_OOM("backward")
+
+void queue_callback(std::function<void()> callback) {
+  FORGE_CHECK(current_engine, backward, "queue_callback", "no backward pass is running on this thread");
+  FORGE_CHECK(callback, invalid_argument, "queue_callback", "an empty callback");
+  current_engine->queue(std::move(callback));
+}
+
+std::uint64_t current_pass() noexcept { return current_engine ? current_engine->epoch() : 0; }
 
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
                          const GradOptions& options) try {

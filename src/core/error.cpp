@@ -44,6 +44,8 @@ std::string_view to_string(ErrorCode code) noexcept {
       return "io";
     case ErrorCode::not_implemented:
       return "not_implemented";
+    case ErrorCode::distributed:
+      return "distributed";
     case ErrorCode::internal:
       return "internal";
   }

@@ -1,0 +1,257 @@
+// DataParallel: the module's gradients averaged over the ranks during
+// backward, in buckets that overlap with the pass.
+//
+// Note [Buckets]
+// The Reducer packs the trainable parameters, newest first (backward reaches
+// the last layers first), into buckets of up to bucket_cap_mb bytes of one
+// dtype, each a flat tensor of the context's pool kept for the module's
+// life. Each parameter has a post-accumulate hook (Note [Leaf hooks] in
+// engine.cpp): it copies the final .grad into its bucket's slice, and once
+// every slice of a bucket is in, the bucket's mean all-reduce starts on the
+// group's thread while backward goes on. Buckets start in their index order
+// only (a ready bucket waits for the ones before it), because collectives
+// match by order across ranks and readiness order can differ between ranks.
+// The first hook of a pass queues the pass's end (autograd::queue_callback):
+// there the buckets that never filled (unused parameters) are zero-filled
+// and started, every reduction is waited for, and the means are copied back
+// into .grad. The copies cost one pass over the gradients each way; libtorch
+// avoids the second by making .grad a view of the bucket, which forge's
+// optimizers (which may replace .grad) do not promise to keep.
+//
+// Note [Armed passes]
+// The hooks sit on the parameters, so they see every backward through them,
+// also one of a forward that called the module directly (an evaluation with
+// gradients, a rank's private pass). As in libtorch, only a backward after a
+// forward through DataParallel reduces: forward() arms the reducer (unless
+// no_sync() is alive), and the pass's end disarms it. A pass whose forward
+// ran under no_sync() accumulates locally.
+
+#include "forge/distributed/data_parallel.h"
+
+#include <chrono>
+#include <utility>
+
+#include "forge/autograd.h"
+#include "forge/error.h"
+
+namespace forge::dist {
+
+namespace {
+
+struct Slot {
+  std::string name;
+  Tensor param;
+  std::size_t bucket = 0;
+  std::int64_t offset = 0;  // elements into the bucket
+  bool ready = false;       // its gradient is in the bucket this pass
+  bool used = false;        // it had a gradient this pass
+};
+
+struct Bucket {
+  DType dtype = DType::f32;
+  std::int64_t numel = 0;
+  Tensor flat;
+  std::vector<std::size_t> slots;
+  std::size_t pending = 0;
+  Work work;
+};
+
+}  // namespace
+
+struct DataParallel::Reducer {
+  DataParallel& ddp;
+  std::vector<Slot> slots;
+  std::vector<Bucket> buckets;
+  std::vector<autograd::HookHandle> hooks;
+  bool armed = false;      // a forward through DataParallel ran with sync on (Note [Armed passes])
+  std::uint64_t pass = 0;  // the pass being reduced (0: none)
+  std::size_t next_launch = 0;
+  Tensor used_mask;  // find_unused_parameters: i32 [slots], max over the ranks
+  Work used_work;
+
+  explicit Reducer(DataParallel& d) : ddp(d) {}
+  ~Reducer() {
+    for (auto& h : hooks) h.remove();
+  }
+
+  void build(const nn::NamedTensors& params, double cap_mb) {
+    ExecContext& ctx = ddp.group_.context();
+    const auto cap = static_cast<std::int64_t>(cap_mb * 1024 * 1024);
+    for (auto it = params.rbegin(); it != params.rend(); ++it) {
+      if (!it->second.requires_grad()) continue;
+      slots.push_back(Slot{.name = it->first, .param = it->second});
+    }
+    // One open bucket per dtype, closed when the next slot would pass the cap.
+    std::vector<std::pair<DType, std::size_t>> open;
+    for (std::size_t i = 0; i < slots.size(); ++i) {
+      Slot& s = slots[i];
+      const DType dt = s.param.dtype();
+      auto found = std::find_if(open.begin(), open.end(), [&](const auto& o) { return o.first == dt; });
+      const auto bytes = static_cast<std::int64_t>(s.param.nbytes());
+      if (found != open.end()) {
+        Bucket& b = buckets[found->second];
+        if (b.numel && (b.numel * static_cast<std::int64_t>(dtype_size(dt)) + bytes > cap)) {
+          open.erase(found);
+          found = open.end();
+        }
+      }
+      if (found == open.end()) {
+        buckets.push_back(Bucket{.dtype = dt});
+        open.emplace_back(dt, buckets.size() - 1);
+        found = open.end() - 1;
+      }
+      Bucket& b = buckets[found->second];
+      s.bucket = found->second;
+      s.offset = b.numel;
+      b.numel += s.param.numel();
+      b.slots.push_back(i);
+    }
+    // Buckets in the order their first parameter's gradient is expected.
+    for (Bucket& b : buckets) b.flat = ctx.zeros({b.numel}, b.dtype);
+    if (ddp.options_.find_unused_parameters)
+      used_mask = ctx.zeros({static_cast<std::int64_t>(slots.size())}, DType::i32);
+    for (std::size_t i = 0; i < slots.size(); ++i)
+      hooks.push_back(slots[i].param.register_post_accumulate_grad_hook([this, i](const Tensor&) { on_ready(i); }));
+  }
+
+  Tensor slice(const Slot& s) const {
+    return buckets[s.bucket].flat.narrow(0, s.offset, s.param.numel()).view(s.param.shape());
+  }
+
+  // A pass that failed before its end: its started reductions are waited for
+  // (the peers may be in them), and the state starts over.
+  void reset() {
+    for (Bucket& b : buckets) {
+      if (b.work.defined()) b.work.wait();
+      b.work = Work();
+      b.pending = b.slots.size();
+    }
+    if (used_work.defined()) used_work.wait();
+    used_work = Work();
+    for (Slot& s : slots) s.ready = s.used = false;
+    next_launch = 0;
+    pass = 0;
+  }
+
+  void on_ready(std::size_t i) {
+    if (!armed) return;
+    const std::uint64_t now = autograd::current_pass();
+    if (now != pass) {
+      if (pass != 0) reset();
+      for (Bucket& b : buckets) b.pending = b.slots.size();
+      pass = now;
+      autograd::queue_callback([this] { finish(); });
+    }
+    Slot& s = slots[i];
+    if (s.ready) return;  // a second hook call in one pass cannot happen; keep the count right regardless
+    autograd::NoGradGuard no_grad;
+    const Tensor grad = s.param.grad();
+    if (grad.defined())
+      slice(s).copy_(grad);
+    else
+      slice(s).zero_();
+    s.ready = true;
+    s.used = true;
+    if (--buckets[s.bucket].pending == 0) launch_ready(true);
+  }
+
+  void launch_ready(bool early) {
+    while (next_launch < buckets.size() && buckets[next_launch].pending == 0) {
+      Bucket& b = buckets[next_launch++];
+      b.work = ddp.group_.all_reduce_async(b.flat, ReduceOp::mean);
+      (early ? ddp.stats_.early_launches : ddp.stats_.late_launches) += 1;
+      ddp.stats_.bytes_reduced += b.numel * static_cast<std::int64_t>(dtype_size(b.dtype));
+    }
+  }
+
+  // The pass's end (queued by its first hook).
+  void finish() {
+    const auto start = std::chrono::steady_clock::now();
+    autograd::NoGradGuard no_grad;
+    std::string unused;
+    std::size_t unused_count = 0;
+    for (Slot& s : slots) {
+      if (s.ready) continue;
+      // Zeros keep the ranks in step: every rank starts every bucket.
+      slice(s).zero_();
+      s.ready = true;
+      --buckets[s.bucket].pending;
+      if (++unused_count <= 8) unused += (unused.empty() ? "" : ", ") + s.name;
+    }
+    launch_ready(false);
+    if (used_mask.defined()) {
+      auto* mask = used_mask.data_ptr<std::int32_t>();
+      for (std::size_t i = 0; i < slots.size(); ++i) mask[i] = slots[i].used ? 1 : 0;
+      used_work = ddp.group_.all_reduce_async(used_mask, ReduceOp::max);
+    }
+    for (Bucket& b : buckets) {
+      b.work.wait();
+      b.work = Work();
+    }
+    if (used_work.defined()) {
+      used_work.wait();
+      used_work = Work();
+    }
+    pass = 0;
+    next_launch = 0;
+    armed = false;
+    ddp.stats_.wait_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    ddp.stats_.reductions += 1;
+    if (unused_count && !ddp.options_.find_unused_parameters) {
+      for (Slot& s : slots) s.ready = s.used = false;
+      FORGE_FAIL(backward, "DataParallel", unused_count, " parameter(s) got no gradient in this backward pass (",
+                 unused, unused_count > 8 ? ", ..." : "",
+                 "); construct DataParallel with find_unused_parameters = true if the model does not use every "
+                 "parameter in every pass");
+    }
+    const std::int32_t* globally = used_mask.defined() ? used_mask.data_ptr<std::int32_t>() : nullptr;
+    for (std::size_t i = 0; i < slots.size(); ++i) {
+      Slot& s = slots[i];
+      const bool keep = globally ? globally[i] != 0 : true;
+      s.ready = s.used = false;
+      if (!keep) continue;
+      Tensor grad = s.param.grad();
+      if (grad.defined())
+        grad.copy_(slice(s));
+      else
+        s.param.set_grad(slice(s).clone());
+    }
+  }
+};
+
+DataParallel::DataParallel(std::shared_ptr<nn::Module> module, ProcessGroup& group, DataParallelOptions options)
+    : module_(std::move(module)), group_(group), options_(options) {
+  FORGE_CHECK(module_, invalid_argument, "DataParallel", "a null module");
+  FORGE_CHECK(options_.bucket_cap_mb > 0, invalid_argument, "DataParallel", "bucket_cap_mb must be positive, got ",
+              options_.bucket_cap_mb);
+  {
+    autograd::NoGradGuard no_grad;
+    for (const Tensor& p : module_->parameters()) group_.broadcast(p, 0);
+    for (const Tensor& b : module_->buffers()) group_.broadcast(b, 0);
+  }
+  reducer_ = std::make_unique<Reducer>(*this);
+  reducer_->build(module_->named_parameters(), options_.bucket_cap_mb);
+  stats_.buckets = static_cast<std::int64_t>(reducer_->buckets.size());
+}
+
+DataParallel::~DataParallel() = default;
+
+Tensor DataParallel::forward(const Tensor& x) {
+  if (options_.broadcast_buffers && group_.size() > 1) {
+    autograd::NoGradGuard no_grad;
+    for (const Tensor& b : module_->buffers()) group_.broadcast(b, 0);
+  }
+  reducer_->armed = sync_;
+  return module_->forward(x);
+}
+
+std::vector<std::vector<std::string>> DataParallel::bucket_names() const {
+  std::vector<std::vector<std::string>> names;
+  for (const Bucket& b : reducer_->buckets) {
+    names.emplace_back();
+    for (std::size_t i : b.slots) names.back().push_back(reducer_->slots[i].name);
+  }
+  return names;
+}
+
+}  // namespace forge::dist
