@@ -9,7 +9,9 @@
 //              batch 128) or the Fashion-MNIST CNN (global batch 64): forward,
 //              backward (gradients averaged by DataParallel when there is
 //              more than one rank), optimizer step. Each rank runs
-//              batch / ranks rows with --threads threads.
+//              batch / ranks rows with --threads threads. --local skips
+//              DataParallel: each rank trains alone, at the same time as
+//              the others, which is the floor that sharing the machine sets.
 //
 //   mpirun -np 2 --allow-run-as-root --oversubscribe build/release/benchmarks/dist_compare allreduce
 //   mpirun -np 2 ... dist_compare step --model mlp --threads 1
@@ -88,14 +90,14 @@ std::shared_ptr<nn::Module> make_model(ExecContext& ctx, const std::string& mode
   return mlp;
 }
 
-int step(const std::string& model_name, int threads, int steps) {
+int step(const std::string& model_name, int threads, int steps, std::int64_t global, double bucket_mb, bool local) {
   ExecContext ctx({.threads = threads, .seed = 1});
   dist::ProcessGroup group(ctx);
-  const std::int64_t global = model_name == "cnn" ? 64 : 128;
+  if (global <= 0) global = model_name == "cnn" ? 64 : 128;
   const std::int64_t rows = global / group.size();
   auto model = make_model(ctx, model_name);
   std::optional<dist::DataParallel> ddp;
-  if (group.size() > 1) ddp.emplace(model, group);
+  if (group.size() > 1 && !local) ddp.emplace(model, group, dist::DataParallelOptions{.bucket_cap_mb = bucket_mb});
   optim::Adam adam(model->parameters(), {.lr = 1e-3});
   Tensor x = model_name == "cnn" ? ctx.randn({rows, 1, 28, 28}) : ctx.randn({rows, 784});
   Tensor y = ctx.from_vector(std::vector<std::int64_t>(static_cast<std::size_t>(rows), 3));
@@ -112,14 +114,17 @@ int step(const std::string& model_name, int threads, int steps) {
     }
     if (i >= 5) times.push_back(seconds_since(start));
   }
-  double ms = median(times) * 1e3;
-  MPI_Allreduce(MPI_IN_PLACE, &ms, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  // Each step's time is its slowest rank's (a synchronous step ends when
+  // the last rank's does; --local included, so that the floor compares).
+  MPI_Allreduce(MPI_IN_PLACE, times.data(), static_cast<int>(times.size()), MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  const double ms = median(times) * 1e3;
   if (group.is_main()) {
-    std::printf("step %s: global batch %lld, %d rank(s) x %d thread(s): %.3f ms (median of %d)", model_name.c_str(),
-                static_cast<long long>(global), group.size(), ctx.threads(), ms, steps);
+    std::printf("step %s: global batch %lld, %d rank(s) x %d thread(s)%s: %.3f ms (median of %d)", model_name.c_str(),
+                static_cast<long long>(global), group.size(), ctx.threads(),
+                local && group.size() > 1 ? ", no reduction (each rank alone)" : "", ms, steps);
     if (ddp)
-      std::printf("; %lld buckets, %.3f ms waiting for reductions per step",
-                  static_cast<long long>(ddp->stats().buckets),
+      std::printf("; %lld bucket(s) of <= %g MiB, %.3f ms waiting for reductions per step",
+                  static_cast<long long>(ddp->stats().buckets), ddp->options().bucket_cap_mb,
                   ddp->stats().wait_ms / static_cast<double>(ddp->stats().reductions));
     std::printf("\n");
   }
@@ -132,8 +137,17 @@ int main(int argc, char** argv) {
   const std::string what = argc > 1 ? argv[1] : "";
   std::string model = "mlp";
   int threads = 1, steps = 50, repeats = 40;
-  for (int i = 2; i + 1 < argc; i += 2) {
+  std::int64_t global = 0;
+  double bucket_mb = 25;
+  bool local = false;
+  for (int i = 2; i < argc; i += 2) {
     const std::string flag = argv[i];
+    if (flag == "--local") {
+      local = true;
+      --i;
+      continue;
+    }
+    if (i + 1 >= argc) break;
     if (flag == "--model")
       model = argv[i + 1];
     else if (flag == "--threads")
@@ -142,11 +156,17 @@ int main(int argc, char** argv) {
       steps = std::atoi(argv[i + 1]);
     else if (flag == "--repeats")
       repeats = std::atoi(argv[i + 1]);
+    else if (flag == "--batch")
+      global = std::atoll(argv[i + 1]);
+    else if (flag == "--bucket-mb")
+      bucket_mb = std::atof(argv[i + 1]);
   }
   if (what == "allreduce") return allreduce(repeats);
-  if (what == "step" && (model == "mlp" || model == "cnn")) return step(model, threads, steps);
+  if (what == "step" && (model == "mlp" || model == "cnn"))
+    return step(model, threads, steps, global, bucket_mb, local);
   std::fprintf(stderr,
                "usage: dist_compare allreduce [--repeats N]\n"
-               "       dist_compare step --model mlp|cnn [--threads N] [--steps N]\n");
+               "       dist_compare step --model mlp|cnn [--threads N] [--steps N] [--batch GLOBAL] [--bucket-mb X]\n"
+               "         [--local: ranks train alone, no DataParallel: the floor set by sharing the machine]\n");
   return 2;
 }
