@@ -36,7 +36,7 @@ void check_second_order(const Fn& fn, const std::vector<Tensor>& inputs,
 
 TEST_CASE("higher order: d2/dx2 of x^3 is 6x, and the first gradient has a history") {
   TestContext ctx;
-  const std::size_t baseline = ctx.stats().outstanding;
+  const auto baseline = ctx.stats().outstanding;
   {
     Tensor x = ctx.from_vector<double>({-1.5, 0.5, 2.0}, {3}).requires_grad_();
     Tensor y = forge::sum(x * x * x);
@@ -178,7 +178,7 @@ TEST_CASE("higher order: gradgradcheck of attention, composed of recorded ops") 
 
 TEST_CASE("higher order: conv2d and the pools refuse create_graph by name, leaving nothing behind") {
   TestContext ctx;
-  const std::size_t baseline = ctx.stats().outstanding;
+  const auto baseline = ctx.stats().outstanding;
   {
     Tensor x = ctx.randn({1, 2, 5, 5}).requires_grad_();
     Tensor w = ctx.randn({3, 2, 3, 3}).requires_grad_();

@@ -28,11 +28,14 @@
 
 #include "forge/distributed/data_parallel.h"
 
+#include <algorithm>
 #include <chrono>
 #include <utility>
 
+#include "core/tensor_internal.h"
 #include "forge/autograd.h"
 #include "forge/error.h"
+#include "forge/runtime.h"
 
 namespace forge::dist {
 
@@ -66,7 +69,8 @@ struct DataParallel::Reducer {
   bool armed = false;      // a forward through DataParallel ran with sync on (Note [Armed passes])
   std::uint64_t pass = 0;  // the pass being reduced (0: none)
   std::size_t next_launch = 0;
-  Tensor used_mask;  // find_unused_parameters: i32 [slots], max over the ranks
+  Tensor used_mask;  // find_unused_parameters: i32 [slots] on the host
+  Tensor used_sent;  // what is reduced: used_mask, or its copy on the group's device (NCCL)
   Work used_work;
 
   explicit Reducer(DataParallel& d) : ddp(d) {}
@@ -106,13 +110,17 @@ struct DataParallel::Reducer {
       b.numel += s.param.numel();
       b.slots.push_back(i);
     }
-    // Buckets in the order their first parameter's gradient is expected.
     for (Bucket& b : buckets) b.flat = ctx.zeros({b.numel}, b.dtype);
-    if (ddp.options_.find_unused_parameters)
-      used_mask = ctx.zeros({static_cast<std::int64_t>(slots.size())}, DType::i32);
+    if (ddp.options_.find_unused_parameters) {
+      Runtime& rt = ctx.runtime();
+      used_mask = forge::detail::allocate_in(rt, rt.pool(Device::cpu(), "DataParallel"),
+                                             {static_cast<std::int64_t>(slots.size())}, DType::i32, "DataParallel");
+    }
     for (std::size_t i = 0; i < slots.size(); ++i)
       hooks.push_back(slots[i].param.register_post_accumulate_grad_hook([this, i](const Tensor&) { on_ready(i); }));
   }
+
+  Device ctx_device() const { return ddp.group_.context().device(); }
 
   Tensor slice(const Slot& s) const {
     return buckets[s.bucket].flat.narrow(0, s.offset, s.param.numel()).view(s.param.shape());
@@ -182,7 +190,8 @@ struct DataParallel::Reducer {
     if (used_mask.defined()) {
       auto* mask = used_mask.data_ptr<std::int32_t>();
       for (std::size_t i = 0; i < slots.size(); ++i) mask[i] = slots[i].used ? 1 : 0;
-      used_work = ddp.group_.all_reduce_async(used_mask, ReduceOp::max);
+      used_sent = ddp.group_.backend() == Backend::nccl ? used_mask.to(ctx_device()) : used_mask;
+      used_work = ddp.group_.all_reduce_async(used_sent, ReduceOp::max);
     }
     for (Bucket& b : buckets) {
       b.work.wait();
@@ -191,6 +200,8 @@ struct DataParallel::Reducer {
     if (used_work.defined()) {
       used_work.wait();
       used_work = Work();
+      if (used_sent.buffer() != used_mask.buffer()) used_mask.copy_(used_sent);
+      used_sent = Tensor();
     }
     pass = 0;
     next_launch = 0;
