@@ -23,7 +23,8 @@
 // also one of a forward that called the module directly (an evaluation with
 // gradients, a rank's private pass). As in libtorch, only a backward after a
 // forward through DataParallel reduces: forward() arms the reducer (unless
-// no_sync() is alive), and the pass's end disarms it. A pass whose forward
+// no_sync() is alive or grad mode is off: an evaluation), and the pass's end
+// disarms it. A pass whose forward
 // ran under no_sync() accumulates locally.
 
 #include "forge/distributed/data_parallel.h"
@@ -69,8 +70,7 @@ struct DataParallel::Reducer {
   bool armed = false;      // a forward through DataParallel ran with sync on (Note [Armed passes])
   std::uint64_t pass = 0;  // the pass being reduced (0: none)
   std::size_t next_launch = 0;
-  Tensor used_mask;  // find_unused_parameters: i32 [slots] on the host
-  Tensor used_sent;  // what is reduced: used_mask, or its copy on the group's device (NCCL)
+  Tensor used_mask;  // find_unused_parameters, during a pass's end: i32 [slots], max over the ranks
   Work used_work;
 
   explicit Reducer(DataParallel& d) : ddp(d) {}
@@ -110,17 +110,14 @@ struct DataParallel::Reducer {
       b.numel += s.param.numel();
       b.slots.push_back(i);
     }
-    for (Bucket& b : buckets) b.flat = ctx.zeros({b.numel}, b.dtype);
-    if (ddp.options_.find_unused_parameters) {
-      Runtime& rt = ctx.runtime();
-      used_mask = forge::detail::allocate_in(rt, rt.pool(Device::cpu(), "DataParallel"),
-                                             {static_cast<std::int64_t>(slots.size())}, DType::i32, "DataParallel");
+    // Held for the module's life, as an optimizer's state: outside the pool.
+    for (Bucket& b : buckets) {
+      b.flat = forge::detail::allocate_owned(ctx.runtime(), {b.numel}, b.dtype, "DataParallel");
+      b.flat.zero_();
     }
     for (std::size_t i = 0; i < slots.size(); ++i)
       hooks.push_back(slots[i].param.register_post_accumulate_grad_hook([this, i](const Tensor&) { on_ready(i); }));
   }
-
-  Device ctx_device() const { return ddp.group_.context().device(); }
 
   Tensor slice(const Slot& s) const {
     return buckets[s.bucket].flat.narrow(0, s.offset, s.param.numel()).view(s.param.shape());
@@ -187,11 +184,11 @@ struct DataParallel::Reducer {
       if (++unused_count <= 8) unused += (unused.empty() ? "" : ", ") + s.name;
     }
     launch_ready(false);
-    if (used_mask.defined()) {
-      auto* mask = used_mask.data_ptr<std::int32_t>();
+    if (ddp.options_.find_unused_parameters) {
+      std::vector<std::int32_t> mask(slots.size());
       for (std::size_t i = 0; i < slots.size(); ++i) mask[i] = slots[i].used ? 1 : 0;
-      used_sent = ddp.group_.backend() == Backend::nccl ? used_mask.to(ctx_device()) : used_mask;
-      used_work = ddp.group_.all_reduce_async(used_sent, ReduceOp::max);
+      used_mask = ddp.group_.context().from_vector(mask);  // on the context's device, as the buckets
+      used_work = ddp.group_.all_reduce_async(used_mask, ReduceOp::max);
     }
     for (Bucket& b : buckets) {
       b.work.wait();
@@ -200,8 +197,6 @@ struct DataParallel::Reducer {
     if (used_work.defined()) {
       used_work.wait();
       used_work = Work();
-      if (used_sent.buffer() != used_mask.buffer()) used_mask.copy_(used_sent);
-      used_sent = Tensor();
     }
     pass = 0;
     next_launch = 0;
@@ -215,10 +210,12 @@ struct DataParallel::Reducer {
                  "); construct DataParallel with find_unused_parameters = true if the model does not use every "
                  "parameter in every pass");
     }
-    const std::int32_t* globally = used_mask.defined() ? used_mask.data_ptr<std::int32_t>() : nullptr;
+    std::vector<std::int32_t> globally;
+    if (used_mask.defined()) globally = used_mask.to_vector<std::int32_t>();
+    used_mask = Tensor();
     for (std::size_t i = 0; i < slots.size(); ++i) {
       Slot& s = slots[i];
-      const bool keep = globally ? globally[i] != 0 : true;
+      const bool keep = globally.empty() || globally[i] != 0;
       s.ready = s.used = false;
       if (!keep) continue;
       Tensor grad = s.param.grad();
@@ -252,7 +249,7 @@ Tensor DataParallel::forward(const Tensor& x) {
     autograd::NoGradGuard no_grad;
     for (const Tensor& b : module_->buffers()) group_.broadcast(b, 0);
   }
-  reducer_->armed = sync_;
+  reducer_->armed = sync_ && autograd::GradMode::is_enabled();
   return module_->forward(x);
 }
 

@@ -301,9 +301,19 @@ class GroupImpl {
     return s.str();
   }
 
-  // Drops finished work whose results were taken (Note [Work completion]).
+  // Drops finished work nobody else holds (Note [Work completion]), after
+  // its results are in place: a dropped Work still copies back and bumps
+  // versions, and its failure is reported here.
   void reap() {
-    std::erase_if(pending_, [](const std::shared_ptr<WorkState>& w) { return w.use_count() == 1 && w->done(); });
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      if (it->use_count() == 1 && (*it)->done()) {
+        const std::shared_ptr<WorkState> w = std::move(*it);
+        it = pending_.erase(it);
+        w->wait();
+      } else {
+        ++it;
+      }
+    }
   }
 
   // The debug check: every rank's arguments, gathered over the control comm
