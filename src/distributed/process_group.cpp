@@ -272,8 +272,9 @@ class GroupImpl {
       Tensor in = read.defined() ? forge::detail::packed_where_it_is(read, opname) : Tensor();
       Tensor out = written.defined() ? forge::detail::packed_where_it_is(written, opname) : Tensor();
       if (kind == Kind::all_reduce || kind == Kind::broadcast) in = out;
-      c.send = in.defined() && in.numel() ? in.raw_data(opname) : nullptr;
-      c.recv = out.defined() && out.numel() ? out.raw_data(opname) : nullptr;
+      // Host or device addresses: the engine's memory (check_tensor made sure).
+      c.send = in.defined() && in.numel() ? forge::detail::first_element(in) : nullptr;
+      c.recv = out.defined() && out.numel() ? forge::detail::first_element(out) : nullptr;
       state->keep = {in, out, written};
       const bool copy_back = written.defined() && out.buffer() != written.buffer();
       Tensor target = written;
