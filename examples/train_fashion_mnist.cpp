@@ -13,6 +13,8 @@
 // the ranks; each rank reads its shard of every epoch (DistributedSampler);
 // dist::DataParallel averages the gradients during backward; rank 0 alone
 // prints, evaluates and writes the checkpoint, which every rank reloads.
+// With --device cuda each rank takes the GPU of its rank on the machine, and
+// the gradients go through NCCL.
 //
 //   build/release/examples/train_fashion_mnist [--epochs 3] [--batch-size 64]
 //       [--lr 1e-3] [--threads 0] [--data DIR] [--out DIR] [--limit N] [--seed S]
@@ -211,7 +213,15 @@ int main(int argc, char** argv) {
     const int ranks_here = local ? std::max(1, std::atoi(local)) : 1;
     threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / ranks_here);
   }
-  forge::ExecContext ctx({.device = flags.device, .threads = threads, .seed = flags.seed});
+  // Distributed on CUDA: one GPU per rank, by its rank on this machine (NCCL
+  // refuses two ranks on one device).
+  forge::Device device = flags.device;
+  if (flags.distributed && device.is_cuda()) {
+    const char* local_rank = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    const int gpus = std::max(1, forge::cuda_device_count());
+    device = forge::Device::cuda((device.index + (local_rank ? std::atoi(local_rank) : 0)) % gpus);
+  }
+  forge::ExecContext ctx({.device = device, .threads = threads, .seed = flags.seed});
   std::optional<forge::dist::ProcessGroup> group;
   if (flags.distributed) group.emplace(ctx);
   const int rank = group ? group->rank() : 0, ranks = group ? group->size() : 1;

@@ -56,6 +56,11 @@ struct WorkState {
 
   void complete(std::exception_ptr error = nullptr);  // engine side
   bool done() const;
+  // Whether a wait() already threw the engine's error to the user.
+  bool delivered() const {
+    std::lock_guard lock(m_);
+    return delivered_;
+  }
   // Waits up to `timeout`, then runs finish; throws the engine's error or a timeout.
   void wait();
 
@@ -64,6 +69,7 @@ struct WorkState {
   std::condition_variable cv_;
   bool done_ = false;
   bool finished_ = false;
+  bool delivered_ = false;
   std::exception_ptr error_;
 };
 

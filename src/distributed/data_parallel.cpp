@@ -22,9 +22,9 @@
 // The hooks sit on the parameters, so they see every backward through them,
 // also one of a forward that called the module directly (an evaluation with
 // gradients, a rank's private pass). As in libtorch, only a backward after a
-// forward through DataParallel reduces: forward() arms the reducer (unless
-// no_sync() is alive or grad mode is off: an evaluation), and the pass's end
-// disarms it. A pass whose forward
+// forward through DataParallel reduces: forward() arms the reducer (a
+// forward under no_sync() or with grad mode off, an evaluation, leaves it as
+// it is), and the pass's end disarms it. A pass whose forward
 // ran under no_sync() accumulates locally.
 
 #include "forge/distributed/data_parallel.h"
@@ -126,13 +126,19 @@ struct DataParallel::Reducer {
   // A pass that failed before its end: its started reductions are waited for
   // (the peers may be in them), and the state starts over.
   void reset() {
+    // Every started reduction is waited for; a failed one was this pass's
+    // error, already thrown, and does not fail the next pass.
     for (Bucket& b : buckets) {
-      if (b.work.defined()) b.work.wait();
-      b.work = Work();
+      if (Work w = std::exchange(b.work, Work()); w.defined()) try {
+          w.wait();
+        } catch (const Error&) {
+        }
       b.pending = b.slots.size();
     }
-    if (used_work.defined()) used_work.wait();
-    used_work = Work();
+    if (Work w = std::exchange(used_work, Work()); w.defined()) try {
+        w.wait();
+      } catch (const Error&) {
+      }
     for (Slot& s : slots) s.ready = s.used = false;
     next_launch = 0;
     pass = 0;
@@ -177,10 +183,17 @@ struct DataParallel::Reducer {
     std::size_t unused_count = 0;
     for (Slot& s : slots) {
       if (s.ready) continue;
-      // Zeros keep the ranks in step: every rank starts every bucket.
-      slice(s).zero_();
       s.ready = true;
       --buckets[s.bucket].pending;
+      // A gradient accumulated under no_sync() is this rank's contribution.
+      const Tensor accumulated = s.param.grad();
+      if (ddp.options_.find_unused_parameters && accumulated.defined()) {
+        slice(s).copy_(accumulated);
+        s.used = true;
+        continue;
+      }
+      // Zeros keep the ranks in step: every rank starts every bucket.
+      slice(s).zero_();
       if (++unused_count <= 8) unused += (unused.empty() ? "" : ", ") + s.name;
     }
     launch_ready(false);
@@ -190,13 +203,9 @@ struct DataParallel::Reducer {
       used_mask = ddp.group_.context().from_vector(mask);  // on the context's device, as the buckets
       used_work = ddp.group_.all_reduce_async(used_mask, ReduceOp::max);
     }
-    for (Bucket& b : buckets) {
-      b.work.wait();
-      b.work = Work();
-    }
+    for (Bucket& b : buckets) std::exchange(b.work, Work()).wait();
     if (used_work.defined()) {
-      used_work.wait();
-      used_work = Work();
+      std::exchange(used_work, Work()).wait();
     }
     pass = 0;
     next_launch = 0;
@@ -249,7 +258,7 @@ Tensor DataParallel::forward(const Tensor& x) {
     autograd::NoGradGuard no_grad;
     for (const Tensor& b : module_->buffers()) group_.broadcast(b, 0);
   }
-  reducer_->armed = sync_ && autograd::GradMode::is_enabled();
+  if (sync_ && autograd::GradMode::is_enabled()) reducer_->armed = true;
   return module_->forward(x);
 }
 

@@ -85,6 +85,7 @@ class MpiProcess {
       int provided = 0;
       check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "ProcessGroup");
       owned_ = true;
+      if (provided < MPI_THREAD_MULTIPLE) MPI_Finalize();  // not left half set up
       FORGE_CHECK(provided >= MPI_THREAD_MULTIPLE, distributed, "ProcessGroup", "this MPI library gives thread level ",
                   provided, ", and forge needs MPI_THREAD_MULTIPLE (Open MPI 4 from Debian has it)");
     } else {
@@ -218,7 +219,9 @@ class MpiComm final : public Comm {
 
   ~MpiComm() override {
     post([this] {
-      if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+      int finalized = 0;
+      MPI_Finalized(&finalized);  // a group that outlives main's statics must not call MPI after MPI_Finalize
+      if (comm_ != MPI_COMM_NULL && !finalized) MPI_Comm_free(&comm_);
     });
     stop();
   }

@@ -149,8 +149,12 @@ class NcclComm final : public Comm {
       check_nccl(ncclCommInitRank(&comm, size_, id, rank_), nullptr, kConstruct, "ncclCommInitRank",
                  cat("rank ", rank_, " of ", size_, " on cuda:", ordinal_));
       handle_->comm = comm;
-    } catch (...) {
+    } catch (const std::exception& e) {
       release();
+      // The peers may be inside the id's broadcast or ncclCommInitRank, which
+      // no timeout ends: a job of more than one process stops here.
+      if (bootstrap_ != nullptr && size_ > 1)
+        bootstrap_->abort(cat("forge::dist: rank ", rank_, " of ", size_, " could not set up NCCL: ", e.what()));
       throw;
     }
   }

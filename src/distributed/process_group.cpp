@@ -13,6 +13,7 @@
 //   - A timeout breaks the group (Note [A broken group]).
 
 #include <atomic>
+#include <cmath>
 #include <cstdlib>
 #include <iostream>
 #include <streambuf>
@@ -118,6 +119,8 @@ bool WorkState::done() const {
 void WorkState::wait() {
   using Clock = std::chrono::steady_clock;
   const auto deadline = Clock::now() + timeout;
+  if (broken && broken->load() && !done())
+    FORGE_FAIL(distributed, what.c_str(), "cannot complete: the group is broken by an earlier timeout");
   if (poll) {
     // Device work: poll the engine's event, backing off to 1 ms.
     auto pause = std::chrono::microseconds(1);
@@ -151,7 +154,10 @@ void WorkState::wait() {
                "destroying it ends the job (raise ProcessGroupOptions::timeout or FORGE_DIST_TIMEOUT for "
                "longer steps)");
   }
-  if (error_) std::rethrow_exception(error_);
+  if (error_) {
+    delivered_ = true;
+    std::rethrow_exception(error_);
+  }
   if (finished_) return;
   finished_ = true;
   lock.unlock();
@@ -167,17 +173,22 @@ void WorkState::wait() {
 
 namespace {
 
+// Longer timeouts (milliseconds::max() for "never") are this: a deadline
+// past it would overflow the clock's nanoseconds.
+constexpr std::chrono::milliseconds kLongestTimeout = std::chrono::hours(24 * 365 * 10);
+
 std::chrono::milliseconds resolved_timeout(std::chrono::milliseconds requested) {
   if (const char* env = std::getenv("FORGE_DIST_TIMEOUT"); env && *env) {
     char* end = nullptr;
     const double seconds = std::strtod(env, &end);
-    FORGE_CHECK(end && *end == '\0' && seconds > 0, invalid_argument, "ProcessGroup",
+    FORGE_CHECK(end && *end == '\0' && seconds > 0 && std::isfinite(seconds), invalid_argument, "ProcessGroup",
                 "FORGE_DIST_TIMEOUT must be a positive number of seconds, got \"", env, "\"");
+    if (seconds > kLongestTimeout.count() / 1000.0) return kLongestTimeout;
     return std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000));
   }
   FORGE_CHECK(requested.count() > 0, invalid_argument, "ProcessGroup", "the timeout must be positive, got ",
               requested.count(), " ms");
-  return requested;
+  return std::min(requested, kLongestTimeout);
 }
 
 bool env_debug(bool requested) {
@@ -216,6 +227,8 @@ class GroupImpl {
       mpi_ = make_mpi_comm(options_);
       comm_ = mpi_.get();
     } else {
+      FORGE_CHECK(ctx.device().is_cuda() || !nccl_built(), device, "ProcessGroup",
+                  "the NCCL backend needs a CUDA context, got one on ", ctx.device().str());
       if (mpi_built()) mpi_ = make_mpi_comm(options_);
       nccl_ = make_nccl_comm(ctx, options_, mpi_.get());
       comm_ = nccl_.get();
@@ -229,6 +242,7 @@ class GroupImpl {
       abort_job("the process group is being destroyed by an exception");
     // Work the user dropped without waiting: wait for it, within the timeout.
     for (auto& w : pending_) {
+      if (w->delivered()) continue;
       try {
         w->wait();
       } catch (const std::exception& e) {
@@ -260,6 +274,11 @@ class GroupImpl {
     FORGE_CHECK(!broken_->load(), distributed, opname,
                 "the group is broken by an earlier timeout; destroy it to end the job");
     reap();
+    // Before any local refusal, so that a call one rank refuses is refused on every rank.
+    if (options_.debug && size() > 1) agree(kind, read.defined() ? read : written, op, root, opname);
+    if (written.defined()) forge::detail::check_writable(opname, written, "the output");
+    if (written.defined() && read.defined())
+      forge::detail::check_no_partial_overlap(opname, written, read, "the input");
     Collective c{.kind = kind, .count = count, .op = op, .root = root};
     auto state = std::make_shared<WorkState>();
     state->timeout = options_.timeout;
@@ -289,7 +308,6 @@ class GroupImpl {
     const std::int64_t seq = ++sequence_;
     state->what = name + " #" + std::to_string(seq) + " on rank " + std::to_string(rank()) + " of " +
                   std::to_string(size()) + (shape_of.defined() ? " (" + describe_tensor(shape_of) + ")" : "");
-    if (options_.debug && size() > 1) agree(kind, shape_of, op, root, opname);
     comm_->start(c, state);
     pending_.push_back(state);
     return Work(state);
@@ -310,7 +328,7 @@ class GroupImpl {
       if (it->use_count() == 1 && (*it)->done()) {
         const std::shared_ptr<WorkState> w = std::move(*it);
         it = pending_.erase(it);
-        w->wait();
+        if (!w->delivered()) w->wait();  // an error the user was given is not thrown again
       } else {
         ++it;
       }
@@ -323,7 +341,11 @@ class GroupImpl {
     Comm* via = control_ ? control_ : comm_;
     FORGE_CHECK(!via->on_device(), not_implemented, opname,
                 "the debug check needs the MPI engine to exchange shapes (this build has none)");
-    std::vector<std::int64_t> mine(kSignatureWords, 0), all(kSignatureWords * size(), 0);
+    // Owned by the state too: after a timeout the engine may still write them.
+    auto mine_owned = std::make_shared<std::vector<std::int64_t>>(kSignatureWords, 0);
+    auto all_owned = std::make_shared<std::vector<std::int64_t>>(kSignatureWords * size(), 0);
+    std::vector<std::int64_t>& mine = *mine_owned;
+    std::vector<std::int64_t>& all = *all_owned;
     mine[0] = static_cast<std::int64_t>(kind);
     mine[1] = t.defined() ? static_cast<std::int64_t>(t.dtype()) : 0;
     mine[2] = static_cast<std::int64_t>(op);
@@ -335,6 +357,7 @@ class GroupImpl {
     state->timeout = options_.timeout;
     state->broken = broken_;
     state->what = std::string(opname) + " (its debug check)";
+    state->finish = [mine_owned, all_owned] {};
     via->start(Collective{.kind = Kind::all_gather,
                           .send = mine.data(),
                           .recv = all.data(),
@@ -345,9 +368,10 @@ class GroupImpl {
     for (int r = 1; r < size(); ++r) {
       const std::int64_t* theirs = all.data() + r * kSignatureWords;
       if (std::equal(theirs, theirs + kSignatureWords, all.data())) continue;
-      const bool shapes = theirs[0] == all[0] && theirs[1] == all[1] && theirs[2] == all[2] && theirs[3] == all[3];
       const std::string text = cat_ranks(all.data(), theirs, r);
-      if (shapes) FORGE_FAIL(shape, opname, "the ranks disagree: ", text);
+      const bool same_call = theirs[0] == all[0] && theirs[2] == all[2] && theirs[3] == all[3];
+      if (same_call && theirs[1] != all[1]) FORGE_FAIL(dtype, opname, "the ranks disagree: ", text);
+      if (same_call) FORGE_FAIL(shape, opname, "the ranks disagree: ", text);
       FORGE_FAIL(invalid_argument, opname, "the ranks disagree: ", text);
     }
   }

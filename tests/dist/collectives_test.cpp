@@ -162,6 +162,15 @@ TEST_CASE("dist: all_gather and reduce_scatter place each rank's part", "[collec
     CHECK(e.code() == ErrorCode::shape);
   }
   CHECK_THROWS_AS(group.all_gather(ctx.zeros({size * 6}, DType::f64), in), Error);
+  // An output that overlaps its input, or an expanded output, is refused.
+  Tensor shared = ctx.zeros({size * 6 + 3});
+  try {
+    group.all_gather(shared.narrow(0, 0, size * 6), shared.narrow(0, 3, 6));
+    FAIL("an all_gather into its own input was accepted");
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::invalid_argument);
+  }
+  CHECK_THROWS_AS(group.all_reduce(ctx.zeros({1}).broadcast_to({4})), Error);
   if (size > 1) CHECK_THROWS_AS(group.reduce_scatter(ctx.zeros({3 * size + 1, 2})), Error);
 }
 
@@ -223,6 +232,15 @@ TEST_CASE("dist: the debug check names both shapes of a mismatch on every rank",
       CHECK(e.code() == ErrorCode::shape);
       CHECK_THAT(e.what(), Catch::Contains("rank 0 has all_reduce of f32 [3, 4]"));
       CHECK_THAT(e.what(), Catch::Contains("rank 1 has all_reduce of f32 [4, 4]"));
+    }
+    // A call that one rank would refuse by itself (an integer mean) is refused on every rank.
+    Tensor m = ctx.zeros({2}, group.rank() == 0 ? DType::f32 : DType::i32);
+    try {
+      group.all_reduce(m, dist::ReduceOp::mean);
+      FAIL("mismatched dtypes were accepted");
+    } catch (const Error& e) {
+      CHECK(e.code() == ErrorCode::dtype);
+      CHECK_THAT(e.what(), Catch::Contains("the ranks disagree"));
     }
     // A root that differs is an argument mismatch.
     Tensor same = ctx.zeros({2});

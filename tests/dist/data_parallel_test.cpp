@@ -149,6 +149,29 @@ TEST_CASE("dist: no_sync accumulates locally and the next pass reduces the sum",
   CHECK(max_difference(*model, *ref) < 2e-5f);
 }
 
+TEST_CASE("dist: only a forward through DataParallel arms its backward", "[ddp]") {
+  ExecContext ctx({.seed = 11});
+  dist::ProcessGroup group(ctx, options());
+  auto model = std::make_shared<Mlp>(ctx);
+  dist::DataParallel ddp(model, group);
+  const Batch b = global_batch(4, 3);
+  Tensor loss = mse_loss(ddp(b.x), b.y);
+  {
+    autograd::NoGradGuard no_grad;
+    (void)ddp(b.x);  // an evaluation in between
+  }
+  {
+    auto no_sync = ddp.no_sync();
+    (void)ddp(b.x);  // and a forward under no_sync
+  }
+  loss.backward();
+  CHECK(ddp.stats().reductions == 1);
+  // A pass through the bare module stays local.
+  model->zero_grad();
+  mse_loss(model->forward(b.x), b.y).backward();
+  CHECK(ddp.stats().reductions == 1);
+}
+
 TEST_CASE("dist: a parameter without a gradient is an error unless allowed", "[ddp]") {
   ExecContext ctx({.seed = 9});
   dist::ProcessGroup group(ctx, options());
@@ -167,6 +190,26 @@ TEST_CASE("dist: a parameter without a gradient is an error unless allowed", "[d
     model->use_spare = true;
     mse_loss(ddp(b.x), b.y).backward();
     CHECK(dist_test::named(*model->spare, "weight").grad().defined());
+  }
+  SECTION("allowed: a gradient accumulated under no_sync is reduced in the next synced pass") {
+    auto model = std::make_shared<Mlp>(ctx, /*with_spare=*/true);
+    dist::DataParallel ddp(model, group, {.find_unused_parameters = true});
+    const Batch mine = global_batch(4, 30 + static_cast<std::uint64_t>(group.rank()));  // rank-dependent rows
+    model->use_spare = true;
+    {
+      auto no_sync = ddp.no_sync();
+      mse_loss(ddp(mine.x), mine.y).backward();
+    }
+    const std::vector<float> local = dist_test::named(*model->spare, "bias").grad().to_vector<float>();
+    model->use_spare = false;
+    mse_loss(ddp(mine.x), mine.y).backward();
+    Tensor g = dist_test::named(*model->spare, "bias").grad();
+    REQUIRE(g.defined());
+    // Every rank holds the mean of the ranks' accumulated gradients.
+    Tensor sum = ctx.from_vector(local);
+    group.all_reduce(sum, dist::ReduceOp::mean);
+    const std::vector<float> want = sum.to_vector<float>(), got = g.to_vector<float>();
+    for (std::size_t i = 0; i < want.size(); ++i) CHECK(got[i] == Approx(want[i]).margin(1e-6));
   }
   SECTION("allowed: unused everywhere keeps no .grad; used by one rank is averaged") {
     auto model = std::make_shared<Mlp>(ctx, /*with_spare=*/true);
