@@ -70,7 +70,9 @@ struct DataParallel::Reducer {
   bool armed = false;      // a forward through DataParallel ran with sync on (Note [Armed passes])
   std::uint64_t pass = 0;  // the pass being reduced (0: none)
   std::size_t next_launch = 0;
-  Tensor used_mask;  // find_unused_parameters, during a pass's end: i32 [slots], max over the ranks
+  bool rebuilt = false;                  // Note [Buckets in the order backward finishes them]
+  std::vector<std::size_t> ready_order;  // the first reduced pass's hook order
+  Tensor used_mask;                      // find_unused_parameters, during a pass's end: i32 [slots], max over the ranks
   Work used_work;
 
   explicit Reducer(DataParallel& d) : ddp(d) {}
@@ -78,16 +80,26 @@ struct DataParallel::Reducer {
     for (auto& h : hooks) h.remove();
   }
 
-  void build(const nn::NamedTensors& params, double cap_mb) {
-    ExecContext& ctx = ddp.group_.context();
-    const auto cap = static_cast<std::int64_t>(cap_mb * 1024 * 1024);
+  void build(const nn::NamedTensors& params) {
     for (auto it = params.rbegin(); it != params.rend(); ++it) {
       if (!it->second.requires_grad()) continue;
       slots.push_back(Slot{.name = it->first, .param = it->second});
     }
-    // One open bucket per dtype, closed when the next slot would pass the cap.
+    std::vector<std::size_t> order(slots.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    layout(order);
+    for (std::size_t i = 0; i < slots.size(); ++i)
+      hooks.push_back(slots[i].param.register_post_accumulate_grad_hook([this, i](const Tensor&) { on_ready(i); }));
+  }
+
+  // The buckets over the slots in `order`: one open bucket per dtype, closed
+  // when the next slot would pass the cap; numbered by their first slot.
+  void layout(const std::vector<std::size_t>& order) {
+    ExecContext& ctx = ddp.group_.context();
+    const auto cap = static_cast<std::int64_t>(ddp.options_.bucket_cap_mb * 1024 * 1024);
+    buckets.clear();
     std::vector<std::pair<DType, std::size_t>> open;
-    for (std::size_t i = 0; i < slots.size(); ++i) {
+    for (std::size_t i : order) {
       Slot& s = slots[i];
       const DType dt = s.param.dtype();
       auto found = std::find_if(open.begin(), open.end(), [&](const auto& o) { return o.first == dt; });
@@ -114,9 +126,40 @@ struct DataParallel::Reducer {
     for (Bucket& b : buckets) {
       b.flat = forge::detail::allocate_owned(ctx.runtime(), {b.numel}, b.dtype, "DataParallel");
       b.flat.zero_();
+      b.pending = b.slots.size();
     }
+    ddp.stats_.buckets = static_cast<std::int64_t>(buckets.size());
+  }
+
+  // Note [Buckets in the order backward finishes them]
+  // Reverse registration order is only a guess at the order gradients become
+  // ready (a parameter registered on the module itself comes before its
+  // children's, yet may be used last in forward). The first reduced pass
+  // records the order its hooks ran in; at its end the buckets are laid out
+  // again in rank 0's order (broadcast, so every rank lays them out alike;
+  // parameters that got no gradient follow), as libtorch rebuilds its buckets
+  // after the first iteration.
+  void rebuild() {
+    std::vector<std::int64_t> order;
+    std::vector<bool> seen(slots.size(), false);
+    for (std::size_t i : ready_order)
+      if (!seen[i]) {
+        seen[i] = true;
+        order.push_back(static_cast<std::int64_t>(i));
+      }
     for (std::size_t i = 0; i < slots.size(); ++i)
-      hooks.push_back(slots[i].param.register_post_accumulate_grad_hook([this, i](const Tensor&) { on_ready(i); }));
+      if (!seen[i]) order.push_back(static_cast<std::int64_t>(i));
+    Tensor shared = ddp.group_.context().from_vector(order);
+    ddp.group_.broadcast(shared, 0);
+    const std::vector<std::int64_t> agreed = shared.to_vector<std::int64_t>();
+    std::vector<std::size_t> layout_order;
+    for (std::int64_t i : agreed) {
+      FORGE_CHECK(i >= 0 && static_cast<std::size_t>(i) < slots.size(), distributed, "DataParallel",
+                  "rank 0's bucket order names parameter ", i, " of ", slots.size(), ": the ranks' models differ");
+      layout_order.push_back(static_cast<std::size_t>(i));
+    }
+    layout(layout_order);
+    ready_order.clear();
   }
 
   Tensor slice(const Slot& s) const {
@@ -142,6 +185,7 @@ struct DataParallel::Reducer {
     for (Slot& s : slots) s.ready = s.used = false;
     next_launch = 0;
     pass = 0;
+    ready_order.clear();  // a failed pass's order is not a pass's order
   }
 
   void on_ready(std::size_t i) {
@@ -155,6 +199,7 @@ struct DataParallel::Reducer {
     }
     Slot& s = slots[i];
     if (s.ready) return;  // a second hook call in one pass cannot happen; keep the count right regardless
+    if (!rebuilt) ready_order.push_back(i);
     autograd::NoGradGuard no_grad;
     const Tensor grad = s.param.grad();
     if (grad.defined())
@@ -214,6 +259,7 @@ struct DataParallel::Reducer {
     ddp.stats_.reductions += 1;
     if (unused_count && !ddp.options_.find_unused_parameters) {
       for (Slot& s : slots) s.ready = s.used = false;
+      ready_order.clear();
       FORGE_FAIL(backward, "DataParallel", unused_count, " parameter(s) got no gradient in this backward pass (",
                  unused, unused_count > 8 ? ", ..." : "",
                  "); construct DataParallel with find_unused_parameters = true if the model does not use every "
@@ -233,6 +279,10 @@ struct DataParallel::Reducer {
       else
         s.param.set_grad(slice(s).clone());
     }
+    if (!rebuilt) {
+      rebuilt = true;
+      rebuild();
+    }
   }
 };
 
@@ -247,8 +297,7 @@ DataParallel::DataParallel(std::shared_ptr<nn::Module> module, ProcessGroup& gro
     for (const Tensor& b : module_->buffers()) group_.broadcast(b, 0);
   }
   reducer_ = std::make_unique<Reducer>(*this);
-  reducer_->build(module_->named_parameters(), options_.bucket_cap_mb);
-  stats_.buckets = static_cast<std::int64_t>(reducer_->buckets.size());
+  reducer_->build(module_->named_parameters());
 }
 
 DataParallel::~DataParallel() = default;

@@ -96,6 +96,65 @@ TEST_CASE("dist: DataParallel on a split global batch equals one process on all 
   }
 }
 
+// An f64 gain on the MLP's output: a second dtype, so a second bucket.
+struct GainedMlp : Mlp {
+  Tensor gain;
+  explicit GainedMlp(ExecContext& ctx) : Mlp(ctx) { gain = register_parameter("gain", ctx.ones({3}, DType::f64)); }
+  Tensor forward(const Tensor& x) override {
+    Tensor y = Mlp::forward(x);
+    return y * gain.to(DType::f32);  // the cast is recorded last: backward reaches gain first
+  }
+};
+
+TEST_CASE("dist: each bucket holds one dtype, and mixed dtypes train as in one process", "[ddp]") {
+  ExecContext ctx({.seed = 120 + static_cast<std::uint64_t>(dist_test::launched_rank())});
+  dist::ProcessGroup group(ctx, options());
+  const int size = group.size();
+  auto model = std::make_shared<GainedMlp>(ctx);
+  dist::DataParallel ddp(model, group);
+  // gain is registered first, so laid out last at first; its gradient is
+  // ready first, so the first pass's order puts its bucket first.
+  std::vector<std::vector<std::string>> names = ddp.bucket_names();
+  REQUIRE(names.size() == 2);
+  CHECK(names[1] == std::vector<std::string>{"gain"});
+  CHECK(names[0].size() == 6);
+  auto ref = std::make_shared<GainedMlp>(ctx);
+  {
+    autograd::NoGradGuard no_grad;
+    const auto src = model->parameters(), dst = ref->parameters();
+    for (std::size_t i = 0; i < src.size(); ++i) const_cast<Tensor&>(dst[i]).copy_(src[i]);
+  }
+  optim::SGD opt(model->parameters(), {.lr = 0.1});
+  optim::SGD ref_opt(ref->parameters(), {.lr = 0.1});
+  for (int step = 0; step < 3; ++step) {
+    const Batch all = global_batch(4 * size, 60 + static_cast<std::uint64_t>(step));
+    const Batch mine = rank_rows(all, group.rank(), size);
+    mse_loss(ddp(mine.x), mine.y).backward();
+    opt.step();
+    opt.zero_grad();
+    mse_loss(ref->forward(all.x), all.y).backward();
+    ref_opt.step();
+    ref_opt.zero_grad();
+    if (step == 0) {
+      names = ddp.bucket_names();
+      REQUIRE(names.size() == 2);
+      CHECK(names[0] == std::vector<std::string>{"gain"});
+      CHECK(names[1].size() == 6);
+      CHECK(names[1].back().rfind("fc1.", 0) == 0);
+    }
+  }
+  CHECK(ddp.stats().early_launches == 6);  // the gain's bucket no longer waits for the last one
+  const auto g = model->gain.to_vector<double>(), rg = ref->gain.to_vector<double>();
+  for (std::size_t i = 0; i < g.size(); ++i) CHECK(g[i] == Approx(rg[i]).margin(2e-5));
+  float worst = 0;
+  const auto pa = model->fc1->parameters(), pb = ref->fc1->parameters();
+  for (std::size_t i = 0; i < pa.size(); ++i) {
+    const auto va = pa[i].to_vector<float>(), vb = pb[i].to_vector<float>();
+    for (std::size_t k = 0; k < va.size(); ++k) worst = std::max(worst, std::abs(va[k] - vb[k]));
+  }
+  CHECK(worst < 2e-5f);
+}
+
 TEST_CASE("dist: buckets start while backward is still running", "[ddp]") {
   ExecContext ctx({.seed = 3});
   dist::ProcessGroup group(ctx, options());

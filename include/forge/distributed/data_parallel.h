@@ -19,8 +19,9 @@
 //     every rank constructs it, with the same model). With broadcast_buffers,
 //     each forward broadcasts rank 0's buffers again (running statistics).
 //   - Parameters that require grad are packed into buckets of up to
-//     bucket_cap_mb (one dtype each), in the reverse of registration order,
-//     about the order backward finishes them. A bucket's reduction starts on
+//     bucket_cap_mb (one dtype each), in the reverse of registration order
+//     at first, then, after the first reduced pass, in the order its
+//     gradients became ready (rank 0's, on every rank). A bucket's reduction starts on
 //     the group's thread as soon as the post-accumulate hooks of all its
 //     parameters have run, and in bucket order on every rank, so that it
 //     overlaps with the rest of backward (Note [Buckets] in data_parallel.cpp).
