@@ -33,6 +33,7 @@
 #include "backend/device_runtime.h"
 #include "backend/kernels.h"
 #include "forge/forge.h"
+#include "median.h"
 
 namespace {
 
@@ -44,11 +45,6 @@ void cuda_ok(cudaError_t e, const char* what) {
     std::fprintf(stderr, "cuda_bench: %s: %s\n", what, cudaGetErrorString(e));
     std::exit(1);
   }
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 // Median milliseconds of fn() on `stream`, after one warm-up run.

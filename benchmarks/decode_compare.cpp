@@ -45,6 +45,7 @@
 #include "forge/infer/decoder.h"
 #include "forge/infer/kv_cache.h"
 #include "forge/infer/quant.h"
+#include "median.h"
 #include "process_memory.h"
 
 namespace {
@@ -88,11 +89,6 @@ struct RunResult {
   double prefill_s = 0, decode_s = 0;
   std::vector<std::int64_t> tokens;
 };
-
-double median(std::vector<double> v) {
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
-  return v[v.size() / 2];
-}
 
 // ---- forge ----
 

@@ -27,16 +27,12 @@
 
 #include "../examples/fashion_mnist_model.h"
 #include "forge/forge.h"
+#include "median.h"
 
 using namespace forge;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 

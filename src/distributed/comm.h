@@ -45,6 +45,17 @@ struct Collective {
 };
 
 struct WorkState {
+  // A state for `what` with the group's timeout; `broken` is the group's flag
+  // (null: a wait outside any group, such as a group's own construction).
+  static std::shared_ptr<WorkState> make(std::string what, std::chrono::milliseconds timeout,
+                                         std::shared_ptr<std::atomic<bool>> broken = nullptr) {
+    auto state = std::make_shared<WorkState>();
+    state->what = std::move(what);
+    state->timeout = timeout;
+    state->broken = broken ? std::move(broken) : std::make_shared<std::atomic<bool>>(false);
+    return state;
+  }
+
   std::string what;  // "all_reduce #12 of [4, 5] f32", for errors
   std::chrono::milliseconds timeout{0};
   std::shared_ptr<std::atomic<bool>> broken;  // the group's

@@ -47,6 +47,7 @@ struct Slot {
   Tensor param;
   std::size_t bucket = 0;
   std::int64_t offset = 0;  // elements into the bucket
+  Tensor view;              // its gradient's place in the bucket (the parameter's shape)
   bool ready = false;       // its gradient is in the bucket this pass
   bool used = false;        // it had a gradient this pass
 };
@@ -127,6 +128,10 @@ struct DataParallel::Reducer {
       b.flat = forge::detail::allocate_owned(ctx.runtime(), {b.numel}, b.dtype, "DataParallel");
       b.flat.zero_();
       b.pending = b.slots.size();
+      for (std::size_t i : b.slots) {
+        Slot& s = slots[i];
+        s.view = b.flat.narrow(0, s.offset, s.param.numel()).view(s.param.shape());
+      }
     }
     ddp.stats_.buckets = static_cast<std::int64_t>(buckets.size());
   }
@@ -162,10 +167,6 @@ struct DataParallel::Reducer {
     ready_order.clear();
   }
 
-  Tensor slice(const Slot& s) const {
-    return buckets[s.bucket].flat.narrow(0, s.offset, s.param.numel()).view(s.param.shape());
-  }
-
   // A pass that failed before its end: its started reductions are waited for
   // (the peers may be in them), and the state starts over.
   void reset() {
@@ -182,10 +183,15 @@ struct DataParallel::Reducer {
         w.wait();
       } catch (const Error&) {
       }
+    clear_pass();
+    ready_order.clear();  // a failed pass's order is not a pass's order
+  }
+
+  // The per-pass bookkeeping back to "no pass".
+  void clear_pass() {
     for (Slot& s : slots) s.ready = s.used = false;
     next_launch = 0;
     pass = 0;
-    ready_order.clear();  // a failed pass's order is not a pass's order
   }
 
   void on_ready(std::size_t i) {
@@ -203,9 +209,9 @@ struct DataParallel::Reducer {
     autograd::NoGradGuard no_grad;
     const Tensor grad = s.param.grad();
     if (grad.defined())
-      slice(s).copy_(grad);
+      s.view.copy_(grad);
     else
-      slice(s).zero_();
+      s.view.zero_();
     s.ready = true;
     s.used = true;
     if (--buckets[s.bucket].pending == 0) launch_ready(true);
@@ -233,12 +239,12 @@ struct DataParallel::Reducer {
       // A gradient accumulated under no_sync() is this rank's contribution.
       const Tensor accumulated = s.param.grad();
       if (ddp.options_.find_unused_parameters && accumulated.defined()) {
-        slice(s).copy_(accumulated);
+        s.view.copy_(accumulated);
         s.used = true;
         continue;
       }
       // Zeros keep the ranks in step: every rank starts every bucket.
-      slice(s).zero_();
+      s.view.zero_();
       if (++unused_count <= 8) unused += (unused.empty() ? "" : ", ") + s.name;
     }
     launch_ready(false);
@@ -249,16 +255,12 @@ struct DataParallel::Reducer {
       used_work = ddp.group_.all_reduce_async(used_mask, ReduceOp::max);
     }
     for (Bucket& b : buckets) std::exchange(b.work, Work()).wait();
-    if (used_work.defined()) {
-      std::exchange(used_work, Work()).wait();
-    }
-    pass = 0;
-    next_launch = 0;
+    if (used_work.defined()) std::exchange(used_work, Work()).wait();
+    clear_pass();
     armed = false;
     ddp.stats_.wait_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     ddp.stats_.reductions += 1;
     if (unused_count && !ddp.options_.find_unused_parameters) {
-      for (Slot& s : slots) s.ready = s.used = false;
       ready_order.clear();
       FORGE_FAIL(backward, "DataParallel", unused_count, " parameter(s) got no gradient in this backward pass (",
                  unused, unused_count > 8 ? ", ..." : "",
@@ -270,14 +272,12 @@ struct DataParallel::Reducer {
     used_mask = Tensor();
     for (std::size_t i = 0; i < slots.size(); ++i) {
       Slot& s = slots[i];
-      const bool keep = globally.empty() || globally[i] != 0;
-      s.ready = s.used = false;
-      if (!keep) continue;
+      if (!globally.empty() && globally[i] == 0) continue;
       Tensor grad = s.param.grad();
       if (grad.defined())
-        grad.copy_(slice(s));
+        grad.copy_(s.view);
       else
-        s.param.set_grad(slice(s).clone());
+        s.param.set_grad(s.view.clone());
     }
     if (!rebuilt) {
       rebuilt = true;

@@ -195,18 +195,10 @@ class MpiComm final : public Comm {
     rank_ = process.world_rank();
     size_ = process.world_size();
     thread_ = std::thread([this] { serve(); });
-    auto state = std::make_shared<WorkState>();
-    state->what = "ProcessGroup (duplicating MPI_COMM_WORLD)";
-    state->timeout = options.timeout;
-    state->broken = std::make_shared<std::atomic<bool>>(false);
-    post([this, state] {
-      try {
-        check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &comm_), "ProcessGroup");
-        check_mpi(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "ProcessGroup");
-        state->complete();
-      } catch (...) {
-        state->complete(std::current_exception());
-      }
+    auto state = WorkState::make("ProcessGroup (duplicating MPI_COMM_WORLD)", options.timeout);
+    post_work(state, [this] {
+      check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &comm_), "ProcessGroup");
+      check_mpi(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "ProcessGroup");
     });
     try {
       state->wait();
@@ -233,8 +225,6 @@ class MpiComm final : public Comm {
 
   std::string unsupported(Kind kind, DType dtype, ReduceOp op) const override {
     if (kind != Kind::all_reduce && kind != Kind::reduce_scatter) return "";
-    if (op == ReduceOp::mean && !is_floating(dtype))
-      return "mean needs a floating dtype, got " + std::string(dtype_name(dtype)) + " (reduce with sum and divide)";
     if (dtype == DType::boolean && op == ReduceOp::sum) return "a sum of bool tensors: reduce them as u8 or i32";
     return "";
   }
@@ -242,14 +232,7 @@ class MpiComm final : public Comm {
   void start(const Collective& c, const std::shared_ptr<WorkState>& state) override {
     FORGE_CHECK((c.kind != Kind::all_gather && c.kind != Kind::reduce_scatter) || c.count <= INT_MAX, not_implemented,
                 to_string(c.kind), "more than 2^31 - 1 elements per rank in one call; split the tensor");
-    post([this, c, state] {
-      try {
-        run(c);
-        state->complete();
-      } catch (...) {
-        state->complete(std::current_exception());
-      }
-    });
+    post_work(state, [this, c] { run(c); });
   }
 
   [[noreturn]] void abort(const std::string& why) noexcept override {
@@ -260,27 +243,28 @@ class MpiComm final : public Comm {
   }
 
  private:
+  // call(pointer, count) over c.recv's elements in counts MPI can take.
+  template <typename Call>
+  static void in_chunks(const Collective& c, Call call) {
+    const std::size_t elem = dtype_size(c.dtype);
+    for (std::int64_t at = 0; at < c.count; at += kChunk)
+      check_mpi(call(static_cast<char*>(c.recv) + at * elem, static_cast<int>(std::min(kChunk, c.count - at))),
+                to_string(c.kind));
+  }
+
   void run(const Collective& c) {
     const char* what = to_string(c.kind);
     const MPI_Datatype type = mpi_type(c.dtype);
-    const std::size_t elem = dtype_size(c.dtype);
     switch (c.kind) {
       case Kind::barrier:
         check_mpi(MPI_Barrier(comm_), what);
         return;
       case Kind::broadcast:
-        for (std::int64_t at = 0; at < c.count; at += kChunk) {
-          const int n = static_cast<int>(std::min(kChunk, c.count - at));
-          check_mpi(MPI_Bcast(static_cast<char*>(c.recv) + at * elem, n, type, c.root, comm_), what);
-        }
+        in_chunks(c, [&](void* p, int n) { return MPI_Bcast(p, n, type, c.root, comm_); });
         return;
       case Kind::all_reduce:
-        for (std::int64_t at = 0; at < c.count; at += kChunk) {
-          const int n = static_cast<int>(std::min(kChunk, c.count - at));
-          check_mpi(MPI_Allreduce(MPI_IN_PLACE, static_cast<char*>(c.recv) + at * elem, n, type, mpi_op(c.dtype, c.op),
-                                  comm_),
-                    what);
-        }
+        in_chunks(
+            c, [&](void* p, int n) { return MPI_Allreduce(MPI_IN_PLACE, p, n, type, mpi_op(c.dtype, c.op), comm_); });
         break;
       case Kind::all_gather:
         check_mpi(
@@ -294,6 +278,19 @@ class MpiComm final : public Comm {
         break;
     }
     if (c.op == ReduceOp::mean && size_ > 1) divide(c.recv, c.count, c.dtype, size_);
+  }
+
+  // Runs `body` on the group's thread, then completes `state` with its outcome.
+  template <typename Body>
+  void post_work(const std::shared_ptr<WorkState>& state, Body body) {
+    post([state, body = std::move(body)] {
+      try {
+        body();
+        state->complete();
+      } catch (...) {
+        state->complete(std::current_exception());
+      }
+    });
   }
 
   void post(std::function<void()> task) {

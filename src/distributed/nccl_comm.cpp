@@ -191,10 +191,9 @@ class NcclComm final : public Comm {
   int size() const noexcept override { return size_; }
   bool on_device() const noexcept override { return true; }
 
-  std::string unsupported(Kind kind, DType dtype, ReduceOp op) const override {
+  std::string unsupported(Kind kind, DType dtype, ReduceOp) const override {
     if (kind != Kind::all_reduce && kind != Kind::reduce_scatter) return {};
     if (dtype == DType::boolean) return "NCCL has no reduction for bool";
-    if (op == ReduceOp::mean && !is_floating(dtype)) return cat("mean needs a floating dtype, got ", dtype_name(dtype));
     return {};
   }
 
@@ -264,10 +263,8 @@ class NcclComm final : public Comm {
   // not this frame: a wait that times out leaves the broadcast queued there.
   void exchange(ncclUniqueId& id, const ProcessGroupOptions& options) {
     auto bytes = std::make_shared<ncclUniqueId>(id);
-    auto state = std::make_shared<WorkState>();
-    state->what = cat("broadcast of the NCCL unique id (rank ", rank_, " of ", size_, ")");
-    state->timeout = options.timeout;
-    state->broken = std::make_shared<std::atomic<bool>>(false);
+    auto state =
+        WorkState::make(cat("broadcast of the NCCL unique id (rank ", rank_, " of ", size_, ")"), options.timeout);
     state->finish = [bytes, out = &id] { *out = *bytes; };  // run by wait(), on this thread
     bootstrap_->start(Collective{.kind = Kind::broadcast,
                                  .send = bytes.get(),

@@ -280,12 +280,14 @@ class GroupImpl {
     if (written.defined() && read.defined())
       forge::detail::check_no_partial_overlap(opname, written, read, "the input");
     Collective c{.kind = kind, .count = count, .op = op, .root = root};
-    auto state = std::make_shared<WorkState>();
-    state->timeout = options_.timeout;
-    state->broken = broken_;
+    auto state = WorkState::make("", options_.timeout, broken_);
     Tensor shape_of = read.defined() ? read : written;
     if (kind != Kind::barrier) {
       c.dtype = shape_of.dtype();
+      // What every engine refuses, then what this one does.
+      FORGE_CHECK(
+          op != ReduceOp::mean || is_floating(c.dtype) || (kind != Kind::all_reduce && kind != Kind::reduce_scatter),
+          dtype, opname, "mean needs a floating dtype, got ", dtype_name(c.dtype), " (reduce with sum and divide)");
       const std::string why = comm_->unsupported(kind, c.dtype, op);
       FORGE_CHECK(why.empty(), dtype, opname, why);
       Tensor in = read.defined() ? forge::detail::packed_where_it_is(read, opname) : Tensor();
@@ -353,10 +355,7 @@ class GroupImpl {
     mine[4] = t.defined() ? t.numel() : 0;
     mine[5] = t.defined() ? t.dim() : 0;
     for (int d = 0; d < std::min(kMaxSignatureDims, static_cast<int>(mine[5])); ++d) mine[8 + d] = t.size(d);
-    auto state = std::make_shared<WorkState>();
-    state->timeout = options_.timeout;
-    state->broken = broken_;
-    state->what = std::string(opname) + " (its debug check)";
+    auto state = WorkState::make(std::string(opname) + " (its debug check)", options_.timeout, broken_);
     state->finish = [mine_owned, all_owned] {};
     via->start(Collective{.kind = Kind::all_gather,
                           .send = mine.data(),
