@@ -1,4 +1,7 @@
 // GEMM policy:
+// - f32 on an AVX-512 build runs forge's own packed kernels (sgemm.h), which
+//   take any strides; what follows about Eigen holds for f64, and for f32 on
+//   builds without AVX-512 (FORGE_NATIVE=OFF).
 // - A block with a unit column stride maps as a row-major Eigen::Map with an
 //   outer stride, one with a unit row stride as a column-major Map; only
 //   blocks with neither are packed (pooled scratch). A column-major C is
@@ -19,10 +22,12 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "backend/cpu/eigen.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/sgemm.h"
 #include "forge/buffer_pool.h"
 
 namespace forge::cpu {
@@ -149,6 +154,21 @@ void product(detail::DeviceRuntime& rt, std::int64_t m, std::int64_t n, std::int
       m, n, k, a, a_outer, b, b_outer, c, 1, c_outer, alpha, blocking);
 }
 
+// sgemm.h's kernels on a row-major C, packing into the thread's lent
+// scratch when it is large enough, else into pooled scratch.
+void native_sgemm(detail::DeviceRuntime& rt, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
+                  const float* a, std::int64_t a_rs, std::int64_t a_cs, const float* b, std::int64_t b_rs,
+                  std::int64_t b_cs, float beta, float* c, std::int64_t c_rs) {
+  const std::size_t floats = sgemm_scratch_floats(m, n, k, a_rs, a_cs, b_rs, b_cs);
+  ScratchLease<float> lease;
+  float* scratch = reinterpret_cast<float*>(tls_scratch);
+  if (floats * sizeof(float) > tls_scratch_bytes) {
+    lease = rt.pool().scratch<float>(floats);
+    scratch = lease.data();
+  }
+  sgemm(m, n, k, alpha, a, a_rs, a_cs, b, b_rs, b_cs, beta, c, c_rs, scratch);
+}
+
 template <typename T>
 void gemm_serial(detail::DeviceRuntime& rt, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a,
                  std::int64_t a_rs, std::int64_t a_cs, const T* b, std::int64_t b_rs, std::int64_t b_cs, T beta, T* c,
@@ -167,6 +187,12 @@ void gemm_serial(detail::DeviceRuntime& rt, std::int64_t m, std::int64_t n, std:
     for (std::int64_t i = 0; i < m; ++i)
       for (std::int64_t j = 0; j < n; ++j) c[i * c_rs + j * c_cs] = tmp[static_cast<std::size_t>(i * n + j)];
     return;
+  }
+  if constexpr (std::is_same_v<T, float>) {
+    if (k > 0 && n > 1 && m + n + k >= 20 && sgemm_available()) {
+      native_sgemm(rt, m, n, k, alpha, a, a_rs, a_cs, b, b_rs, b_cs, beta, c, c_rs);
+      return;
+    }
   }
   if (beta != T(1)) scale_block(m, n, beta, c, c_rs, c_cs);
   if (k <= 0) return;
@@ -407,7 +433,13 @@ void one_half_product(detail::DeviceRuntime& rt, const MatmulProblem& p, std::in
 }  // namespace
 
 std::size_t gemm_scratch_bytes(DType dtype, std::int64_t m, std::int64_t n, std::int64_t k) {
-  if (m <= 0 || n <= 0 || k <= 0 || m == 1 || n == 1 || m + n + k < 20) return 0;
+  if (m <= 0 || n <= 0 || k <= 0 || m + n + k < 20) return 0;
+  if (dtype != DType::f64 && sgemm_available()) {
+    // The packed case bounds the others; either orientation may run.
+    return std::max(sgemm_scratch_floats(m, n, k, 0, 0, 0, 0), sgemm_scratch_floats(n, m, k, 0, 0, 0, 0)) *
+           sizeof(float);
+  }
+  if (m == 1 || n == 1) return 0;
   const auto bytes = [&]<typename T>(T) {
     return std::max(block_sizes<T>(m, n, k).total_elements, block_sizes<T>(n, m, k).total_elements) * sizeof(T);
   };

@@ -1,0 +1,427 @@
+// f32 GEMM for AVX-512 cores.
+//
+// Policy:
+// - Three shapes of work, chosen by m and the operands' layouts:
+//   * packed (the general case, BLIS's loop nest): B is packed a [kc, nc]
+//     block at a time into panels of kNR columns (held in L2), A a [mc, kc]
+//     block at a time into panels of kMR rows; each A panel stays in L1
+//     while the micro-kernel sweeps it across every B panel of the block.
+//   * direct (m <= kDirectRows, B row-major): B is read in place, each kNR
+//     column strip once from memory for every row panel of A; packing B
+//     would cost as much memory traffic as the product itself.
+//   * dot (m <= kDirectRows, A row-major and B column-major: x W^T with W
+//     [n, k] as a linear layer stores it): each output is a dot product of
+//     two contiguous rows, kDotJ rows of W at a time against kDotI rows of A,
+//     W read once from memory. This is the decoding step's product.
+// - The micro-kernel keeps an [kMR, kNR] = [8, 48] tile of C in 24 zmm
+//   registers: per k it loads three vectors of B, broadcasts eight values of
+//   A and issues 24 FMAs (12 cycles on two FMA pipes, 11 loads). Edge tiles
+//   run narrower instantiations (fewer rows, fewer vectors, a lane mask on
+//   the last vector); nothing is computed into a temporary tile.
+// - Packing transposes 8x8 blocks in registers for the two layouts that need
+//   a transpose (A row-major, B column-major); other layouts copy vectors or
+//   fall back to scalar loops.
+// - beta and alpha are applied when a tile is written, on the first k block
+//   only for beta: C is read and written once per k block, never scaled in a
+//   separate pass.
+// - Without AVX-512 this file compiles to `sgemm_available() == false` and
+//   gemm.cpp uses Eigen (the FORGE_NATIVE=OFF build, x86-64-v3).
+
+#include "backend/cpu/sgemm.h"
+
+#include <algorithm>
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+
+#include <array>
+#include <utility>
+#endif
+
+namespace forge::cpu {
+
+#if defined(__AVX512F__)
+
+namespace {
+
+constexpr int kMR = 8;
+constexpr int kNV = 3;  // zmm vectors across a micro-tile
+constexpr int kNR = kNV * 16;
+constexpr std::int64_t kKC = 512;
+constexpr std::int64_t kMC = 64;   // multiple of kMR
+constexpr std::int64_t kNC = 768;  // multiple of kNR
+constexpr std::int64_t kDirectRows = 16;
+constexpr int kDotI = 4, kDotJ = 6;
+constexpr std::int64_t kDotK = 256;
+constexpr std::int64_t kDotPrefetch = 512;
+// B read in place is walked kDirectKC rows at a time: fewer rows per tile
+// means fewer pages and streams in flight at once (the direct mode's rate
+// at m <= 16 rose from about 0.55x to 0.65x of read bandwidth).
+constexpr std::int64_t kDirectKC = 64;
+
+constexpr std::int64_t round_up(std::int64_t x, std::int64_t to) { return (x + to - 1) / to * to; }
+
+// Splits `extent` into equal steps of at most `cap` (a 300-long k runs as
+// 150 + 150, not 256 + 44), rounded up to `align`.
+std::int64_t balanced_step(std::int64_t extent, std::int64_t cap, std::int64_t align) {
+  const std::int64_t blocks = (extent + cap - 1) / cap;
+  return std::min(cap, round_up((extent + blocks - 1) / blocks, align));
+}
+
+__mmask16 lanes(std::int64_t valid) { return valid >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << valid) - 1); }
+
+// The lanes' sum, pairwise (GCC 12's _mm512_reduce_add_ps trips
+// -Wmaybe-uninitialized in its own header).
+inline float horizontal_sum(__m512 v) {
+  alignas(64) float t[16];
+  _mm512_store_ps(t, v);
+  for (int width = 8; width > 0; width /= 2)
+    for (int i = 0; i < width; ++i) t[i] += t[i + width];
+  return t[0];
+}
+
+enum class Mode { packed, direct, dot };
+
+Mode mode_of(std::int64_t m, std::int64_t k, std::int64_t a_cs, std::int64_t b_rs, std::int64_t b_cs) {
+  if (m > kDirectRows) return Mode::packed;
+  if (a_cs == 1 && b_rs == 1 && b_cs != 1 && k >= 64) return Mode::dot;
+  if (b_cs == 1) return Mode::direct;
+  return Mode::packed;
+}
+
+// ---- micro-kernels ----
+
+// C[MR, NV*16 (last vector masked by `mask`)] = alpha * A B + beta * C over
+// kc steps. a: packed, MR values per step. b: NV vectors per step, `ldb`
+// floats apart; MaskB loads B's last vector under `mask` (B read in place).
+template <int MR, int NV, bool MaskB>
+void micro_tile(std::int64_t kc, const float* __restrict a, const float* __restrict b, std::int64_t ldb, __mmask16 mask,
+                float* __restrict c, std::int64_t ldc, float alpha, float beta) {
+  __m512 acc[MR][NV];
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r) {
+    // The tile of C is read and written only after kc steps: asking for it
+    // now hides a miss to L3 or memory behind the arithmetic.
+#pragma GCC unroll 3
+    for (int v = 0; v < NV; ++v) {
+      _mm_prefetch(reinterpret_cast<const char*>(c + r * ldc + v * 16), _MM_HINT_T0);
+      acc[r][v] = _mm512_setzero_ps();
+    }
+  }
+  for (std::int64_t p = 0; p < kc; ++p) {
+    __m512 bv[NV];
+#pragma GCC unroll 3
+    for (int v = 0; v < NV; ++v)
+      bv[v] = (MaskB && v == NV - 1) ? _mm512_maskz_loadu_ps(mask, b + v * 16) : _mm512_loadu_ps(b + v * 16);
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) {
+      const __m512 av = _mm512_set1_ps(a[r]);
+#pragma GCC unroll 3
+      for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(av, bv[v], acc[r][v]);
+    }
+    a += MR;
+    b += ldb;
+  }
+  const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r) {
+    float* row = c + r * ldc;
+#pragma GCC unroll 3
+    for (int v = 0; v < NV; ++v) {
+      const __mmask16 mk = v == NV - 1 ? mask : __mmask16(0xFFFF);
+      __m512 x = _mm512_mul_ps(acc[r][v], va);
+      if (beta != 0.0f) x = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(mk, row + v * 16), x);
+      _mm512_mask_storeu_ps(row + v * 16, mk, x);
+    }
+  }
+}
+
+using TileFn = void (*)(std::int64_t, const float*, const float*, std::int64_t, __mmask16, float*, std::int64_t, float,
+                        float);
+
+template <bool MaskB, std::size_t... I>
+constexpr std::array<TileFn, kMR * kNV> tile_table(std::index_sequence<I...>) {
+  return {&micro_tile<static_cast<int>(I / kNV) + 1, static_cast<int>(I % kNV) + 1, MaskB>...};
+}
+constexpr auto kTiles = tile_table<false>(std::make_index_sequence<kMR * kNV>{});
+constexpr auto kRaggedTiles = tile_table<true>(std::make_index_sequence<kMR * kNV>{});
+
+// The kernel for a tile of `rows` x `vectors` vectors; `ragged` when B is
+// read in place and its last vector is partial.
+TileFn tile_fn(std::int64_t rows, std::int64_t vectors, bool ragged) {
+  const std::size_t i = static_cast<std::size_t>((rows - 1) * kNV + (vectors - 1));
+  return ragged ? kRaggedTiles[i] : kTiles[i];
+}
+
+// Partial sums of a [MI, NJ] block of A W^T over steps [p0, p0 + kn): rows
+// of A (lda apart) against rows of W (ldw apart), both contiguous along k.
+// `part` holds MI * NJ vectors (64-byte aligned) of lane-wise sums, started at zero when
+// `first`; the caller reduces them once k is done.
+template <int MI, int NJ>
+void dot_chunk(std::int64_t p0, std::int64_t kn, std::int64_t k, const float* __restrict a, std::int64_t lda,
+               const float* __restrict w, std::int64_t ldw, float* __restrict part, bool first) {
+  __m512 acc[MI][NJ];
+#pragma GCC unroll 4
+  for (int i = 0; i < MI; ++i)
+#pragma GCC unroll 6
+    for (int j = 0; j < NJ; ++j) acc[i][j] = first ? _mm512_setzero_ps() : _mm512_load_ps(part + (i * NJ + j) * 16);
+  const auto step = [&](std::int64_t p, __mmask16 mask) {
+    __m512 wv[NJ];
+#pragma GCC unroll 6
+    for (int j = 0; j < NJ; ++j) {
+      // W streams from memory at one line per row per step: asking
+      // kDotPrefetch floats ahead keeps enough lines in flight to reach the
+      // machine's read bandwidth (about 0.75x of it without).
+      _mm_prefetch(reinterpret_cast<const char*>(w + j * ldw + p + kDotPrefetch), _MM_HINT_T0);
+      wv[j] = _mm512_maskz_loadu_ps(mask, w + j * ldw + p);
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < MI; ++i) {
+      const __m512 av = _mm512_maskz_loadu_ps(mask, a + i * lda + p);
+#pragma GCC unroll 6
+      for (int j = 0; j < NJ; ++j) acc[i][j] = _mm512_fmadd_ps(av, wv[j], acc[i][j]);
+    }
+  };
+  const std::int64_t end = p0 + kn;
+  std::int64_t p = p0;
+  for (; p + 16 <= end; p += 16) step(p, __mmask16(0xFFFF));
+  if (p < end) step(p, lanes(std::min(end, k) - p));
+#pragma GCC unroll 4
+  for (int i = 0; i < MI; ++i)
+#pragma GCC unroll 6
+    for (int j = 0; j < NJ; ++j) _mm512_store_ps(part + (i * NJ + j) * 16, acc[i][j]);
+}
+
+using DotFn = void (*)(std::int64_t, std::int64_t, std::int64_t, const float*, std::int64_t, const float*, std::int64_t,
+                       float*, bool);
+
+template <std::size_t... I>
+constexpr std::array<DotFn, kDotI * kDotJ> dot_table(std::index_sequence<I...>) {
+  return {&dot_chunk<static_cast<int>(I / kDotJ) + 1, static_cast<int>(I % kDotJ) + 1>...};
+}
+constexpr auto kDots = dot_table(std::make_index_sequence<kDotI * kDotJ>{});
+
+// ---- packing ----
+
+// In-register transpose of eight 8-float rows.
+inline void transpose8(__m256 r[8]) {
+  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+  const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+  const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+  const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+  const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+  const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+  const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+  r[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
+  r[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
+  r[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
+  r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
+  r[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
+  r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+  r[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
+  r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+
+// dst[p * ld + q] = src[q * stride + p] for an 8x8 block.
+inline void transpose8_block(const float* src, std::int64_t stride, float* dst, std::int64_t ld) {
+  __m256 r[8];
+  for (int q = 0; q < 8; ++q) r[q] = _mm256_loadu_ps(src + q * stride);
+  transpose8(r);
+  for (int p = 0; p < 8; ++p) _mm256_storeu_ps(dst + p * ld, r[p]);
+}
+
+// A [mc, kc] into panels of kMR rows (the last one `mc % kMR` rows), each
+// stored step by step: panel[p * rows + r] = A[r, p].
+void pack_a(std::int64_t mc, std::int64_t kc, const float* a, std::int64_t rs, std::int64_t cs, float* dst) {
+  if (rs == 1 && mc % kMR == 0) {
+    // Column-major A (A^T stored, as dW = dY^T X reads it): step by step,
+    // each step's mc contiguous values to every panel, so that the source
+    // is read line by line rather than one line per step and panel.
+    for (std::int64_t p = 0; p < kc; ++p)
+      for (std::int64_t i0 = 0; i0 < mc; i0 += kMR)
+        _mm256_storeu_ps(dst + i0 * kc + p * kMR, _mm256_loadu_ps(a + p * cs + i0));
+    return;
+  }
+  for (std::int64_t i0 = 0; i0 < mc; i0 += kMR) {
+    const std::int64_t rows = std::min<std::int64_t>(kMR, mc - i0);
+    const float* src = a + i0 * rs;
+    std::int64_t p = 0;
+    if (rows == kMR && cs == 1)
+      for (; p + 8 <= kc; p += 8) transpose8_block(src + p, rs, dst + p * kMR, kMR);
+    if (rs == 1 && rows == kMR) {
+      for (; p < kc; ++p) _mm256_storeu_ps(dst + p * kMR, _mm256_loadu_ps(src + p * cs));
+    }
+    for (; p < kc; ++p)
+      for (std::int64_t r = 0; r < rows; ++r) dst[p * rows + r] = src[r * rs + p * cs];
+    dst += rows * kc;
+  }
+}
+
+// B [kc, nc] into panels of kNR columns (the last one narrower), each step
+// of a panel padded with zeros to whole vectors: panel[p * width + j].
+void pack_b(std::int64_t kc, std::int64_t nc, const float* b, std::int64_t rs, std::int64_t cs, float* dst) {
+  for (std::int64_t j0 = 0; j0 < nc; j0 += kNR) {
+    const std::int64_t cols = std::min<std::int64_t>(kNR, nc - j0);
+    const std::int64_t width = round_up(cols, 16);
+    const float* src = b + j0 * cs;
+    if (cs == 1) {
+      for (std::int64_t p = 0; p < kc; ++p)
+        for (std::int64_t v = 0; v < width; v += 16)
+          _mm512_storeu_ps(dst + p * width + v, _mm512_maskz_loadu_ps(lanes(cols - v), src + p * rs + v));
+    } else {
+      std::int64_t j = 0;
+      if (rs == 1) {
+        for (; j + 8 <= cols; j += 8) {
+          std::int64_t p = 0;
+          for (; p + 8 <= kc; p += 8) transpose8_block(src + j * cs + p, cs, dst + p * width + j, width);
+          for (; p < kc; ++p)
+            for (std::int64_t q = 0; q < 8; ++q) dst[p * width + j + q] = src[(j + q) * cs + p];
+        }
+      }
+      for (std::int64_t p = 0; p < kc; ++p) {
+        for (std::int64_t q = j; q < cols; ++q) dst[p * width + q] = src[p * rs + q * cs];
+        for (std::int64_t q = cols; q < width; ++q) dst[p * width + q] = 0.0f;
+      }
+    }
+    dst += width * kc;
+  }
+}
+
+// ---- drivers ----
+
+void run_packed(std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a, std::int64_t a_rs,
+                std::int64_t a_cs, const float* b, std::int64_t b_rs, std::int64_t b_cs, float beta, float* c,
+                std::int64_t c_rs, float* scratch) {
+  const std::int64_t kc_step = balanced_step(k, kKC, 8);
+  const std::int64_t nc_step = balanced_step(n, kNC, kNR);
+  float* const abuf = scratch;
+  float* const bbuf = scratch + round_up(std::min(m, kMC) * kc_step, 16);
+  for (std::int64_t jc = 0; jc < n; jc += nc_step) {
+    const std::int64_t nc = std::min(nc_step, n - jc);
+    for (std::int64_t pc = 0; pc < k; pc += kc_step) {
+      const std::int64_t kc = std::min(kc_step, k - pc);
+      const float beta_k = pc == 0 ? beta : 1.0f;
+      pack_b(kc, nc, b + pc * b_rs + jc * b_cs, b_rs, b_cs, bbuf);
+      for (std::int64_t ic = 0; ic < m; ic += kMC) {
+        const std::int64_t mc = std::min(kMC, m - ic);
+        pack_a(mc, kc, a + ic * a_rs + pc * a_cs, a_rs, a_cs, abuf);
+        for (std::int64_t ir = 0; ir < mc; ir += kMR) {
+          const std::int64_t rows = std::min<std::int64_t>(kMR, mc - ir);
+          const float* ap = abuf + ir * kc;
+          for (std::int64_t jr = 0; jr < nc; jr += kNR) {
+            const std::int64_t cols = std::min<std::int64_t>(kNR, nc - jr);
+            const std::int64_t vectors = (cols + 15) / 16;
+            tile_fn(rows, vectors, false)(kc, ap, bbuf + jr * kc, vectors * 16, lanes(cols - (vectors - 1) * 16),
+                                          c + (ic + ir) * c_rs + jc + jr, c_rs, alpha, beta_k);
+          }
+        }
+      }
+    }
+  }
+}
+
+void run_direct(std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a, std::int64_t a_rs,
+                std::int64_t a_cs, const float* b, std::int64_t b_rs, float beta, float* c, std::int64_t c_rs,
+                float* abuf) {
+  const std::int64_t kc_step = balanced_step(k, kDirectKC, 8);
+  for (std::int64_t pc = 0; pc < k; pc += kc_step) {
+    const std::int64_t kc = std::min(kc_step, k - pc);
+    const float beta_k = pc == 0 ? beta : 1.0f;
+    pack_a(m, kc, a + pc * a_cs, a_rs, a_cs, abuf);
+    for (std::int64_t jr = 0; jr < n; jr += kNR) {
+      const std::int64_t cols = std::min<std::int64_t>(kNR, n - jr);
+      const std::int64_t vectors = (cols + 15) / 16;
+      const bool ragged = cols % 16 != 0;
+      for (std::int64_t ir = 0; ir < m; ir += kMR) {
+        const std::int64_t rows = std::min<std::int64_t>(kMR, m - ir);
+        tile_fn(rows, vectors, ragged)(kc, abuf + ir * kc, b + pc * b_rs + jr, b_rs, lanes(cols - (vectors - 1) * 16),
+                                       c + ir * c_rs + jr, c_rs, alpha, beta_k);
+      }
+    }
+  }
+}
+
+// With more than one group of rows, k runs in chunks of kDotK, so that a chunk of every row of A (up to
+// kDirectRows of them) and of kDotJ rows of W sit in L1 together: W comes
+// from memory once and A from L1, not both from L2 once per group of rows.
+void run_dot(std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a, std::int64_t a_rs,
+             const float* w, std::int64_t w_rs, float beta, float* c, std::int64_t c_rs) {
+  constexpr std::int64_t kGroups = kDirectRows / kDotI;
+  alignas(64) float part[kGroups][kDotI * kDotJ * 16];
+  // One group of rows of A reads each row of W once whatever the chunk.
+  const std::int64_t chunk = m <= kDotI ? k : kDotK;
+  for (std::int64_t j0 = 0; j0 < n; j0 += kDotJ) {
+    const std::int64_t nj = std::min<std::int64_t>(kDotJ, n - j0);
+    for (std::int64_t p0 = 0; p0 < k; p0 += chunk) {
+      const std::int64_t kn = std::min(chunk, k - p0);
+      for (std::int64_t i0 = 0; i0 < m; i0 += kDotI) {
+        const std::int64_t mi = std::min<std::int64_t>(kDotI, m - i0);
+        kDots[static_cast<std::size_t>((mi - 1) * kDotJ + (nj - 1))](p0, kn, k, a + i0 * a_rs, a_rs, w + j0 * w_rs,
+                                                                     w_rs, part[i0 / kDotI], p0 == 0);
+      }
+    }
+    for (std::int64_t i = 0; i < m; ++i)
+      for (std::int64_t j = 0; j < nj; ++j) {
+        const float s = alpha * horizontal_sum(_mm512_load_ps(&part[i / kDotI][((i % kDotI) * nj + j) * 16]));
+        float& out = c[i * c_rs + j0 + j];
+        out = beta == 0.0f ? s : beta * out + s;
+      }
+  }
+}
+
+// A stride along a dimension of size 1 is never used to step; normalizing it
+// lets the layout tests below see the operand's real shape.
+void normalize(std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t& a_rs, std::int64_t& a_cs,
+               std::int64_t& b_rs, std::int64_t& b_cs) {
+  if (k == 1) a_cs = b_rs = 1;
+  if (n == 1) b_cs = 1;
+  if (m == 1) a_rs = 1;
+}
+
+}  // namespace
+
+bool sgemm_available() noexcept { return true; }
+
+std::size_t sgemm_scratch_floats(std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t a_rs, std::int64_t a_cs,
+                                 std::int64_t b_rs, std::int64_t b_cs) noexcept {
+  if (m <= 0 || n <= 0 || k <= 0) return 0;
+  normalize(m, n, k, a_rs, a_cs, b_rs, b_cs);
+  const Mode mode = mode_of(m, k, a_cs, b_rs, b_cs);
+  if (mode == Mode::dot) return 0;
+  if (mode == Mode::direct) return static_cast<std::size_t>(round_up(m * balanced_step(k, kDirectKC, 8), 16));
+  const std::int64_t kc = balanced_step(k, kKC, 8);
+  const std::int64_t a_floats = round_up(std::min(m, kMC) * kc, 16);
+  return static_cast<std::size_t>(a_floats + kc * round_up(balanced_step(n, kNC, kNR), kNR));
+}
+
+void sgemm(std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a, std::int64_t a_rs,
+           std::int64_t a_cs, const float* b, std::int64_t b_rs, std::int64_t b_cs, float beta, float* c,
+           std::int64_t c_rs, float* scratch) noexcept {
+  normalize(m, n, k, a_rs, a_cs, b_rs, b_cs);
+  switch (mode_of(m, k, a_cs, b_rs, b_cs)) {
+    case Mode::dot:
+      run_dot(m, n, k, alpha, a, a_rs, b, b_cs, beta, c, c_rs);
+      return;
+    case Mode::direct:
+      run_direct(m, n, k, alpha, a, a_rs, a_cs, b, b_rs, beta, c, c_rs, scratch);
+      return;
+    case Mode::packed:
+      run_packed(m, n, k, alpha, a, a_rs, a_cs, b, b_rs, b_cs, beta, c, c_rs, scratch);
+      return;
+  }
+}
+
+#else  // no AVX-512: gemm.cpp keeps Eigen
+
+bool sgemm_available() noexcept { return false; }
+std::size_t sgemm_scratch_floats(std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
+                                 std::int64_t) noexcept {
+  return 0;
+}
+void sgemm(std::int64_t, std::int64_t, std::int64_t, float, const float*, std::int64_t, std::int64_t, const float*,
+           std::int64_t, std::int64_t, float, float*, std::int64_t, float*) noexcept {}
+
+#endif
+
+}  // namespace forge::cpu
