@@ -6,6 +6,7 @@
 // gives zeros), transposed, sliced, permuted and expanded views, outputs
 // written through views, the parallel paths and every error path.
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -214,6 +215,57 @@ TEST_CASE("linalg: operands are read through their strides (transposed, sliced, 
     // Large enough for the threaded split, with a transposed right operand.
     const Tensor big_a = ctx.randn({257, 130}, t), big_b = transposed_of(ctx, {130, 190}, t);
     check_close(forge::matmul(big_a, big_b), reference_matmul(big_a, big_b), t);
+  }
+}
+
+// An [r, c] f32 operand in one of four layouts: row-major, column-major
+// (a transposed view), every other column of a wider row-major block, or
+// every other row of a taller column-major block.
+Tensor operand(TestContext& ctx, std::int64_t r, std::int64_t c, int layout) {
+  switch (layout % 4) {
+    case 0:
+      return ctx.randn({r, c});
+    case 1:
+      return transposed_of(ctx, {r, c}, DType::f32);
+    case 2:
+      return ctx.randn({r, 2 * c}).slice(1, 0, 2 * c, 2);
+    default:
+      return ctx.randn({c, 2 * r}).t().slice(0, 0, 2 * r, 2);
+  }
+}
+
+// The f32 GEMM's edges: each dimension swept over 1..67 (every row- and
+// column-tail of its micro-tiles, the m <= 16 direct and dot modes, and a
+// block boundary at m = 64), every pair of operand layouts in turn, then
+// sizes that cross its k, n and row-block boundaries and the threaded
+// split; beta 0, 1 and otherwise through addmm. One and two threads.
+TEST_CASE("linalg: f32 GEMM sweeps odd sizes 1-67 in every dimension and layout against f64", "[linalg][gemm]") {
+  for (const int threads : {1, 2}) {
+    INFO(threads << " thread(s)");
+    TestContext ctx(forge_test::context_options(threads));
+    std::mt19937 rng(7);
+    const auto other = [&] { return static_cast<std::int64_t>(1 + rng() % 67); };
+    const auto check = [&](std::int64_t m, std::int64_t n, std::int64_t k) {
+      for (int layout = 0; layout < 16; ++layout) {
+        INFO("m " << m << " n " << n << " k " << k << " layouts " << layout % 4 << ", " << layout / 4);
+        const Tensor a = operand(ctx, m, k, layout % 4), b = operand(ctx, k, n, layout / 4);
+        check_close(forge::matmul(a, b), reference_matmul(a, b), DType::f32);
+      }
+    };
+    for (std::int64_t s = 1; s <= 67; ++s) {
+      check(s, other(), other());
+      check(other(), s, other());
+      check(other(), other(), s);
+      check(s % 17 + 1, other(), 64 + s);  // flat products with k long enough for the dot mode
+    }
+    for (const auto& [m, n, k] : std::vector<std::array<std::int64_t, 3>>{
+             {70, 800, 600}, {9, 13, 300}, {16, 1000, 1030}, {3, 97, 2000}, {129, 50, 513}, {1, 770, 70}})
+      check(m, n, k);
+    for (const double beta : {0.0, 1.0, -0.5}) {
+      const Tensor bias = ctx.randn({45, 53}), a = operand(ctx, 45, 70, 1), b = operand(ctx, 70, 53, 2);
+      check_close(forge::addmm(bias, a, b, beta, 0.75), with_bias(reference_matmul(a, b), bias, beta, 0.75),
+                  DType::f32);
+    }
   }
 }
 
