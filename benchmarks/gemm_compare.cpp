@@ -214,6 +214,23 @@ int main(int argc, char** argv) {
     run_row(o, ctx, blas, reader, m, 4096, 4096, false, true);
     run_row(o, ctx, blas, reader, m, 4096, 4096, false, false);
   }
+  // bf16 (f32 accumulation): forge's rate against its own f32 rate, in
+  // turns; the target is >= 1.8x. No BLAS here has a bf16 GEMM.
+  for (const std::int64_t s : {512, 1024, 2048}) {
+    const std::string name = std::to_string(s) + "^3 bf16";
+    if (!o.filter.empty() && name.find(o.filter) == std::string::npos) continue;
+    const forge::Tensor a = ctx.randn({s, s}), b = ctx.randn({s, s});
+    const forge::Tensor ah = a.to(forge::DType::bf16), bh = b.to(forge::DType::bf16);
+    forge::Tensor out, out_h;
+    const std::vector<double> t =
+        medians(o.repeats, {[&] { out = forge::matmul(a, b); }, [&] { out_h = forge::matmul(ah, bh); }});
+    const double flops = 2.0 * static_cast<double>(s * s * s);
+    std::printf(
+        "%-20s forge %8.3f ms %6.1f GFLOP/s | f32 %8.3f ms %6.1f GFLOP/s | bf16 / f32 rate %.2fx"
+        " | >= 1.8x: %s\n",
+        name.c_str(), t[1] * 1e3, flops / t[1] * 1e-9, t[0] * 1e3, flops / t[0] * 1e-9, t[0] / t[1],
+        t[0] / t[1] >= 1.8 ? "met" : "NOT met");
+  }
   // The Fashion-MNIST MLP's layers (batch 128): forward, dX and dW.
   run_row(o, ctx, blas, reader, 128, 512, 784, false, true);
   run_row(o, ctx, blas, reader, 128, 784, 512, false, false);

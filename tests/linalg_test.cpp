@@ -218,38 +218,41 @@ TEST_CASE("linalg: operands are read through their strides (transposed, sliced, 
   }
 }
 
-// An [r, c] f32 operand in one of four layouts: row-major, column-major
+// An [r, c] operand in one of four layouts: row-major, column-major
 // (a transposed view), every other column of a wider row-major block, or
 // every other row of a taller column-major block.
-Tensor operand(TestContext& ctx, std::int64_t r, std::int64_t c, int layout) {
+Tensor operand(TestContext& ctx, std::int64_t r, std::int64_t c, int layout, DType t) {
   switch (layout % 4) {
     case 0:
-      return ctx.randn({r, c});
+      return ctx.randn({r, c}, t);
     case 1:
-      return transposed_of(ctx, {r, c}, DType::f32);
+      return transposed_of(ctx, {r, c}, t);
     case 2:
-      return ctx.randn({r, 2 * c}).slice(1, 0, 2 * c, 2);
+      return ctx.randn({r, 2 * c}, t).slice(1, 0, 2 * c, 2);
     default:
-      return ctx.randn({c, 2 * r}).t().slice(0, 0, 2 * r, 2);
+      return ctx.randn({c, 2 * r}, t).t().slice(0, 0, 2 * r, 2);
   }
 }
 
-// The f32 GEMM's edges: each dimension swept over 1..67 (every row- and
-// column-tail of its micro-tiles, the m <= 16 direct and dot modes, and a
-// block boundary at m = 64), every pair of operand layouts in turn, then
-// sizes that cross its k, n and row-block boundaries and the threaded
-// split; beta 0, 1 and otherwise through addmm. One and two threads.
-TEST_CASE("linalg: f32 GEMM sweeps odd sizes 1-67 in every dimension and layout against f64", "[linalg][gemm]") {
-  for (const int threads : {1, 2}) {
-    INFO(threads << " thread(s)");
+// The f32 and bf16 GEMMs' edges: each dimension swept over 1..67 (every
+// row- and column-tail of the micro-tiles, the f32 kernel's m <= 16 direct
+// and dot modes, odd k for bf16's pairs, and a block boundary at m = 64),
+// all 16 pairs of operand layouts, then sizes that cross the k, n and
+// row-block boundaries and the threaded split; beta 0, 1 and otherwise
+// through addmm. One and two threads.
+TEST_CASE("linalg: f32 and bf16 GEMMs sweep odd sizes 1-67 in every dimension and layout against f64",
+          "[linalg][gemm]") {
+  for (const auto& [threads, t] :
+       std::vector<std::pair<int, DType>>{{1, DType::f32}, {2, DType::f32}, {1, DType::bf16}, {2, DType::bf16}}) {
+    INFO(threads << " thread(s), " << forge::dtype_name(t));
     TestContext ctx(forge_test::context_options(threads));
     std::mt19937 rng(7);
     const auto other = [&] { return static_cast<std::int64_t>(1 + rng() % 67); };
     const auto check = [&](std::int64_t m, std::int64_t n, std::int64_t k) {
       for (int layout = 0; layout < 16; ++layout) {
         INFO("m " << m << " n " << n << " k " << k << " layouts " << layout % 4 << ", " << layout / 4);
-        const Tensor a = operand(ctx, m, k, layout % 4), b = operand(ctx, k, n, layout / 4);
-        check_close(forge::matmul(a, b), reference_matmul(a, b), DType::f32);
+        const Tensor a = operand(ctx, m, k, layout % 4, t), b = operand(ctx, k, n, layout / 4, t);
+        check_close(forge::matmul(a, b), reference_matmul(a, b), t);
       }
     };
     for (std::int64_t s = 1; s <= 67; ++s) {
@@ -262,9 +265,8 @@ TEST_CASE("linalg: f32 GEMM sweeps odd sizes 1-67 in every dimension and layout 
              {70, 800, 600}, {9, 13, 300}, {16, 1000, 1030}, {3, 97, 2000}, {129, 50, 513}, {1, 770, 70}})
       check(m, n, k);
     for (const double beta : {0.0, 1.0, -0.5}) {
-      const Tensor bias = ctx.randn({45, 53}), a = operand(ctx, 45, 70, 1), b = operand(ctx, 70, 53, 2);
-      check_close(forge::addmm(bias, a, b, beta, 0.75), with_bias(reference_matmul(a, b), bias, beta, 0.75),
-                  DType::f32);
+      const Tensor bias = ctx.randn({45, 53}, t), a = operand(ctx, 45, 70, 1, t), b = operand(ctx, 70, 53, 2, t);
+      check_close(forge::addmm(bias, a, b, beta, 0.75), with_bias(reference_matmul(a, b), bias, beta, 0.75), t);
     }
   }
 }

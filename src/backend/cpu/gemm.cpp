@@ -12,7 +12,9 @@
 // - Batches run in parallel, one contiguous range of batch indices per
 //   thread, when that divides the work evenly or the products are small;
 //   otherwise one product at a time, each split over the threads.
-// - f16 and bf16 operands are widened into f32 scratch, multiplied in f32 and
+// - bf16 products run sgemm.h's bf16 kernel (f32 accumulation) where the
+//   build has AVX512_BF16; f16 products, and bf16 elsewhere, widen their
+//   operands into f32 scratch. Either way C is accumulated in f32 and
 //   rounded back once.
 
 #include "backend/cpu/gemm.h"
@@ -154,18 +156,20 @@ void product(detail::DeviceRuntime& rt, std::int64_t m, std::int64_t n, std::int
       m, n, k, a, a_outer, b, b_outer, c, 1, c_outer, alpha, blocking);
 }
 
-// sgemm.h's kernels on a row-major C, packing into the thread's lent
-// scratch when it is large enough, else into pooled scratch.
+// Floats of packing scratch for one of sgemm.h's kernels: the thread's lent
+// scratch when it is large enough, else leased from the pool into `lease`.
+float* packing_scratch(detail::DeviceRuntime& rt, std::size_t floats, ScratchLease<float>& lease) {
+  if (floats * sizeof(float) <= tls_scratch_bytes) return reinterpret_cast<float*>(tls_scratch);
+  lease = rt.pool().scratch<float>(floats);
+  return lease.data();
+}
+
+// sgemm.h's f32 kernels on a row-major C.
 void native_sgemm(detail::DeviceRuntime& rt, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
                   const float* a, std::int64_t a_rs, std::int64_t a_cs, const float* b, std::int64_t b_rs,
                   std::int64_t b_cs, float beta, float* c, std::int64_t c_rs) {
-  const std::size_t floats = sgemm_scratch_floats(m, n, k, a_rs, a_cs, b_rs, b_cs);
   ScratchLease<float> lease;
-  float* scratch = reinterpret_cast<float*>(tls_scratch);
-  if (floats * sizeof(float) > tls_scratch_bytes) {
-    lease = rt.pool().scratch<float>(floats);
-    scratch = lease.data();
-  }
+  float* scratch = packing_scratch(rt, sgemm_scratch_floats(m, n, k, a_rs, a_cs, b_rs, b_cs), lease);
   sgemm(m, n, k, alpha, a, a_rs, a_cs, b, b_rs, b_cs, beta, c, c_rs, scratch);
 }
 
@@ -229,10 +233,14 @@ void gemm_serial(detail::DeviceRuntime& rt, std::int64_t m, std::int64_t n, std:
   }
 }
 
-template <typename T>
-void gemm_impl(detail::DeviceRuntime& rt, bool parallel, std::int64_t m, std::int64_t n, std::int64_t k, T alpha,
-               const T* a, std::int64_t a_rs, std::int64_t a_cs, const T* b, std::int64_t b_rs, std::int64_t b_cs,
-               T beta, T* c, std::int64_t c_rs, std::int64_t c_cs) {
+// Runs block(row0, rows, col0, cols) over C [m, n]: one block of C's columns
+// (or rows, whichever is longer) per thread when `parallel` and the product
+// has at least kParallelGemmFlops multiply-adds, each lent
+// scratch_bytes(rows, cols) of WorkerScratch; otherwise the whole of C on
+// the calling thread.
+template <typename Bytes, typename Block>
+void for_blocks(detail::DeviceRuntime& rt, bool parallel, std::int64_t m, std::int64_t n, std::int64_t k,
+                Bytes&& scratch_bytes, Block&& block) {
   const int threads = rt.threads();
   const double flops = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
   const bool split_cols = n >= m;
@@ -241,7 +249,7 @@ void gemm_impl(detail::DeviceRuntime& rt, bool parallel, std::int64_t m, std::in
   constexpr std::int64_t kMinBlock = 32;
   const std::int64_t blocks = std::min<std::int64_t>(threads, extent / kMinBlock);
   if (!parallel || threads <= 1 || flops < static_cast<double>(kParallelGemmFlops) || blocks <= 1) {
-    gemm_serial<T>(rt, m, n, k, alpha, a, a_rs, a_cs, b, b_rs, b_cs, beta, c, c_rs, c_cs);
+    block(std::int64_t{0}, m, std::int64_t{0}, n);
     return;
   }
   // Block edges on multiples of 16 keep each block's columns vector-aligned.
@@ -251,21 +259,31 @@ void gemm_impl(detail::DeviceRuntime& rt, bool parallel, std::int64_t m, std::in
   };
   std::int64_t widest = 0;
   for (std::int64_t blk = 0; blk < blocks; ++blk) widest = std::max(widest, edge(blk + 1) - edge(blk));
-  const WorkerScratch scratch(
-      rt, blocks, gemm_scratch_bytes(dtype_of<T>::value, split_cols ? m : widest, split_cols ? widest : n, k));
+  const WorkerScratch scratch(rt, blocks, split_cols ? scratch_bytes(m, widest) : scratch_bytes(widest, n));
   rt.parallel_for(blocks, 1, [&](std::int64_t first, std::int64_t last) {
     for (std::int64_t blk = first; blk < last; ++blk) {
       const std::int64_t lo = edge(blk), hi = edge(blk + 1);
       if (hi <= lo) continue;
       const WorkerScratch::Lend lend = scratch.lend(blk);
       if (split_cols)
-        gemm_serial<T>(rt, m, hi - lo, k, alpha, a, a_rs, a_cs, b + lo * b_cs, b_rs, b_cs, beta, c + lo * c_cs, c_rs,
-                       c_cs);
+        block(std::int64_t{0}, m, lo, hi - lo);
       else
-        gemm_serial<T>(rt, hi - lo, n, k, alpha, a + lo * a_rs, a_rs, a_cs, b, b_rs, b_cs, beta, c + lo * c_rs, c_rs,
-                       c_cs);
+        block(lo, hi - lo, std::int64_t{0}, n);
     }
   });
+}
+
+template <typename T>
+void gemm_impl(detail::DeviceRuntime& rt, bool parallel, std::int64_t m, std::int64_t n, std::int64_t k, T alpha,
+               const T* a, std::int64_t a_rs, std::int64_t a_cs, const T* b, std::int64_t b_rs, std::int64_t b_cs,
+               T beta, T* c, std::int64_t c_rs, std::int64_t c_cs) {
+  for_blocks(
+      rt, parallel, m, n, k,
+      [&](std::int64_t rows, std::int64_t cols) { return gemm_scratch_bytes(dtype_of<T>::value, rows, cols, k); },
+      [&](std::int64_t i0, std::int64_t rows, std::int64_t j0, std::int64_t cols) {
+        gemm_serial<T>(rt, rows, cols, k, alpha, a + i0 * a_rs, a_rs, a_cs, b + j0 * b_cs, b_rs, b_cs, beta,
+                       c + i0 * c_rs + j0 * c_cs, c_rs, c_cs);
+      });
 }
 
 // ---- batched products ----
@@ -392,19 +410,24 @@ void one_product(detail::DeviceRuntime& rt, const MatmulProblem& p, std::int64_t
                beta, c, p.c.rs, p.c.cs);
 }
 
-// A 16-bit product through f32 scratch `work` (m*k + k*n + m*n floats).
+// Whether bf16 products run on the bf16 kernel (else they are widened).
+bool native_bf16(DType dtype) { return dtype == DType::bf16 && bf16_gemm_available(); }
+
+// f32 floats of `work` one 16-bit product needs: C, and A and B widened
+// unless the bf16 kernel reads them as they are.
+std::int64_t half_work_floats(const MatmulProblem& p) {
+  return p.m * p.n + (native_bf16(p.dtype) ? 0 : p.m * p.k + p.k * p.n);
+}
+
+// A 16-bit product through f32 scratch `work` (half_work_floats): C is
+// accumulated in f32 and rounded once.
 void one_half_product(detail::DeviceRuntime& rt, const MatmulProblem& p, std::int64_t index, bool parallel,
                       float* work) {
   const auto at = [&](const MatrixOperand& x) {
     return reinterpret_cast<std::uint16_t*>(x.data) + batch_offset(p.batch, x.batch_strides, index);
   };
   const std::int64_t m = p.m, n = p.n, k = p.k;
-  float* fa = work;
-  float* fb = fa + m * k;
-  float* fc = fb + k * n;
-  std::int64_t a_rs, a_cs, b_rs, b_cs;
-  widen_block(rt, parallel, p.dtype, m, k, at(p.a), p.a.rs, p.a.cs, fa, a_rs, a_cs);
-  widen_block(rt, parallel, p.dtype, k, n, at(p.b), p.b.rs, p.b.cs, fb, b_rs, b_cs);
+  float* fc = work;
   float beta = 0;
   if (p.bias.data) {
     const std::uint16_t* bias = at(p.bias);
@@ -417,7 +440,28 @@ void one_half_product(detail::DeviceRuntime& rt, const MatmulProblem& p, std::in
       }
     beta = 1;
   }
-  gemm_impl<float>(rt, parallel, m, n, k, static_cast<float>(p.alpha), fa, a_rs, a_cs, fb, b_rs, b_cs, beta, fc, n, 1);
+  const float alpha = static_cast<float>(p.alpha);
+  if (native_bf16(p.dtype) && k == 0) {
+    if (beta == 0) std::fill(fc, fc + m * n, 0.0f);
+  } else if (native_bf16(p.dtype)) {
+    const std::uint16_t *a = at(p.a), *b = at(p.b);
+    for_blocks(
+        rt, parallel, m, n, k,
+        [&](std::int64_t rows, std::int64_t cols) { return bf16_gemm_scratch_floats(rows, cols, k) * sizeof(float); },
+        [&](std::int64_t i0, std::int64_t rows, std::int64_t j0, std::int64_t cols) {
+          ScratchLease<float> lease;
+          float* scratch = packing_scratch(rt, bf16_gemm_scratch_floats(rows, cols, k), lease);
+          bf16_gemm(rows, cols, k, alpha, a + i0 * p.a.rs, p.a.rs, p.a.cs, b + j0 * p.b.cs, p.b.rs, p.b.cs, beta,
+                    fc + i0 * n + j0, n, scratch);
+        });
+  } else {
+    float* fa = fc + m * n;
+    float* fb = fa + m * k;
+    std::int64_t a_rs, a_cs, b_rs, b_cs;
+    widen_block(rt, parallel, p.dtype, m, k, at(p.a), p.a.rs, p.a.cs, fa, a_rs, a_cs);
+    widen_block(rt, parallel, p.dtype, k, n, at(p.b), p.b.rs, p.b.cs, fb, b_rs, b_cs);
+    gemm_impl<float>(rt, parallel, m, n, k, alpha, fa, a_rs, a_cs, fb, b_rs, b_cs, beta, fc, n, 1);
+  }
   std::uint16_t* c = at(p.c);
   for_rows(rt, parallel, m, n, [&](std::int64_t i0, std::int64_t i1) {
     for (std::int64_t i = i0; i < i1; ++i) {
@@ -433,7 +477,9 @@ void one_half_product(detail::DeviceRuntime& rt, const MatmulProblem& p, std::in
 }  // namespace
 
 std::size_t gemm_scratch_bytes(DType dtype, std::int64_t m, std::int64_t n, std::int64_t k) {
-  if (m <= 0 || n <= 0 || k <= 0 || m + n + k < 20) return 0;
+  if (m <= 0 || n <= 0 || k <= 0) return 0;
+  if (native_bf16(dtype)) return bf16_gemm_scratch_floats(m, n, k) * sizeof(float);
+  if (m + n + k < 20) return 0;
   if (dtype != DType::f64 && sgemm_available()) {
     // The packed case bounds the others; either orientation may run.
     return std::max(sgemm_scratch_floats(m, n, k, 0, 0, 0, 0), sgemm_scratch_floats(n, m, k, 0, 0, 0, 0)) *
@@ -498,7 +544,7 @@ void matmul(detail::DeviceRuntime& rt, const MatmulProblem& problem) {
   const bool parallel_products = !by_batch;
 
   ScratchLease<float> work;
-  const std::int64_t per_slot = half ? p.m * p.k + p.k * p.n + p.m * p.n : 0;
+  const std::int64_t per_slot = half ? half_work_floats(p) : 0;
   if (half) work = rt.pool().scratch<float>(static_cast<std::size_t>(per_slot * slots));
 
   auto run_range = [&](std::int64_t first, std::int64_t last, std::int64_t slot) {

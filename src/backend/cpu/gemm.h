@@ -40,7 +40,8 @@ void gemm(detail::DeviceRuntime& rt, bool parallel, std::int64_t m, std::int64_t
 
 // Bytes of packing scratch one single-threaded gemm of A [m, k] by B [k, n]
 // takes (whichever way round the layouts make it run); 0 for the products
-// that pack nothing. f16 and bf16 products pack in f32.
+// that pack nothing. f16 products pack in f32, bf16 ones in bf16 pairs where
+// the bf16 kernel runs them (sgemm.h).
 std::size_t gemm_scratch_bytes(DType dtype, std::int64_t m, std::int64_t n, std::int64_t k);
 
 // `slots` regions of `bytes` each, 64-byte aligned, leased from rt's pool on

@@ -31,6 +31,8 @@
 
 #include <algorithm>
 
+#include "backend/cpu/gemm_blocks.h"
+
 #if defined(__AVX512F__)
 #include <immintrin.h>
 
@@ -43,6 +45,8 @@ namespace forge::cpu {
 #if defined(__AVX512F__)
 
 namespace {
+
+using namespace gemm_blocks;
 
 constexpr int kMR = 8;
 constexpr int kNV = 3;  // zmm vectors across a micro-tile
@@ -58,27 +62,6 @@ constexpr std::int64_t kDotPrefetch = 512;
 // means fewer pages and streams in flight at once (the direct mode's rate
 // at m <= 16 rose from about 0.55x to 0.65x of read bandwidth).
 constexpr std::int64_t kDirectKC = 64;
-
-constexpr std::int64_t round_up(std::int64_t x, std::int64_t to) { return (x + to - 1) / to * to; }
-
-// Splits `extent` into equal steps of at most `cap` (a 300-long k runs as
-// 150 + 150, not 256 + 44), rounded up to `align`.
-std::int64_t balanced_step(std::int64_t extent, std::int64_t cap, std::int64_t align) {
-  const std::int64_t blocks = (extent + cap - 1) / cap;
-  return std::min(cap, round_up((extent + blocks - 1) / blocks, align));
-}
-
-__mmask16 lanes(std::int64_t valid) { return valid >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << valid) - 1); }
-
-// The lanes' sum, pairwise (GCC 12's _mm512_reduce_add_ps trips
-// -Wmaybe-uninitialized in its own header).
-inline float horizontal_sum(__m512 v) {
-  alignas(64) float t[16];
-  _mm512_store_ps(t, v);
-  for (int width = 8; width > 0; width /= 2)
-    for (int i = 0; i < width; ++i) t[i] += t[i + width];
-  return t[0];
-}
 
 enum class Mode { packed, direct, dot };
 
@@ -202,34 +185,6 @@ constexpr std::array<DotFn, kDotI * kDotJ> dot_table(std::index_sequence<I...>) 
 constexpr auto kDots = dot_table(std::make_index_sequence<kDotI * kDotJ>{});
 
 // ---- packing ----
-
-// In-register transpose of eight 8-float rows.
-inline void transpose8(__m256 r[8]) {
-  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
-  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
-  const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
-  const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
-  const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
-  const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
-  const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
-  const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
-  r[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
-  r[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
-  r[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
-  r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
-  r[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
-  r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
-  r[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
-  r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
-}
-
-// dst[p * ld + q] = src[q * stride + p] for an 8x8 block.
-inline void transpose8_block(const float* src, std::int64_t stride, float* dst, std::int64_t ld) {
-  __m256 r[8];
-  for (int q = 0; q < 8; ++q) r[q] = _mm256_loadu_ps(src + q * stride);
-  transpose8(r);
-  for (int p = 0; p < 8; ++p) _mm256_storeu_ps(dst + p * ld, r[p]);
-}
 
 // A [mc, kc] into panels of kMR rows (the last one `mc % kMR` rows), each
 // stored step by step: panel[p * rows + r] = A[r, p].

@@ -1,6 +1,6 @@
 #pragma once
-// forge's own f32 GEMM for AVX-512 cores: packed panels and register-blocked
-// micro-kernels (sgemm.cpp says how and why). gemm.cpp calls it for every f32
+// forge's own GEMMs for AVX-512 cores: packed panels and register-blocked
+// micro-kernels, f32 (sgemm.cpp says how and why) and bf16 (bf16_gemm.cpp). gemm.cpp calls it for every f32
 // product it would otherwise hand to Eigen, and keeps Eigen as the portable
 // path: without AVX-512 at compile time `sgemm_available()` is false and
 // nothing here is called. Unchecked: callers validate shapes and aliasing.
@@ -25,5 +25,15 @@ std::size_t sgemm_scratch_floats(std::int64_t m, std::int64_t n, std::int64_t k,
 void sgemm(std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a, std::int64_t a_rs,
            std::int64_t a_cs, const float* b, std::int64_t b_rs, std::int64_t b_cs, float beta, float* c,
            std::int64_t c_rs, float* scratch) noexcept;
+
+// bf16 GEMM with f32 accumulation (AVX512_BF16's VDPBF16PS, bf16_gemm.cpp):
+// C (f32, row-major) = alpha * A B + beta * C with A, B bf16 of any
+// strides. VDPBF16PS treats subnormal bf16 inputs as zero and flushes
+// subnormal results. False without AVX512_BF16 at compile time.
+bool bf16_gemm_available() noexcept;
+std::size_t bf16_gemm_scratch_floats(std::int64_t m, std::int64_t n, std::int64_t k) noexcept;
+void bf16_gemm(std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const std::uint16_t* a, std::int64_t a_rs,
+               std::int64_t a_cs, const std::uint16_t* b, std::int64_t b_rs, std::int64_t b_cs, float beta, float* c,
+               std::int64_t c_rs, float* scratch) noexcept;
 
 }  // namespace forge::cpu

@@ -1,0 +1,68 @@
+#pragma once
+// Pieces the packed GEMMs (sgemm.cpp's f32, bf16_gemm.cpp's bf16) share:
+// block sizing, lane masks and the 8x8 in-register transpose their packing
+// uses. AVX-512 builds only.
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+
+namespace forge::cpu::gemm_blocks {
+
+constexpr std::int64_t round_up(std::int64_t x, std::int64_t to) { return (x + to - 1) / to * to; }
+
+// Splits `extent` into equal steps of at most `cap` (a 300-long k runs as
+// 150 + 150, not 256 + 44), rounded up to `align`.
+inline std::int64_t balanced_step(std::int64_t extent, std::int64_t cap, std::int64_t align) {
+  const std::int64_t blocks = (extent + cap - 1) / cap;
+  return std::min(cap, round_up((extent + blocks - 1) / blocks, align));
+}
+
+inline __mmask16 lanes(std::int64_t valid) { return valid >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << valid) - 1); }
+
+// The lanes' sum, pairwise (GCC 12's _mm512_reduce_add_ps trips
+// -Wmaybe-uninitialized in its own header).
+inline float horizontal_sum(__m512 v) {
+  alignas(64) float t[16];
+  _mm512_store_ps(t, v);
+  for (int width = 8; width > 0; width /= 2)
+    for (int i = 0; i < width; ++i) t[i] += t[i + width];
+  return t[0];
+}
+
+// In-register transpose of eight 8-float rows.
+inline void transpose8(__m256 r[8]) {
+  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+  const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+  const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+  const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+  const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+  const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+  const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+  r[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
+  r[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
+  r[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
+  r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
+  r[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
+  r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+  r[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
+  r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+
+// dst[p * ld + q] = src[q * stride + p] for an 8x8 block of 32-bit
+// elements (f32, or bf16 pairs); strides in elements of T.
+template <typename T>
+inline void transpose8_block(const T* src, std::int64_t stride, T* dst, std::int64_t ld) {
+  static_assert(sizeof(T) == 4);
+  __m256 r[8];
+  for (int q = 0; q < 8; ++q) r[q] = _mm256_loadu_ps(reinterpret_cast<const float*>(src + q * stride));
+  transpose8(r);
+  for (int p = 0; p < 8; ++p) _mm256_storeu_ps(reinterpret_cast<float*>(dst + p * ld), r[p]);
+}
+
+}  // namespace forge::cpu::gemm_blocks
+
+#endif
