@@ -5,6 +5,7 @@
 
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <random>
 #include <vector>
 
 #include "forge/forge.h"
@@ -201,6 +202,39 @@ TEST_CASE("autograd conv: max_pool2d credits the first max of a tied window") {
   Tensor z = ctx.from_vector<double>({1, nan, 7, nan, 2, 3, nan, 4}, {1, 1, 2, 4}).requires_grad_();
   forge::sum(forge::max_pool2d(z)).backward();
   CHECK(z.grad().to_vector<double>() == std::vector<double>{0, 1, 0, 0, 0, 0, 1, 0});
+}
+
+// f32 2x2 stride-2 pools run vectorized rows (pool2x2.h); f64 runs the
+// scalar loops. Same values, same results: widths around the 16-output
+// step, odd sizes that leave a column and a row out, ties from a small set
+// of values (the first max takes the gradient), and NaNs in some windows.
+TEST_CASE("autograd conv: f32 2x2 max pools match the f64 loops, ties, NaNs and row tails included") {
+  TestContext ctx;
+  std::mt19937 rng(3);
+  const double nan = std::nan("");
+  for (const std::int64_t w : {2, 5, 31, 32, 33, 34, 65}) {
+    for (const bool with_nan : {false, true}) {
+      INFO("width " << w << (with_nan ? " with NaNs" : ""));
+      const std::int64_t h = 2 * (w % 3) + 3;
+      std::vector<double> values(static_cast<std::size_t>(2 * 3 * h * w));
+      for (double& v : values) v = static_cast<double>(rng() % 4);  // ties in most windows
+      if (with_nan)
+        for (std::size_t i = 0; i < values.size(); i += 37) values[i] = nan;
+      std::vector<double> upstream(static_cast<std::size_t>(2 * 3 * (h / 2) * (w / 2)));
+      for (double& v : upstream) v = static_cast<double>(rng() % 7) - 3;
+      Tensor x64 = ctx.from_vector<double>(values, {2, 3, h, w}).requires_grad_();
+      Tensor x32 = x64.detach().to(DType::f32).requires_grad_();
+      const Tensor y64 = forge::max_pool2d(x64, {.kernel = {2, 2}});
+      const Tensor y32 = forge::max_pool2d(x32, {.kernel = {2, 2}});
+      y64.backward(ctx.from_vector<double>(upstream, y64.shape()));
+      y32.backward(ctx.from_vector<double>(upstream, y32.shape()).to(DType::f32));
+      const auto f64 = y64.to_vector<double>(), f32 = y32.to_vector<double>();
+      REQUIRE(f32.size() == f64.size());
+      for (std::size_t i = 0; i < f64.size(); ++i)
+        CHECK(((std::isnan(f64[i]) && std::isnan(f32[i])) || f64[i] == f32[i]));
+      CHECK(x32.grad().to_vector<double>() == x64.grad().to_vector<double>());
+    }
+  }
 }
 
 TEST_CASE("autograd conv: avg_pool2d gradients with and without padding in the count") {

@@ -14,9 +14,11 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/pool2x2.h"
 #include "core/convert.h"
 #include "forge/buffer_pool.h"
 
@@ -343,6 +345,12 @@ inline void valid_taps(std::int64_t start, std::int64_t dilation, std::int64_t k
   if (last < first) last = first;
 }
 
+// A 2x2 window at stride 2, unpadded and undilated: pool2x2.h's case.
+bool is_2x2_tiling(const Window2d& w) {
+  return w.kernel_h == 2 && w.kernel_w == 2 && w.stride_h == 2 && w.stride_w == 2 && w.pad_h == 0 && w.pad_w == 0 &&
+         w.dilation_h == 1 && w.dilation_w == 1;
+}
+
 template <typename T>
 void max_pool_typed(detail::DeviceRuntime& rt, const Pool2dProblem& p) {
   const Window2d w = p.win;
@@ -351,6 +359,17 @@ void max_pool_typed(detail::DeviceRuntime& rt, const Pool2dProblem& p) {
   const std::int64_t xs0 = p.x_strides[0], xs1 = p.x_strides[1], xs2 = p.x_strides[2], xs3 = p.x_strides[3];
   const std::int64_t os0 = p.out_strides[0], os1 = p.out_strides[1], os2 = p.out_strides[2], os3 = p.out_strides[3];
   using C = compute_t<T>;
+  if constexpr (std::is_same_v<T, float>) {
+    if (pool2x2_available() && is_2x2_tiling(w) && xs3 == 1 && os3 == 1) {
+      for_each_plane(rt, w, [&](std::int64_t n, std::int64_t c) {
+        const float* plane = x + n * xs0 + c * xs1;
+        float* dst = out + n * os0 + c * os1;
+        for (std::int64_t oh = 0; oh < w.out_h; ++oh)
+          max_pool_2x2_row(w.out_w, plane + 2 * oh * xs2, plane + (2 * oh + 1) * xs2, dst + oh * os2);
+      });
+      return;
+    }
+  }
   for_each_plane(rt, w, [&](std::int64_t n, std::int64_t c) {
     const T* plane = x + n * xs0 + c * xs1;
     T* dst = out + n * os0 + c * os1;
@@ -479,7 +498,12 @@ void max_pool_backward_tiled(const Window2d& w, const T* plane, std::int64_t xs2
   for (std::int64_t oh = 0; oh < w.out_h; ++oh) {
     const T* x = plane + oh * kh_n * xs2;
     T* d = dst + oh * kh_n * w.w;
-    if (!two || max_pool_tiled_row_2x2(w.out_w, x, xs2, g + oh * gs2, gs3, d, w.w))
+    bool done = false;
+    if constexpr (std::is_same_v<T, float>) {
+      if (two && gs3 == 1 && pool2x2_available())
+        done = max_pool_2x2_grad_row(w.out_w, x, x + xs2, g + oh * gs2, d, d + w.w);
+    }
+    if (!done && (!two || max_pool_tiled_row_2x2(w.out_w, x, xs2, g + oh * gs2, gs3, d, w.w)))
       max_pool_tiled_row(w, x, xs2, g + oh * gs2, gs3, d);
     if (w.out_w * kw_n < w.w)
       for (std::int64_t kh = 0; kh < kh_n; ++kh) std::fill(d + kh * w.w + w.out_w * kw_n, d + (kh + 1) * w.w, T(0));
