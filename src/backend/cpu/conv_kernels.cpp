@@ -11,6 +11,10 @@
 
 #include "backend/cpu/conv_kernels.h"
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -45,9 +49,89 @@ FORGE_NO_MEMSET_CALLS void zero(T* d, std::int64_t begin, std::int64_t end) {
   for (std::int64_t i = begin; i < end; ++i) d[i] = T(0);
 }
 
+#if defined(__AVX512F__)
+inline __mmask16 lanes16(std::int64_t valid) {
+  return valid >= 16 ? __mmask16(0xFFFF) : valid <= 0 ? __mmask16(0) : __mmask16((1u << valid) - 1);
+}
+
+// im2col for f32 at unit column stride and step (stride_w == 1, dilation_w
+// == 1, xs[3] == 1), 16 positions per masked load and store: a row of the
+// column matrix is runs of out_w positions, each a shifted input row with
+// zeros where the window hangs over the edge, and at small images (14 or
+// 28 wide) the general loop's per-run bookkeeping cost more than the copy.
+void im2col_unit_f32(const Window2d& w, std::int64_t channels, const float* x, const Strides& xs, std::int64_t p0,
+                     std::int64_t p1, float* col) {
+  const std::int64_t cols = p1 - p0;
+  for (std::int64_t c = 0; c < channels; ++c) {
+    const float* plane = x + c * xs[1];
+    for (std::int64_t kh = 0; kh < w.kernel_h; ++kh) {
+      for (std::int64_t kw = 0; kw < w.kernel_w; ++kw) {
+        float* d = col + ((c * w.kernel_h + kh) * w.kernel_w + kw) * cols - p0;  // d[p] is position p
+        const std::int64_t off_w = kw - w.pad_w;
+        // Input columns ow + off_w inside [0, w.w).
+        const std::int64_t lo = std::max<std::int64_t>(0, -off_w), hi = std::min(w.out_w, w.w - off_w);
+        std::int64_t oh = p0 / w.out_w, ow0 = p0 % w.out_w;
+        for (std::int64_t p = p0; p < p1; ++oh, ow0 = 0) {
+          const std::int64_t ow1 = std::min(w.out_w, ow0 + (p1 - p));
+          const std::int64_t ih = oh * w.stride_h - w.pad_h + kh * w.dilation_h;
+          const bool inside = ih >= 0 && ih < w.h;
+          const float* s = plane + ih * xs[2] + off_w;  // s[ow] is input column ow + off_w
+          float* row = d + p - ow0;                     // row[ow] is position (oh, ow)
+          for (std::int64_t ow = ow0; ow < ow1; ow += 16) {
+            const __mmask16 valid = inside ? __mmask16(lanes16(hi - ow) & ~lanes16(lo - ow)) : __mmask16(0);
+            _mm512_mask_storeu_ps(row + ow, lanes16(ow1 - ow), _mm512_maskz_loadu_ps(valid, s + ow));
+          }
+          p += ow1 - ow0;
+        }
+      }
+    }
+  }
+}
+
+// col2im's adjoint of im2col_unit_f32: adds each run back onto its input row.
+void col2im_unit_f32(const Window2d& w, std::int64_t channels, const float* col, std::int64_t p0, std::int64_t p1,
+                     float* x) {
+  const std::int64_t cols = p1 - p0;
+  for (std::int64_t c = 0; c < channels; ++c) {
+    float* plane = x + c * w.h * w.w;
+    for (std::int64_t kh = 0; kh < w.kernel_h; ++kh) {
+      for (std::int64_t kw = 0; kw < w.kernel_w; ++kw) {
+        const float* src = col + ((c * w.kernel_h + kh) * w.kernel_w + kw) * cols - p0;  // src[p] is position p
+        const std::int64_t off_w = kw - w.pad_w;
+        const std::int64_t lo = std::max<std::int64_t>(0, -off_w), hi = std::min(w.out_w, w.w - off_w);
+        std::int64_t oh = p0 / w.out_w, ow0 = p0 % w.out_w;
+        for (std::int64_t p = p0; p < p1; ++oh, ow0 = 0) {
+          const std::int64_t ow1 = std::min(w.out_w, ow0 + (p1 - p));
+          const std::int64_t ih = oh * w.stride_h - w.pad_h + kh * w.dilation_h;
+          if (ih >= 0 && ih < w.h) {
+            float* d = plane + ih * w.w + off_w;  // d[ow] is input column ow + off_w
+            const float* row = src + p - ow0;     // row[ow] is position (oh, ow)
+            for (std::int64_t ow = ow0; ow < ow1; ow += 16) {
+              const __mmask16 valid = lanes16(std::min(hi, ow1) - ow) & ~lanes16(lo - ow);
+              _mm512_mask_storeu_ps(
+                  d + ow, valid,
+                  _mm512_add_ps(_mm512_maskz_loadu_ps(valid, d + ow), _mm512_maskz_loadu_ps(valid, row + ow)));
+            }
+          }
+          p += ow1 - ow0;
+        }
+      }
+    }
+  }
+}
+#endif
+
 template <typename T>
 FORGE_NO_MEMSET_CALLS void im2col(const Window2d& w, std::int64_t channels, const T* x, const Strides& xs,
                                   std::int64_t p0, std::int64_t p1, T* col) {
+#if defined(__AVX512F__)
+  if constexpr (std::is_same_v<T, float>) {
+    if (w.stride_w == 1 && w.dilation_w == 1 && xs[3] == 1) {
+      im2col_unit_f32(w, channels, x, xs, p0, p1, col);
+      return;
+    }
+  }
+#endif
   const std::int64_t cols = p1 - p0;
   for (std::int64_t c = 0; c < channels; ++c) {
     const T* plane = x + c * xs[1];
@@ -91,6 +175,14 @@ FORGE_NO_MEMSET_CALLS void im2col(const Window2d& w, std::int64_t channels, cons
 // contiguous [channels, H, W] block (overlapping windows accumulate).
 template <typename T>
 void col2im(const Window2d& w, std::int64_t channels, const T* col, std::int64_t p0, std::int64_t p1, T* x) {
+#if defined(__AVX512F__)
+  if constexpr (std::is_same_v<T, float>) {
+    if (w.stride_w == 1 && w.dilation_w == 1) {
+      col2im_unit_f32(w, channels, col, p0, p1, x);
+      return;
+    }
+  }
+#endif
   const std::int64_t cols = p1 - p0;
   for (std::int64_t c = 0; c < channels; ++c) {
     T* plane = x + c * w.h * w.w;
