@@ -23,6 +23,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "forge/forge.h"
@@ -30,6 +31,11 @@
 namespace {
 
 double median_seconds(int repeats, const std::function<void()>& run) {
+  // A pause first: after a call OpenBLAS's workers spin for 2^28 cycles and
+  // libgomp's for a while, and a spinning worker takes a core from whatever
+  // is timed next (forge's a*b+c right after libtorch's matmul ran at half
+  // speed). Each block of runs then starts with the machine to itself.
+  std::this_thread::sleep_for(std::chrono::milliseconds(250));
   run();  // warm-up: first-touch of forge's pool blocks and libtorch's caches
   std::vector<double> times;
   for (int i = 0; i < repeats; ++i) {
@@ -267,6 +273,51 @@ int main(int argc, char** argv) {
     auto out = torch::empty({});
     rows.push_back({"sum f32 16M", Unit::bytes, 4.0 * static_cast<double>(n), [=] { (void)forge::sum(x); },
                     [=] { (void)torch::sum(tx); }, [=]() mutable { torch::sum_out(out, tx); }});
+  }
+  {
+    // Reductions against the copy bandwidth of the same run (bytes read and
+    // written), over all of a [4096, 4096] f32 tensor and over its last dim.
+    const forge::Tensor x = ctx.randn({4096, 4096});
+    const torch::Tensor tx = torch::randn({4096, 4096});
+    const double bytes = 4.0 * 4096 * 4096;
+    auto copy_out = torch::empty({4096, 4096});
+    rows.push_back({"copy [4096,4096] (read+write)", Unit::bytes, 2 * bytes, [=] { (void)x.clone(); },
+                    [=] { (void)tx.clone(); }, [=]() mutable { copy_out.copy_(tx); }});
+    const auto reduction = [&](const std::string& name, auto forge_all, auto torch_all, auto forge_row,
+                               auto torch_row) {
+      rows.push_back({name + " all [4096,4096]",
+                      Unit::bytes,
+                      bytes,
+                      [=] { (void)forge_all(x); },
+                      [=] { (void)torch_all(tx); },
+                      {}});
+      rows.push_back({name + " dim -1 [4096,4096]",
+                      Unit::bytes,
+                      bytes,
+                      [=] { (void)forge_row(x); },
+                      [=] { (void)torch_row(tx); },
+                      {}});
+    };
+    reduction(
+        "sum", [](const forge::Tensor& t) { return forge::sum(t); }, [](const torch::Tensor& t) { return t.sum(); },
+        [](const forge::Tensor& t) { return forge::sum(t, {-1}); }, [](const torch::Tensor& t) { return t.sum(-1); });
+    reduction(
+        "mean", [](const forge::Tensor& t) { return forge::mean(t); }, [](const torch::Tensor& t) { return t.mean(); },
+        [](const forge::Tensor& t) { return forge::mean(t, {-1}); }, [](const torch::Tensor& t) { return t.mean(-1); });
+    reduction(
+        "max", [](const forge::Tensor& t) { return forge::amax(t); }, [](const torch::Tensor& t) { return t.amax(); },
+        [](const forge::Tensor& t) { return forge::amax(t, {-1}); }, [](const torch::Tensor& t) { return t.amax(-1); });
+    reduction(
+        "argmax", [](const forge::Tensor& t) { return forge::argmax(t); },
+        [](const torch::Tensor& t) { return t.argmax(); }, [](const forge::Tensor& t) { return forge::argmax(t, -1); },
+        [](const torch::Tensor& t) { return t.argmax(-1); });
+    reduction(
+        "var", [](const forge::Tensor& t) { return forge::var(t); }, [](const torch::Tensor& t) { return t.var(); },
+        [](const forge::Tensor& t) { return forge::var(t, {-1}); }, [](const torch::Tensor& t) { return t.var(-1); });
+    reduction(
+        "norm", [](const forge::Tensor& t) { return forge::norm(t); }, [](const torch::Tensor& t) { return t.norm(); },
+        [](const forge::Tensor& t) { return forge::norm(t, 2.0, {-1}); },
+        [](const torch::Tensor& t) { return t.norm(2, -1); });
   }
   {
     const forge::Tensor x = ctx.randn({4096, 1024}), w = ctx.randn({1024}), b = ctx.randn({1024});

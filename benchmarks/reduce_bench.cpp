@@ -41,7 +41,6 @@ void BM_ReadRoofline16M(benchmark::State& state) {
 }
 BENCHMARK(BM_ReadRoofline16M)->UseRealTime();
 
-
 void BM_Sum16M(benchmark::State& state) {
   forge::ExecContext ctx({.threads = static_cast<int>(state.range(0))});
   const std::int64_t n = std::int64_t{1} << 24;

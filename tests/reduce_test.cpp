@@ -509,6 +509,32 @@ TEST_CASE("reduce: argmax and argmin of the flattened tensor, ties and NaN", "[r
   CHECK(z.max().item<float>() == 2);
 }
 
+// Contiguous f32 rows take a vectorized scan (a block's max, then its first
+// index); f64 takes the scalar loop. Rows of small integers (ties), some
+// with NaNs, lengths around the 16-lane and 2048-value blocks, both ways,
+// along the last dim and flattened, on one and two threads.
+TEST_CASE("reduce: f32 argmax and argmin of contiguous rows match the scalar scan, ties and NaN", "[reduce]") {
+  for (const int threads : {1, 2}) {
+    TestContext ctx(forge_test::context_options(threads));
+    std::mt19937 rng(11);
+    for (const std::int64_t n : {1, 15, 16, 17, 2047, 2048, 2049, 5000}) {
+      for (const bool with_nan : {false, true}) {
+        INFO(threads << " thread(s), row length " << n << (with_nan ? ", NaNs" : ""));
+        const std::int64_t rows = 3;
+        std::vector<double> v(static_cast<std::size_t>(rows * n));
+        for (double& e : v) e = static_cast<double>(rng() % 9) - 4;
+        if (with_nan) v[v.size() / 2] = v[v.size() - 1] = std::numeric_limits<double>::quiet_NaN();
+        const Tensor x64 = ctx.from_vector<double>(v, {rows, n});
+        const Tensor x32 = x64.to(DType::f32);
+        CHECK(x32.argmax(-1).to_vector<std::int64_t>() == x64.argmax(-1).to_vector<std::int64_t>());
+        CHECK(x32.argmin(-1).to_vector<std::int64_t>() == x64.argmin(-1).to_vector<std::int64_t>());
+        CHECK(x32.argmax().item<std::int64_t>() == x64.argmax().item<std::int64_t>());
+        CHECK(x32.argmin().item<std::int64_t>() == x64.argmin().item<std::int64_t>());
+      }
+    }
+  }
+}
+
 TEST_CASE("reduce: cumsum matches a running sum along every dim, integers and bool give i64", "[reduce]") {
   TestContext ctx;
   Rng g;
