@@ -328,9 +328,42 @@ class Engine {
 
   V value(const In* p) const { return static_cast<V>(widen(load(p))); }
 
+  // One block's moments of contiguous f32 in two vectorized passes over the
+  // (cache-hot) block: its sum, then the squared deviations from the f32
+  // mean, corrected to the exact mean. Welford per element, in f64, ran at
+  // about 20 GB/s; blocks still merge with Chan's formula.
+  static Moments block_moments(const float* p, std::int64_t n) {
+    VecF v[4] = {};
+    std::int64_t i = 0;
+    for (; i + 4 * kVecF <= n; i += 4 * kVecF)
+      for (int u = 0; u < 4; ++u) v[u] += load_vec<VecF>(p + i + u * kVecF);
+    VecF t = (v[0] + v[1]) + (v[2] + v[3]);
+    double sum = 0;
+    for (int k = 0; k < kVecF; ++k) sum += t[k];
+    for (; i < n; ++i) sum += p[i];
+    const double mean = sum / static_cast<double>(n);
+    const float mf = static_cast<float>(mean);
+    for (auto& a : v) a = VecF{};
+    i = 0;
+    for (; i + 4 * kVecF <= n; i += 4 * kVecF)
+      for (int u = 0; u < 4; ++u) {
+        const VecF d = load_vec<VecF>(p + i + u * kVecF) - mf;
+        v[u] += d * d;
+      }
+    t = (v[0] + v[1]) + (v[2] + v[3]);
+    double m2 = 0;
+    for (int k = 0; k < kVecF; ++k) m2 += t[k];
+    for (; i < n; ++i) m2 += (static_cast<double>(p[i]) - mf) * (static_cast<double>(p[i]) - mf);
+    const double shift = mean - static_cast<double>(mf);
+    return {static_cast<double>(n), mean, std::max(0.0, m2 - static_cast<double>(n) * shift * shift)};
+  }
+
   // kLanes independent accumulators over n elements `stride` apart.
   template <bool kUnit>
   Acc lanes(const In* p, std::int64_t n, std::int64_t stride) const {
+    if constexpr (kUnit && std::is_same_v<Acc, Moments> && std::is_same_v<In, float>) {
+      if (n > 0) return block_moments(p, n);
+    }
     if constexpr (kUnit && kSimd) {
       Vec v[4];
       for (auto& a : v) a = splat<Vec>(r_.identity());
