@@ -331,6 +331,44 @@ int main(int argc, char** argv) {
                     [=]() mutable { at::native_layer_norm_out(out, mean, rstd, tx, {1024}, tw, tb, 1e-5); }});
   }
   {
+    // Forward and backward through autograd: logical bytes are x read and y
+    // written, then y (or x) and the gradient read and dx written: 20 per
+    // element (the parameters' few KB aside).
+    const forge::Tensor x = ctx.randn({4096, 1024}).requires_grad_(), g = ctx.randn({4096, 1024});
+    const forge::Tensor w = ctx.randn({1024}).requires_grad_(), b = ctx.randn({1024}).requires_grad_();
+    const torch::Tensor tx = torch::randn({4096, 1024}).requires_grad_(), tg = torch::randn({4096, 1024});
+    const torch::Tensor tw = torch::randn({1024}).requires_grad_(), tb = torch::randn({1024}).requires_grad_();
+    const double bytes = 20.0 * 4096 * 1024;
+    const auto row = [&](const std::string& name, auto forge_op, auto torch_op) {
+      rows.push_back({name + " fwd+bwd [4096,1024]",
+                      Unit::bytes,
+                      bytes,
+                      [=]() mutable {
+                        forge_op(x, w, b).backward(g);
+                        for (forge::Tensor t : {x, w, b}) t.zero_grad();
+                      },
+                      [=]() mutable {
+                        torch_op(tx, tw, tb).backward(tg);
+                        for (torch::Tensor t : {tx, tw, tb}) t.mutable_grad().reset();
+                      },
+                      {}});
+    };
+    using FT = const forge::Tensor&;
+    using TT = const torch::Tensor&;
+    row(
+        "softmax", [](FT t, FT, FT) { return forge::softmax(t, 1); },
+        [](TT t, TT, TT) { return torch::softmax(t, 1); });
+    row(
+        "log_softmax", [](FT t, FT, FT) { return forge::log_softmax(t, 1); },
+        [](TT t, TT, TT) { return torch::log_softmax(t, 1); });
+    row(
+        "layer_norm", [](FT t, FT w, FT b) { return forge::layer_norm(t, {1024}, w, b); },
+        [](TT t, TT w, TT b) { return torch::layer_norm(t, {1024}, w, b); });
+    row(
+        "rms_norm", [](FT t, FT w, FT) { return forge::rms_norm(t, {1024}, w); },
+        [](TT t, TT w, TT) { return t * torch::rsqrt(t.pow(2).mean(-1, true) + 1e-5) * w; });
+  }
+  {
     const forge::Tensor x = ctx.randn({32, 64, 56, 56}), w = ctx.randn({64, 64, 3, 3});
     const torch::Tensor tx = torch::randn({32, 64, 56, 56}), tw = torch::randn({64, 64, 3, 3});
     auto out = torch::empty({32, 64, 56, 56});

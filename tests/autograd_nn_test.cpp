@@ -400,3 +400,45 @@ TEST_CASE("autograd nn: one_hot and integer outputs do not require grad") {
   CHECK_FALSE(forge::softmax(x, 1).requires_grad());
   CHECK_FALSE(forge::cross_entropy(x, idx).requires_grad());
 }
+
+// f32 rows take vectorized gradient kernels, f64 the scalar loops: the same
+// values through both must agree to f32 precision. Row lengths around the
+// vector width and the f64 fold, with and without weight and bias, several
+// rows so that dw and db add over rows.
+TEST_CASE("autograd nn: f32 softmax, log_softmax, layer_norm and rms_norm gradients match f64") {
+  TestContext ctx;
+  for (const std::int64_t n : {1, 17, 100, 1027, 5000}) {
+    INFO("row length " << n);
+    const Tensor x64 = ctx.randn({6, n}, DType::f64), g64 = ctx.randn({6, n}, DType::f64);
+    const Tensor w64 = ctx.randn({n}, DType::f64), b64 = ctx.randn({n}, DType::f64);
+    using Fn = std::function<Tensor(const Tensor&, const Tensor&, const Tensor&)>;
+    const std::vector<std::pair<const char*, Fn>> ops = {
+        {"softmax", [](const Tensor& x, const Tensor&, const Tensor&) { return forge::softmax(x, -1); }},
+        {"log_softmax", [](const Tensor& x, const Tensor&, const Tensor&) { return forge::log_softmax(x, -1); }},
+        {"layer_norm",
+         [n](const Tensor& x, const Tensor& w, const Tensor& b) { return forge::layer_norm(x, {n}, w, b); }},
+        {"layer_norm, no affine",
+         [n](const Tensor& x, const Tensor&, const Tensor&) { return forge::layer_norm(x, {n}); }},
+        {"rms_norm", [n](const Tensor& x, const Tensor& w, const Tensor&) { return forge::rms_norm(x, {n}, w); }},
+    };
+    for (const auto& [name, op] : ops) {
+      INFO(name);
+      std::vector<std::vector<double>> grads[2];
+      for (const DType t : {DType::f64, DType::f32}) {
+        Tensor x = x64.to(t).detach().requires_grad_(), w = w64.to(t).detach().requires_grad_(),
+               b = b64.to(t).detach().requires_grad_();
+        op(x, w, b).backward(g64.to(t));
+        auto& out = grads[t == DType::f32];
+        for (const Tensor& leaf : {x, w, b})
+          out.push_back(leaf.grad().defined() ? leaf.grad().to_vector<double>() : std::vector<double>{});
+      }
+      for (std::size_t k = 0; k < 3; ++k) {
+        REQUIRE(grads[0][k].size() == grads[1][k].size());
+        double scale = 1;  // gradients are O(1); a row of one has exact zeros in f64, rounding noise in f32
+        for (const double v : grads[0][k]) scale = std::max(scale, std::abs(v));
+        for (std::size_t i = 0; i < grads[0][k].size(); ++i)
+          CHECK(std::abs(grads[1][k][i] - grads[0][k][i]) <= 2e-4 * scale);
+      }
+    }
+  }
+}

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 #include <type_traits>
+#include <utility>
 
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/reduce_kernels.h"
@@ -39,8 +40,90 @@ std::int64_t row_grain(std::int64_t n) {
   return std::max<std::int64_t>(1, kGrainElements / std::max<std::int64_t>(n, 1));
 }
 
+// Sum over [0, n) of f(i) for f32 rows, where f(i) takes the VecN (or the
+// float) at i: four VecN lanes, folded into f64 every kFoldBlock elements.
+constexpr std::int64_t kFoldBlock = 4096;
+
+template <typename F>
+double sum_f32(std::int64_t n, F f) {
+  double total = 0;
+  for (std::int64_t b = 0; b < n; b += kFoldBlock) {
+    const std::int64_t e = std::min(n, b + kFoldBlock);
+    VecN a[4] = {};
+    std::int64_t i = b;
+    for (; i + 4 * kVecN <= e; i += 4 * kVecN)
+      for (int u = 0; u < 4; ++u) a[u] += f.template operator()<VecN>(i + u * kVecN);
+    const VecN t = (a[0] + a[1]) + (a[2] + a[3]);
+    float s = 0;
+    for (int k = 0; k < kVecN; ++k) s += t[k];
+    for (; i < e; ++i) s += f.template operator()<float>(i);
+    total += static_cast<double>(s);
+  }
+  return total;
+}
+
+// Both sums of f(i) = (first, second) over [0, n), as sum_f32 takes one.
+template <typename F>
+std::pair<double, double> sum2_f32(std::int64_t n, F f) {
+  double total[2] = {0, 0};
+  for (std::int64_t b = 0; b < n; b += kFoldBlock) {
+    const std::int64_t e = std::min(n, b + kFoldBlock);
+    VecN a[2][2] = {};
+    std::int64_t i = b;
+    for (; i + 2 * kVecN <= e; i += 2 * kVecN)
+      for (int u = 0; u < 2; ++u) {
+        const auto [first, second] = f.template operator()<VecN>(i + u * kVecN);
+        a[0][u] += first;
+        a[1][u] += second;
+      }
+    float tail[2] = {0, 0};
+    for (; i < e; ++i) {
+      const auto [first, second] = f.template operator()<float>(i);
+      tail[0] += first;
+      tail[1] += second;
+    }
+    for (int k = 0; k < 2; ++k) {
+      const VecN t = a[k][0] + a[k][1];
+      float s = tail[k];
+      for (int l = 0; l < kVecN; ++l) s += t[l];
+      total[k] += static_cast<double>(s);
+    }
+  }
+  return {total[0], total[1]};
+}
+
+// dx[i] = f(i) over an f32 row, a VecN (or a float) at a time.
+template <typename F>
+void map_f32(float* dx, std::int64_t n, F f) {
+  std::int64_t i = 0;
+  for (; i + kVecN <= n; i += kVecN) store_vec(dx + i, f.template operator()<VecN>(i));
+  for (; i < n; ++i) dx[i] = f.template operator()<float>(i);
+}
+
+template <typename X>
+inline X at(const float* p, std::int64_t i) {
+  return load_vec<X>(p + i);
+}
+
+// f32 rows in VecN blocks (the scalar f64 loops below ran softmax's
+// gradient at about 12 GB/s).
+void softmax_rows_f32(const float* y, const float* g, float* dx, std::int64_t n, bool log) {
+  if (log) {
+    const float s = static_cast<float>(sum_f32(n, [&]<typename X>(std::int64_t i) { return at<X>(g, i); }));
+    map_f32(dx, n, [&]<typename X>(std::int64_t i) { return at<X>(g, i) - fast_exp(at<X>(y, i)) * s; });
+  } else {
+    const float s =
+        static_cast<float>(sum_f32(n, [&]<typename X>(std::int64_t i) { return at<X>(g, i) * at<X>(y, i); }));
+    map_f32(dx, n, [&]<typename X>(std::int64_t i) { return at<X>(y, i) * (at<X>(g, i) - s); });
+  }
+}
+
 template <typename T>
 void softmax_rows(const T* y, const T* g, T* dx, std::int64_t n, bool log) {
+  if constexpr (std::is_same_v<T, float>) {
+    softmax_rows_f32(y, g, dx, n, log);
+    return;
+  }
   double s = 0;
   if (log) {
     for (std::int64_t j = 0; j < n; ++j) s += g[j];
@@ -53,9 +136,10 @@ void softmax_rows(const T* y, const T* g, T* dx, std::int64_t n, bool log) {
   }
 }
 
-// One row of the layer_norm / rms_norm backward; accumulates dw and db.
-template <typename T>
-void norm_row(const NormBackward& p, std::int64_t r, double* dw, double* db) {
+// One row of the layer_norm / rms_norm backward; accumulates dw and db
+// (in A: f64 for f64 rows, f32 partials for f32 rows).
+template <typename T, typename A>
+void norm_row(const NormBackward& p, std::int64_t r, A* dw, A* db) {
   const std::int64_t n = p.n;
   const T* x = reinterpret_cast<const T*>(p.x) + r * n;
   const T* g = reinterpret_cast<const T*>(p.g) + r * n;
@@ -84,12 +168,60 @@ void norm_row(const NormBackward& p, std::int64_t r, double* dw, double* db) {
   }
 }
 
+// The same row for f32 in VecN blocks: the statistics in f32 lanes folded
+// into f64 (as the forward takes them), then the two sums, dw and db, and
+// dx, each a pass over the L1-hot row. A row whose statistics overflow
+// there takes the f64 loop above (Note [Statistics of huge rows]).
+void norm_row_f32(const NormBackward& p, std::int64_t r, float* dw, float* db) {
+  const std::int64_t n = p.n;
+  const float* x = reinterpret_cast<const float*>(p.x) + r * n;
+  const float* g = reinterpret_cast<const float*>(p.g) + r * n;
+  const float* w = reinterpret_cast<const float*>(p.w);
+  const double dn = static_cast<double>(n);
+  const double mean = p.rms ? 0.0 : sum_f32(n, [&]<typename X>(std::int64_t i) { return at<X>(x, i); }) / dn;
+  const float mf = static_cast<float>(mean);
+  const double var = sum_f32(n,
+                             [&]<typename X>(std::int64_t i) {
+                               const X d = at<X>(x, i) - mf;
+                               return d * d;
+                             }) /
+                     dn;
+  if (!std::isfinite(mean) || !std::isfinite(var)) return norm_row<float, float>(p, r, dw, db);
+  const float rstd = static_cast<float>(1.0 / std::sqrt(var + p.eps));
+  const auto xhat = [&]<typename X>(std::int64_t i) { return (at<X>(x, i) - mf) * rstd; };
+  const auto gy = [&]<typename X>(std::int64_t i) { return w ? at<X>(g, i) * at<X>(w, i) : at<X>(g, i); };
+  if (dw)
+    map_f32(dw, n,
+            [&]<typename X>(std::int64_t i) { return at<X>(dw, i) + at<X>(g, i) * xhat.template operator()<X>(i); });
+  if (db) map_f32(db, n, [&]<typename X>(std::int64_t i) { return at<X>(db, i) + at<X>(g, i); });
+  if (!p.dx) return;
+  const auto [sum_gy, sum_gyx] = sum2_f32(n, [&]<typename X>(std::int64_t i) {
+    const X v = gy.template operator()<X>(i);
+    return std::pair<X, X>{v, v * xhat.template operator()<X>(i)};
+  });
+  const float a = p.rms ? 0.0f : static_cast<float>(sum_gy / dn), b = static_cast<float>(sum_gyx / dn);
+  map_f32(reinterpret_cast<float*>(p.dx) + r * n, n, [&]<typename X>(std::int64_t i) {
+    return rstd * (gy.template operator()<X>(i) - a - xhat.template operator()<X>(i) * b);
+  });
+}
+
+template <typename T, typename A>
+void norm_row_any(const NormBackward& p, std::int64_t r, A* dw, A* db) {
+  if constexpr (std::is_same_v<T, float>)
+    norm_row_f32(p, r, dw, db);
+  else
+    norm_row<T, A>(p, r, dw, db);
+}
+
 template <typename T>
 void norm_backward_typed(detail::DeviceRuntime& rt, const NormBackward& p) {
+  // dw and db partials per block of rows: f32 for f32 rows (added in f64
+  // across blocks), f64 for f64 rows.
+  using A = std::conditional_t<std::is_same_v<T, float>, float, double>;
   const bool params = p.dw || p.db;
   if (!params) {
     rt.parallel_for(p.rows, row_grain(p.n), [&](std::int64_t begin, std::int64_t end) {
-      for (std::int64_t r = begin; r < end; ++r) norm_row<T>(p, r, nullptr, nullptr);
+      for (std::int64_t r = begin; r < end; ++r) norm_row_any<T, A>(p, r, nullptr, nullptr);
     });
     return;
   }
@@ -99,14 +231,14 @@ void norm_backward_typed(detail::DeviceRuntime& rt, const NormBackward& p) {
   const std::int64_t blocks =
       std::max<std::int64_t>(1, std::min<std::int64_t>({p.rows, p.rows * p.n / kGrainElements + 1, 4 * threads}));
   const std::int64_t width = 2 * p.n;
-  ScratchLease<double> partial = rt.pool().scratch<double>(static_cast<std::size_t>(blocks * width));
-  std::fill(partial.data(), partial.data() + blocks * width, 0.0);
+  ScratchLease<A> partial = rt.pool().scratch<A>(static_cast<std::size_t>(blocks * width));
+  std::fill(partial.data(), partial.data() + blocks * width, A(0));
   rt.parallel_for(blocks, 1, [&](std::int64_t bbegin, std::int64_t bend) {
     for (std::int64_t blk = bbegin; blk < bend; ++blk) {
-      double* dw = partial.data() + blk * width;
-      double* db = dw + p.n;
+      A* dw = partial.data() + blk * width;
+      A* db = dw + p.n;
       for (std::int64_t r = p.rows * blk / blocks; r < p.rows * (blk + 1) / blocks; ++r)
-        norm_row<T>(p, r, p.dw ? dw : nullptr, p.db ? db : nullptr);
+        norm_row_any<T, A>(p, r, p.dw ? dw : nullptr, p.db ? db : nullptr);
     }
   });
   auto finish = [&](std::byte* out, std::int64_t at) {
@@ -114,7 +246,8 @@ void norm_backward_typed(detail::DeviceRuntime& rt, const NormBackward& p) {
     T* o = reinterpret_cast<T*>(out);
     for (std::int64_t j = 0; j < p.n; ++j) {
       double s = 0;
-      for (std::int64_t blk = 0; blk < blocks; ++blk) s += partial[static_cast<std::size_t>(blk * width + at + j)];
+      for (std::int64_t blk = 0; blk < blocks; ++blk)
+        s += static_cast<double>(partial[static_cast<std::size_t>(blk * width + at + j)]);
       o[j] = static_cast<T>(s);
     }
   };

@@ -34,27 +34,27 @@ inline X exp_c(X x) noexcept {
   if constexpr (std::is_same_v<X, double>)
     return std::exp(x);
   else
-    return fast_exp(x);  // float or VecF
+    return fast_exp(x);  // float or VecN
 }
 
-// f32 rows run four VecF accumulators (32 floats) per step; f64 rows run
+// f32 rows run four VecN accumulators (64 floats on AVX-512) per step; f64 rows run
 // kLanes scalar accumulators, which the compiler may vectorize.
-constexpr std::int64_t kStep = 4 * kVecF;
+constexpr std::int64_t kStep = 4 * kVecN;
 
 template <typename C>
 C row_max(const C* x, std::int64_t n) {
   C m = -std::numeric_limits<C>::infinity();
   std::int64_t i = 0;
   if constexpr (std::is_same_v<C, float>) {
-    VecF a[4];
-    for (auto& v : a) v = splat<VecF>(m);
+    VecN a[4];
+    for (auto& v : a) v = splat<VecN>(m);
     for (; i + kStep <= n; i += kStep)
       for (int u = 0; u < 4; ++u) {
-        const VecF v = load_vec<VecF>(x + i + u * kVecF);
+        const VecN v = load_vec<VecN>(x + i + u * kVecN);
         a[u] = v > a[u] ? v : a[u];
       }
     for (int u = 0; u < 4; ++u)
-      for (int k = 0; k < kVecF; ++k) m = a[u][k] > m ? a[u][k] : m;
+      for (int k = 0; k < kVecN; ++k) m = a[u][k] > m ? a[u][k] : m;
   } else {
     C acc[kLanes];
     for (auto& a : acc) a = m;
@@ -72,11 +72,11 @@ C block_sum(const C* x, std::int64_t b, std::int64_t e, F f) {
   std::int64_t i = b;
   C s = 0;
   if constexpr (std::is_same_v<C, float>) {
-    VecF a[4] = {};
+    VecN a[4] = {};
     for (; i + kStep <= e; i += kStep)
-      for (int u = 0; u < 4; ++u) a[u] += f(load_vec<VecF>(x + i + u * kVecF));
-    const VecF t = (a[0] + a[1]) + (a[2] + a[3]);
-    for (int k = 0; k < kVecF; ++k) s += t[k];
+      for (int u = 0; u < 4; ++u) a[u] += f(load_vec<VecN>(x + i + u * kVecN));
+    const VecN t = (a[0] + a[1]) + (a[2] + a[3]);
+    for (int k = 0; k < kVecN; ++k) s += t[k];
   } else {
     C acc[kLanes] = {};
     for (; i + kLanes <= e; i += kLanes)
@@ -96,23 +96,46 @@ double row_sum(const C* x, std::int64_t n, F f) {
   return total;
 }
 
-// Applies y[i] = f(x[i], i) over a row; f takes a float or a VecF for f32.
+// Applies y[i] = f(x[i], i) over a row; f takes a float or a VecN for f32.
 template <typename C, typename F>
 void row_map(const C* x, C* y, std::int64_t n, F f) {
   std::int64_t i = 0;
   if constexpr (std::is_same_v<C, float>) {
-    for (; i + kVecF <= n; i += kVecF) store_vec(y + i, f(load_vec<VecF>(x + i), i));
+    for (; i + kVecN <= n; i += kVecN) store_vec(y + i, f(load_vec<VecN>(x + i), i));
   }
   for (; i < n; ++i) y[i] = f(x[i], i);
 }
 
-// A float's or a VecF's slice of an array starting at i.
+// A float's or a VecN's slice of an array starting at i.
 template <typename X, typename C>
 inline X at(const C* p, std::int64_t i) {
-  if constexpr (std::is_same_v<X, VecF>)
-    return load_vec<VecF>(p + i);
+  if constexpr (std::is_same_v<X, VecN>)
+    return load_vec<VecN>(p + i);
   else
     return p[i];
+}
+
+// y[i] = exp(x[i] - m) over [b, e), returning their sum (in C lanes).
+template <typename C>
+C exp_store_sum(const C* x, C* y, std::int64_t b, std::int64_t e, C m) {
+  std::int64_t i = b;
+  C s = 0;
+  if constexpr (std::is_same_v<C, float>) {
+    VecN a[4] = {};
+    for (; i + kStep <= e; i += kStep)
+      for (int u = 0; u < 4; ++u) {
+        const VecN v = exp_c(load_vec<VecN>(x + i + u * kVecN) - m);
+        store_vec(y + i + u * kVecN, v);
+        a[u] += v;
+      }
+    const VecN t = (a[0] + a[1]) + (a[2] + a[3]);
+    for (int k = 0; k < kVecN; ++k) s += t[k];
+  }
+  for (; i < e; ++i) {
+    y[i] = exp_c(x[i] - m);
+    s += y[i];
+  }
+  return s;
 }
 
 template <typename C>
@@ -130,8 +153,7 @@ void softmax_row(const C* x, C* y, std::int64_t n, bool log) {
   double s = 0;
   for (std::int64_t b = 0; b < n; b += kStatBlock) {
     const std::int64_t e = std::min(n, b + kStatBlock);
-    row_map(x + b, y + b, e - b, [m](auto v, std::int64_t) { return exp_c(v - m); });
-    s += static_cast<double>(block_sum(y, b, e, [](auto v) { return v; }));
+    s += static_cast<double>(exp_store_sum(x, y, b, e, m));
   }
   const C inv = static_cast<C>(1.0 / s);
   row_map(y, y, n, [inv](auto v, std::int64_t) { return v * inv; });

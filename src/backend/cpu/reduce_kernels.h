@@ -52,6 +52,19 @@ using VecU = std::uint32_t __attribute__((vector_size(32)));
 using VecD = double __attribute__((vector_size(32)));
 inline constexpr int kVecF = 8;
 
+// The widest float block the build runs natively: 64 bytes on AVX-512
+// builds, else VecF. For loops that stay inside one file's inline code (no
+// vector crosses a call boundary), where AVX-512 doubles the work per op.
+#if defined(__AVX512F__)
+using VecN = float __attribute__((vector_size(64)));
+using VecNU = std::uint32_t __attribute__((vector_size(64)));
+inline constexpr int kVecN = 16;
+#else
+using VecN = VecF;
+using VecNU = VecU;
+inline constexpr int kVecN = kVecF;
+#endif
+
 template <typename X>
 inline X load_vec(const void* p) noexcept {
   X v;
@@ -76,8 +89,14 @@ template <>
 struct float_bits<VecF> {
   using type = VecU;
 };
+#if defined(__AVX512F__)
+template <>
+struct float_bits<VecN> {
+  using type = VecNU;
+};
+#endif
 
-// exp for f32 (a float or a VecF): Cody-Waite range reduction and a degree-6
+// exp for f32 (a float, a VecF or a VecN): Cody-Waite range reduction and a degree-6
 // polynomial (Cephes' expf), about 2 ulp. Inputs below -87.33 give 0 (the
 // true value is subnormal) and above 88.37 give inf (2^n must stay a normal
 // number; softmax only feeds it x - max <= 0); NaN stays NaN. Bit casts
