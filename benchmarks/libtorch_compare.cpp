@@ -51,12 +51,65 @@ double median_seconds(int repeats, const std::function<void()>& run) {
 // written once), floating-point operations, or per op of a chain.
 enum class Unit { bytes, flops, chain };
 
+// What a row is read against (docs/BENCHMARKS.md, "CPU kernels at the
+// machine's limit"): at least libtorch's faster column; a rate in bytes per
+// second; 70% of the copy bandwidth of this run and libtorch; a step time.
+enum class Target { none, libtorch, rate, copy_and_libtorch, at_most };
+
 struct Workload {
   std::string name;
   Unit unit;
   double work;  // bytes or flops per run, or ops per run for a chain
   std::function<void()> forge, torch, torch_out;
+  Target target = Target::none;
+  double bound = 0;  // the rate (bytes/s), the copy fraction, or the step (s)
 };
+
+// The copy row's forge rate, for the reductions' target.
+double g_copy_rate = 0;
+
+// The targets of the CPU-kernel work, by workload.
+void assign_targets(std::vector<Workload>& rows) {
+  for (Workload& w : rows) {
+    const auto has = [&](const char* part) { return w.name.find(part) != std::string::npos; };
+    if (has("fwd+bwd [")) {
+      w.target = Target::rate;
+      w.bound = 50e9;
+    } else if (has(" all [") || has(" dim -1 [")) {
+      w.target = Target::copy_and_libtorch;
+      w.bound = 0.7;
+    } else if (has("MLP")) {
+      w.target = Target::at_most;
+      w.bound = 1.2e-3;
+    } else if (has("f32 1M") || has("bias add") || has("conv2d") || has("softmax [") || has("layer_norm [") ||
+               has("matmul")) {
+      w.target = Target::libtorch;
+    }
+  }
+}
+
+std::string verdict(const Workload& w, double f, double t, double t_out) {
+  const double best = w.torch_out ? std::min(t, t_out) : t;
+  const double rate = w.work / f;
+  const auto said = [](const std::string& what, bool met) { return "  " + what + ": " + (met ? "met" : "NOT met"); };
+  char text[64];
+  switch (w.target) {
+    case Target::none:
+      return "";
+    case Target::libtorch:
+      return said(">= libtorch", best >= f);
+    case Target::rate:
+      std::snprintf(text, sizeof text, ">= %.0f GB/s", w.bound * 1e-9);
+      return said(text, rate >= w.bound);
+    case Target::copy_and_libtorch:
+      std::snprintf(text, sizeof text, ">= %.0f%% of copy (%.0f GB/s), >= libtorch", 100 * w.bound, g_copy_rate * 1e-9);
+      return said(text, g_copy_rate > 0 && rate >= w.bound * g_copy_rate && best >= f);
+    case Target::at_most:
+      std::snprintf(text, sizeof text, "<= %.1f ms", w.bound * 1e3);
+      return said(text, f <= w.bound);
+  }
+  return "";
+}
 
 struct Options {
   int threads = 2;
@@ -85,12 +138,14 @@ void run_row(const Options& o, const Workload& w) {
     std::snprintf(rate, sizeof rate, "%.1f GFLOP/s", w.work / f * 1e-9);
   else
     std::snprintf(rate, sizeof rate, "ns/op");
+  if (w.name.rfind("copy", 0) == 0) g_copy_rate = w.work / f;
+  const std::string target = verdict(w, f, t, t_out);
   if (w.torch_out)
-    std::printf("%-36s %11.4f %11.4f %11.4f %7.2fx %7.2fx %14s\n", w.name.c_str(), f * scale, t * scale, t_out * scale,
-                t / f, t_out / f, rate);
+    std::printf("%-36s %11.4f %11.4f %11.4f %7.2fx %7.2fx %14s%s\n", w.name.c_str(), f * scale, t * scale,
+                t_out * scale, t / f, t_out / f, rate, target.c_str());
   else
-    std::printf("%-36s %11.4f %11.4f %11s %7.2fx %8s %14s\n", w.name.c_str(), f * scale, t * scale, "-", t / f, "-",
-                rate);
+    std::printf("%-36s %11.4f %11.4f %11s %7.2fx %8s %14s%s\n", w.name.c_str(), f * scale, t * scale, "-", t / f, "-",
+                rate, target.c_str());
   std::fflush(stdout);
 }
 
@@ -402,6 +457,7 @@ int main(int argc, char** argv) {
   }
 
   add_training_rows(rows, ctx);
+  assign_targets(rows);
   for (const Workload& w : rows) run_row(o, w);
   if (o.filter.empty() || std::string("MLP").find(o.filter) != std::string::npos ||
       o.filter.find("MLP") != std::string::npos)

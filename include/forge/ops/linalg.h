@@ -1,8 +1,12 @@
 #pragma once
-// Linear algebra on Eigen's GEMM. Operands may be strided views: a transposed
-// matrix is read through its strides, not copied. Batches run in parallel in
-// the context's task arena. f16 and bf16 inputs accumulate in f32. Integer
-// inputs are not taken (dtype error); both operands must share a dtype.
+// Linear algebra on the backend's GEMM (on the CPU: forge's own AVX-512
+// kernels for f32 and bf16, Eigen's for f64 and on builds without AVX-512).
+// Operands may be strided views: a transposed matrix is read through its
+// strides, not copied. Batches run in parallel in the context's task arena.
+// Accumulation: f32 for f32, f16 and bf16 inputs (bf16 on AVX512_BF16 cores
+// multiplies pairs with VDPBF16PS, which reads subnormal inputs as zero),
+// f64 for f64; 16-bit results are rounded once. Integer inputs are not taken
+// (dtype error); both operands must share a dtype.
 
 #include <optional>
 
