@@ -72,7 +72,8 @@ void scan_contiguous_f32(const float* p, std::int64_t i0, std::int64_t i1, float
     if (!(kMax ? m > best : m < best)) continue;
     const __m512 vm = _mm512_set1_ps(m);
     for (std::int64_t i = b0; i < b1; i += 16) {
-      const __mmask16 hit = _mm512_mask_cmp_ps_mask(lanes(b1 - i), _mm512_loadu_ps(p + i), vm, _CMP_EQ_OQ);
+      const __mmask16 hit =
+          _mm512_cmp_ps_mask(_mm512_maskz_loadu_ps(lanes(b1 - i), p + i), vm, _CMP_EQ_OQ) & lanes(b1 - i);
       if (hit) {
         best = m;
         idx = i + __builtin_ctz(hit);
