@@ -55,14 +55,7 @@ template <int MR, int NV>
 void bf16_tile(std::int64_t pairs, const std::uint32_t* __restrict a, const std::uint32_t* __restrict b, __mmask16 mask,
                float* __restrict c, std::int64_t ldc, float alpha, float beta) {
   __m512 acc[MR][NV];
-#pragma GCC unroll 8
-  for (int r = 0; r < MR; ++r) {
-#pragma GCC unroll 3
-    for (int v = 0; v < NV; ++v) {
-      _mm_prefetch(reinterpret_cast<const char*>(c + r * ldc + v * 16), _MM_HINT_T0);
-      acc[r][v] = _mm512_setzero_ps();
-    }
-  }
+  start_tile(acc, c, ldc);
   for (std::int64_t q = 0; q < pairs; ++q) {
     __m512bh bv[NV];
 #pragma GCC unroll 3
@@ -76,18 +69,7 @@ void bf16_tile(std::int64_t pairs, const std::uint32_t* __restrict a, const std:
     a += MR;
     b += NV * 16;
   }
-  const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
-#pragma GCC unroll 8
-  for (int r = 0; r < MR; ++r) {
-    float* row = c + r * ldc;
-#pragma GCC unroll 3
-    for (int v = 0; v < NV; ++v) {
-      const __mmask16 mk = v == NV - 1 ? mask : __mmask16(0xFFFF);
-      __m512 x = _mm512_mul_ps(acc[r][v], va);
-      if (beta != 0.0f) x = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(mk, row + v * 16), x);
-      _mm512_mask_storeu_ps(row + v * 16, mk, x);
-    }
-  }
+  store_tile(acc, mask, c, ldc, alpha, beta);
 }
 
 using TileFn = void (*)(std::int64_t, const std::uint32_t*, const std::uint32_t*, __mmask16, float*, std::int64_t,
@@ -148,7 +130,7 @@ void pack_b(std::int64_t kc, std::int64_t nc, const std::uint16_t* b, std::int64
         const std::uint16_t* lo = src + 2 * q * rs;
         const std::uint16_t* hi = 2 * q + 1 < kc ? lo + rs : nullptr;
         for (std::int64_t v = 0; v < width; v += 16)
-          _mm512_storeu_si512(dst + q * width + v, pairs16(lo + v, hi ? hi + v : nullptr, lanes(cols - v)));
+          _mm512_storeu_si512(dst + q * width + v, pairs16(lo + v, hi ? hi + v : nullptr, lanes16(cols - v)));
       }
     } else {
       std::int64_t j = 0, full = 0;
@@ -210,7 +192,7 @@ void bf16_gemm(std::int64_t m, std::int64_t n, std::int64_t k, float alpha, cons
             const std::int64_t cols = std::min<std::int64_t>(kNR, nc - jr);
             const std::int64_t vectors = (cols + 15) / 16;
             kTiles[static_cast<std::size_t>((rows - 1) * kNV + (vectors - 1))](
-                pairs, abuf + ir * pairs, bbuf + jr * pairs, lanes(cols - (vectors - 1) * 16),
+                pairs, abuf + ir * pairs, bbuf + jr * pairs, lanes16(cols - (vectors - 1) * 16),
                 c + (ic + ir) * c_rs + jc + jr, c_rs, alpha, beta_k);
           }
         }

@@ -13,6 +13,8 @@
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
+
+#include "backend/cpu/simd_lanes.h"
 #endif
 
 #include <algorithm>
@@ -50,10 +52,6 @@ FORGE_NO_MEMSET_CALLS void zero(T* d, std::int64_t begin, std::int64_t end) {
 }
 
 #if defined(__AVX512F__)
-inline __mmask16 lanes16(std::int64_t valid) {
-  return valid >= 16 ? __mmask16(0xFFFF) : valid <= 0 ? __mmask16(0) : __mmask16((1u << valid) - 1);
-}
-
 // im2col for f32 at unit column stride and step (stride_w == 1, dilation_w
 // == 1, xs[3] == 1), 16 positions per masked load and store: a row of the
 // column matrix is runs of out_w positions, each a shifted input row with

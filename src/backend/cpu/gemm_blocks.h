@@ -1,6 +1,6 @@
 #pragma once
 // Pieces the packed GEMMs (sgemm.cpp's f32, bf16_gemm.cpp's bf16) share:
-// block sizing, lane masks and the 8x8 in-register transpose their packing
+// block sizing, the micro-tiles' start and store, and the 8x8 in-register transpose their packing
 // uses. AVX-512 builds only.
 
 #if defined(__AVX512F__)
@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <cstdint>
+
+#include "backend/cpu/simd_lanes.h"
 
 namespace forge::cpu::gemm_blocks {
 
@@ -20,8 +22,6 @@ inline std::int64_t balanced_step(std::int64_t extent, std::int64_t cap, std::in
   return std::min(cap, round_up((extent + blocks - 1) / blocks, align));
 }
 
-inline __mmask16 lanes(std::int64_t valid) { return valid >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << valid) - 1); }
-
 // The lanes' sum, pairwise (GCC 12's _mm512_reduce_add_ps trips
 // -Wmaybe-uninitialized in its own header).
 inline float horizontal_sum(__m512 v) {
@@ -30,6 +30,40 @@ inline float horizontal_sum(__m512 v) {
   for (int width = 8; width > 0; width /= 2)
     for (int i = 0; i < width; ++i) t[i] += t[i + width];
   return t[0];
+}
+
+// A micro-tile's start: its accumulators zeroed and C's tile asked for (it
+// is read and written only after the k loop, and at large sizes its rows
+// are misses to L3 or memory).
+template <int MR, int NV>
+inline void start_tile(__m512 (&acc)[MR][NV], const float* c, std::int64_t ldc) {
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r) {
+#pragma GCC unroll 3
+    for (int v = 0; v < NV; ++v) {
+      _mm_prefetch(reinterpret_cast<const char*>(c + r * ldc + v * 16), _MM_HINT_T0);
+      acc[r][v] = _mm512_setzero_ps();
+    }
+  }
+}
+
+// A micro-tile's store: C = alpha * acc + beta * C (beta == 0 ignores C's
+// old contents), the last vector of each row under `mask`.
+template <int MR, int NV>
+inline void store_tile(const __m512 (&acc)[MR][NV], __mmask16 mask, float* c, std::int64_t ldc, float alpha,
+                       float beta) {
+  const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r) {
+    float* row = c + r * ldc;
+#pragma GCC unroll 3
+    for (int v = 0; v < NV; ++v) {
+      const __mmask16 mk = v == NV - 1 ? mask : __mmask16(0xFFFF);
+      __m512 x = _mm512_mul_ps(acc[r][v], va);
+      if (beta != 0.0f) x = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(mk, row + v * 16), x);
+      _mm512_mask_storeu_ps(row + v * 16, mk, x);
+    }
+  }
 }
 
 // In-register transpose of eight 8-float rows.

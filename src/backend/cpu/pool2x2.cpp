@@ -11,6 +11,8 @@
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
+
+#include "backend/cpu/simd_lanes.h"
 #endif
 
 namespace forge::cpu {
@@ -18,10 +20,6 @@ namespace forge::cpu {
 #if defined(__AVX512F__)
 
 namespace {
-
-__mmask16 lanes(std::int64_t valid) {
-  return valid >= 16 ? __mmask16(0xFFFF) : valid <= 0 ? __mmask16(0) : __mmask16((1u << valid) - 1);
-}
 
 // VMAXPS (the maskz form: GCC 12's plain one trips -Wmaybe-uninitialized).
 __m512 max16(__m512 a, __m512 b) { return _mm512_maskz_max_ps(0xFFFF, a, b); }
@@ -35,8 +33,8 @@ __m512 nan_max(__m512 a, __m512 b) {
 // columns; lanes past the row's 2 * out_w inputs read as zero.
 void load_pairs(const float* row, std::int64_t ow, std::int64_t out_w, __m512& even, __m512& odd) {
   const std::int64_t valid = 2 * (out_w - ow);
-  const __m512 lo = _mm512_maskz_loadu_ps(lanes(valid), row + 2 * ow);
-  const __m512 hi = _mm512_maskz_loadu_ps(lanes(valid - 16), row + 2 * ow + 16);
+  const __m512 lo = _mm512_maskz_loadu_ps(lanes16(valid), row + 2 * ow);
+  const __m512 hi = _mm512_maskz_loadu_ps(lanes16(valid - 16), row + 2 * ow + 16);
   const __m512i even_index = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i odd_index = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
   even = _mm512_permutex2var_ps(lo, even_index, hi);
@@ -48,8 +46,8 @@ void store_pairs(float* row, std::int64_t ow, std::int64_t out_w, __m512 even, _
   const __m512i low = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
   const __m512i high = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
   const std::int64_t valid = 2 * (out_w - ow);
-  _mm512_mask_storeu_ps(row + 2 * ow, lanes(valid), _mm512_permutex2var_ps(even, low, odd));
-  _mm512_mask_storeu_ps(row + 2 * ow + 16, lanes(valid - 16), _mm512_permutex2var_ps(even, high, odd));
+  _mm512_mask_storeu_ps(row + 2 * ow, lanes16(valid), _mm512_permutex2var_ps(even, low, odd));
+  _mm512_mask_storeu_ps(row + 2 * ow + 16, lanes16(valid - 16), _mm512_permutex2var_ps(even, high, odd));
 }
 
 }  // namespace
@@ -61,7 +59,7 @@ void max_pool_2x2_row(std::int64_t out_w, const float* r0, const float* r1, floa
     __m512 a, b, c, e;
     load_pairs(r0, ow, out_w, a, b);
     load_pairs(r1, ow, out_w, c, e);
-    _mm512_mask_storeu_ps(dst + ow, lanes(out_w - ow), nan_max(nan_max(a, b), nan_max(c, e)));
+    _mm512_mask_storeu_ps(dst + ow, lanes16(out_w - ow), nan_max(nan_max(a, b), nan_max(c, e)));
   }
 }
 
@@ -78,7 +76,7 @@ bool max_pool_2x2_grad_row(std::int64_t out_w, const float* r0, const float* r1,
     const __mmask16 tb = _mm512_cmp_ps_mask(b, m, _CMP_EQ_OQ) & ~ta;
     const __mmask16 tc = _mm512_cmp_ps_mask(c, m, _CMP_EQ_OQ) & ~(ta | tb);
     const __mmask16 te = ~(ta | tb | tc);
-    const __m512 gv = _mm512_maskz_loadu_ps(lanes(out_w - ow), g + ow);
+    const __m512 gv = _mm512_maskz_loadu_ps(lanes16(out_w - ow), g + ow);
     store_pairs(d0, ow, out_w, _mm512_maskz_mov_ps(ta, gv), _mm512_maskz_mov_ps(tb, gv));
     store_pairs(d1, ow, out_w, _mm512_maskz_mov_ps(tc, gv), _mm512_maskz_mov_ps(te, gv));
   }

@@ -6,6 +6,8 @@
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
+
+#include "backend/cpu/simd_lanes.h"
 #endif
 
 #include <algorithm>
@@ -46,13 +48,12 @@ void scan_contiguous_f32(const float* p, std::int64_t i0, std::int64_t i1, float
   if (best != best) return;  // a NaN is never beaten
   const float fill = kMax ? -std::numeric_limits<float>::infinity() : std::numeric_limits<float>::infinity();
   const __m512 vfill = _mm512_set1_ps(fill);
-  const auto lanes = [](std::int64_t valid) { return valid >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << valid) - 1); };
   for (std::int64_t b0 = i0; b0 < i1; b0 += kArgBlock) {
     const std::int64_t b1 = std::min(i1, b0 + kArgBlock);
     __m512 acc = vfill;
     __mmask16 nan = 0;
     for (std::int64_t i = b0; i < b1; i += 16) {
-      const __m512 v = _mm512_mask_loadu_ps(vfill, lanes(b1 - i), p + i);
+      const __m512 v = _mm512_mask_loadu_ps(vfill, lanes16(b1 - i), p + i);
       nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
       // VMAXPS/VMINPS return the second operand when either is NaN: acc.
       acc = kMax ? _mm512_mask_max_ps(acc, 0xFFFF, v, acc) : _mm512_mask_min_ps(acc, 0xFFFF, v, acc);
@@ -73,7 +74,7 @@ void scan_contiguous_f32(const float* p, std::int64_t i0, std::int64_t i1, float
     const __m512 vm = _mm512_set1_ps(m);
     for (std::int64_t i = b0; i < b1; i += 16) {
       const __mmask16 hit =
-          _mm512_cmp_ps_mask(_mm512_maskz_loadu_ps(lanes(b1 - i), p + i), vm, _CMP_EQ_OQ) & lanes(b1 - i);
+          _mm512_cmp_ps_mask(_mm512_maskz_loadu_ps(lanes16(b1 - i), p + i), vm, _CMP_EQ_OQ) & lanes16(b1 - i);
       if (hit) {
         best = m;
         idx = i + __builtin_ctz(hit);

@@ -88,16 +88,7 @@ template <int MR, int NV, bool MaskB>
 void micro_tile(std::int64_t kc, const float* __restrict a, const float* __restrict b, std::int64_t ldb, __mmask16 mask,
                 float* __restrict c, std::int64_t ldc, float alpha, float beta) {
   __m512 acc[MR][NV];
-#pragma GCC unroll 8
-  for (int r = 0; r < MR; ++r) {
-    // The tile of C is read and written only after kc steps: asking for it
-    // now hides a miss to L3 or memory behind the arithmetic.
-#pragma GCC unroll 3
-    for (int v = 0; v < NV; ++v) {
-      _mm_prefetch(reinterpret_cast<const char*>(c + r * ldc + v * 16), _MM_HINT_T0);
-      acc[r][v] = _mm512_setzero_ps();
-    }
-  }
+  start_tile(acc, c, ldc);
   for (std::int64_t p = 0; p < kc; ++p) {
     __m512 bv[NV];
 #pragma GCC unroll 3
@@ -112,18 +103,7 @@ void micro_tile(std::int64_t kc, const float* __restrict a, const float* __restr
     a += MR;
     b += ldb;
   }
-  const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
-#pragma GCC unroll 8
-  for (int r = 0; r < MR; ++r) {
-    float* row = c + r * ldc;
-#pragma GCC unroll 3
-    for (int v = 0; v < NV; ++v) {
-      const __mmask16 mk = v == NV - 1 ? mask : __mmask16(0xFFFF);
-      __m512 x = _mm512_mul_ps(acc[r][v], va);
-      if (beta != 0.0f) x = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(mk, row + v * 16), x);
-      _mm512_mask_storeu_ps(row + v * 16, mk, x);
-    }
-  }
+  store_tile(acc, mask, c, ldc, alpha, beta);
 }
 
 using TileFn = void (*)(std::int64_t, const float*, const float*, std::int64_t, __mmask16, float*, std::int64_t, float,
@@ -175,7 +155,7 @@ void dot_chunk(std::int64_t p0, std::int64_t kn, std::int64_t k, const float* __
   const std::int64_t end = p0 + kn;
   std::int64_t p = p0;
   for (; p + 16 <= end; p += 16) step(p, __mmask16(0xFFFF));
-  if (p < end) step(p, lanes(std::min(end, k) - p));
+  if (p < end) step(p, lanes16(std::min(end, k) - p));
 #pragma GCC unroll 4
   for (int i = 0; i < MI; ++i)
 #pragma GCC unroll 6
@@ -230,7 +210,7 @@ void pack_b(std::int64_t kc, std::int64_t nc, const float* b, std::int64_t rs, s
     if (cs == 1) {
       for (std::int64_t p = 0; p < kc; ++p)
         for (std::int64_t v = 0; v < width; v += 16)
-          _mm512_storeu_ps(dst + p * width + v, _mm512_maskz_loadu_ps(lanes(cols - v), src + p * rs + v));
+          _mm512_storeu_ps(dst + p * width + v, _mm512_maskz_loadu_ps(lanes16(cols - v), src + p * rs + v));
     } else {
       std::int64_t j = 0;
       if (rs == 1) {
@@ -274,7 +254,7 @@ void run_packed(std::int64_t m, std::int64_t n, std::int64_t k, float alpha, con
           for (std::int64_t jr = 0; jr < nc; jr += kNR) {
             const std::int64_t cols = std::min<std::int64_t>(kNR, nc - jr);
             const std::int64_t vectors = (cols + 15) / 16;
-            tile_fn(rows, vectors, false)(kc, ap, bbuf + jr * kc, vectors * 16, lanes(cols - (vectors - 1) * 16),
+            tile_fn(rows, vectors, false)(kc, ap, bbuf + jr * kc, vectors * 16, lanes16(cols - (vectors - 1) * 16),
                                           c + (ic + ir) * c_rs + jc + jr, c_rs, alpha, beta_k);
           }
         }
@@ -297,7 +277,7 @@ void run_direct(std::int64_t m, std::int64_t n, std::int64_t k, float alpha, con
       const bool ragged = cols % 16 != 0;
       for (std::int64_t ir = 0; ir < m; ir += kMR) {
         const std::int64_t rows = std::min<std::int64_t>(kMR, m - ir);
-        tile_fn(rows, vectors, ragged)(kc, abuf + ir * kc, b + pc * b_rs + jr, b_rs, lanes(cols - (vectors - 1) * 16),
+        tile_fn(rows, vectors, ragged)(kc, abuf + ir * kc, b + pc * b_rs + jr, b_rs, lanes16(cols - (vectors - 1) * 16),
                                        c + ir * c_rs + jr, c_rs, alpha, beta_k);
       }
     }
