@@ -9,7 +9,8 @@
 // OpenBLAS picks its kernels from the CPU when it loads, unless
 // OPENBLAS_CORETYPE names one; scripts/bench-libtorch runs this with that
 // variable (and OPENBLAS_L2_SIZE) unset, so that OpenBLAS uses its AVX-512
-// kernels. The header line prints the core it chose.
+// kernels. The header line prints the core it chose. The bf16 and int8 rows
+// set forge's products in those types beside its own f32 rate.
 //
 //   build/release/benchmarks/gemm_compare [--threads 2] [--repeats 15] [--filter text]
 //                                         [--blas openblas,blis]
@@ -177,6 +178,36 @@ void run_row(const Options& o, forge::ExecContext& ctx, const std::vector<Blas>&
   std::printf("\n");
 }
 
+// forge's s^3 product in bf16 (f32 out) or int8 (i8 x i8, i32 out) beside
+// its f32 product of the same values; an int8 result is checked against the
+// f32 one (exact integers in f32 up to 2^24, within f32 rounding beyond).
+void narrow_row(const Options& o, forge::ExecContext& ctx, std::int64_t s, forge::DType dtype, double target) {
+  const std::string name = std::to_string(s) + "^3 " + std::string(forge::dtype_name(dtype));
+  if (!o.filter.empty() && name.find(o.filter) == std::string::npos) return;
+  const bool int8 = dtype == forge::DType::i8;
+  const forge::Tensor a = int8 ? ctx.randint(-128, 128, {s, s}).to(forge::DType::f32) : ctx.randn({s, s});
+  const forge::Tensor b = int8 ? ctx.randint(-128, 128, {s, s}).to(forge::DType::f32) : ctx.randn({s, s});
+  const forge::Tensor an = a.to(dtype), bn = b.to(dtype);
+  forge::Tensor out, out_n;
+  const std::vector<double> t =
+      medians(o.repeats, {[&] { out = forge::matmul(a, b); }, [&] { out_n = forge::matmul(an, bn); }});
+  const double flops = 2.0 * static_cast<double>(s * s * s);
+  const char* unit = int8 ? "GOP/s  " : "GFLOP/s";
+  std::printf("%-20s forge %8.3f ms %6.1f %s | f32 %8.3f ms %6.1f GFLOP/s | %s / f32 rate %.2fx | >= %.1fx: %s",
+              name.c_str(), t[1] * 1e3, flops / t[1] * 1e-9, unit, t[0] * 1e3, flops / t[0] * 1e-9,
+              std::string(forge::dtype_name(dtype)).c_str(), t[0] / t[1], target,
+              t[0] / t[1] >= target ? "met" : "NOT met");
+  if (int8) {
+    const std::vector<float> f = out.to_vector<float>();
+    const std::vector<std::int32_t> q = out_n.to_vector<std::int32_t>();
+    double worst = 0;
+    for (std::size_t i = 0; i < q.size(); ++i)
+      worst = std::max(worst, std::abs(double(q[i]) - f[i]) / (1.0 + std::abs(double(f[i]))));
+    std::printf(" | diff from f32 %.0e%s", worst, worst > 1e-4 ? " RESULTS DIFFER" : "");
+  }
+  std::printf("\n");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -214,23 +245,11 @@ int main(int argc, char** argv) {
     run_row(o, ctx, blas, reader, m, 4096, 4096, false, true);
     run_row(o, ctx, blas, reader, m, 4096, 4096, false, false);
   }
-  // bf16 (f32 accumulation): forge's rate against its own f32 rate, in
-  // turns; the target is >= 1.8x. No BLAS here has a bf16 GEMM.
-  for (const std::int64_t s : {512, 1024, 2048}) {
-    const std::string name = std::to_string(s) + "^3 bf16";
-    if (!o.filter.empty() && name.find(o.filter) == std::string::npos) continue;
-    const forge::Tensor a = ctx.randn({s, s}), b = ctx.randn({s, s});
-    const forge::Tensor ah = a.to(forge::DType::bf16), bh = b.to(forge::DType::bf16);
-    forge::Tensor out, out_h;
-    const std::vector<double> t =
-        medians(o.repeats, {[&] { out = forge::matmul(a, b); }, [&] { out_h = forge::matmul(ah, bh); }});
-    const double flops = 2.0 * static_cast<double>(s * s * s);
-    std::printf(
-        "%-20s forge %8.3f ms %6.1f GFLOP/s | f32 %8.3f ms %6.1f GFLOP/s | bf16 / f32 rate %.2fx"
-        " | >= 1.8x: %s\n",
-        name.c_str(), t[1] * 1e3, flops / t[1] * 1e-9, t[0] * 1e3, flops / t[0] * 1e-9, t[0] / t[1],
-        t[0] / t[1] >= 1.8 ? "met" : "NOT met");
-  }
+  // bf16 (f32 accumulation) and int8 (i32 accumulation): forge's rate
+  // against its own f32 rate on the same values, in turns; the targets are
+  // >= 1.8x and >= 3x. No BLAS here has either product.
+  for (const std::int64_t s : {512, 1024, 2048}) narrow_row(o, ctx, s, forge::DType::bf16, 1.8);
+  for (const std::int64_t s : {512, 1024, 2048}) narrow_row(o, ctx, s, forge::DType::i8, 3.0);
   // The Fashion-MNIST MLP's layers (batch 128): forward, dX and dW.
   run_row(o, ctx, blas, reader, 128, 512, 784, false, true);
   run_row(o, ctx, blas, reader, 128, 784, 512, false, false);

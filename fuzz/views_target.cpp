@@ -36,8 +36,8 @@ constexpr int kMaxOps = 16;
 constexpr i64 kMaxElements = 4096;  // a model result larger than this is skipped: time, not coverage
 constexpr i64 kMaxBase = 512;       // elements in the base buffer
 
-constexpr DType kDTypes[] = {DType::f32, DType::f64, DType::f16, DType::bf16,
-                             DType::i32, DType::i64, DType::u8,  DType::boolean};
+constexpr DType kDTypes[] = {DType::f32, DType::f64, DType::f16,     DType::bf16, DType::i32,
+                             DType::i64, DType::u8,  DType::boolean, DType::i8};
 
 // Values every dtype holds exactly, so the base reads back as written.
 i64 period(DType dtype) {
@@ -46,6 +46,8 @@ i64 period(DType dtype) {
       return 2;
     case DType::u8:
       return 251;
+    case DType::i8:
+      return 127;
     case DType::bf16:
       return 256;
     case DType::f16:

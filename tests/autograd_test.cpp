@@ -95,7 +95,7 @@ TEST_CASE("autograd: requires_grad on an integer tensor is a dtype error") {
 TEST_CASE("autograd: a cast to an integer or bool dtype ends the graph") {
   TestContext ctx;
   const Tensor x = ctx.from_vector<float>({0.5f, 1.5f, -2.0f}, {3}).requires_grad_();
-  for (DType target : {DType::i32, DType::i64, DType::u8, DType::boolean}) {
+  for (DType target : {DType::i32, DType::i64, DType::u8, DType::i8, DType::boolean}) {
     INFO(forge::dtype_name(target));
     const Tensor y = x.to(target);
     CHECK_FALSE(y.requires_grad());

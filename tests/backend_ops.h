@@ -159,6 +159,8 @@ inline double load(const std::byte* p, forge::DType dtype) {
       return static_cast<double>(*reinterpret_cast<const std::int64_t*>(p));
     case forge::DType::u8:
       return *reinterpret_cast<const std::uint8_t*>(p);
+    case forge::DType::i8:
+      return *reinterpret_cast<const std::int8_t*>(p);
     case forge::DType::boolean:
       return *reinterpret_cast<const std::uint8_t*>(p) != 0 ? 1 : 0;
   }
@@ -196,6 +198,8 @@ inline forge::Tensor put(forge::ExecContext& ctx, const std::vector<double>& val
       return ctx.from_vector(converted<std::int64_t>(values), shape);
     case forge::DType::u8:
       return ctx.from_vector(converted<std::uint8_t>(values), shape);
+    case forge::DType::i8:
+      return ctx.from_vector(converted<std::int8_t>(values), shape);
     case forge::DType::boolean: {
       std::vector<bool> b;
       for (double x : values) b.push_back(x != 0);
@@ -211,6 +215,8 @@ inline double filler(forge::DType dtype) {
   switch (dtype) {
     case forge::DType::u8:
       return 251;
+    case forge::DType::i8:
+      return -125;
     case forge::DType::boolean:
       return 1;
     case forge::DType::i32:
@@ -388,6 +394,10 @@ class Env {
       if (dtype == forge::DType::u8) {
         values.lo = std::max(values.lo, 0.0);
         values.hi = std::min(values.hi, 255.0);
+      }
+      if (dtype == forge::DType::i8) {
+        values.lo = std::max(values.lo, -128.0);
+        values.hi = std::min(values.hi, 127.0);
       }
     }
     std::vector<double> v(static_cast<std::size_t>(n));

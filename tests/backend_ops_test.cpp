@@ -38,11 +38,11 @@ using forge_test::backend_ops::Target;
 using forge_test::backend_ops::uniform;
 namespace bo = forge_test::backend_ops;
 
-const std::vector<DType> kAll = {DType::f32, DType::f64, DType::f16, DType::bf16,
-                                 DType::i32, DType::i64, DType::u8,  DType::boolean};
+const std::vector<DType> kAll = {DType::f32, DType::f64, DType::f16,     DType::bf16, DType::i32,
+                                 DType::i64, DType::u8,  DType::boolean, DType::i8};
 const std::vector<DType> kNumeric = {DType::f32, DType::f64, DType::f16, DType::bf16,
-                                     DType::i32, DType::i64, DType::u8};
-const std::vector<DType> kSigned = {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64};
+                                     DType::i32, DType::i64, DType::u8,  DType::i8};
+const std::vector<DType> kSigned = {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64, DType::i8};
 const std::vector<DType> kFloat = {DType::f32, DType::f64, DType::f16, DType::bf16};
 const std::vector<DType> kF32F64 = {DType::f32, DType::f64};
 
@@ -622,6 +622,21 @@ void add_linalg_cases(std::vector<OpCase>& cases) {
                      mm("[5, 0] x [0, 4]", {5, 0}, {0, 4});
                      mm("[0, 6] x [6, 3]", {0, 6}, {6, 3});
                    }});
+  // int8 products (a u8 or i8, b i8, i32 out): exact on every target.
+  cases.push_back({"int8 matmul", "linalg.matmul", {DType::u8, DType::i8}, false, kExact, 2, [](Env& e) {
+                     const double lo = e.dtype() == DType::u8 ? 0 : -128;
+                     const auto mm = [&](const char* label, const Shape& sa, const Shape& sb) {
+                       const Tensor a = e.input(sa, {.values = bo::integers(lo, lo + 255)});
+                       const Tensor b = e.input(sb, {.values = bo::integers(-128, 127), .dtype = DType::i8});
+                       e.emit(label, {forge::matmul(a, b)});
+                     };
+                     mm("[160, 96] x [96, 192]", {160, 96}, {96, 192});
+                     mm("[3, 1, 20, 30] x [4, 30, 10]", {3, 1, 20, 30}, {4, 30, 10});
+                     mm("[8, 33, 70] x [8, 70, 40]", {8, 33, 70}, {8, 70, 40});
+                     mm("[30] x [30, 7]", {30}, {30, 7});
+                     mm("[7, 30] x [30]", {7, 30}, {30});
+                     mm("[0, 6] x [6, 3]", {0, 6}, {6, 3});
+                   }});
   cases.push_back({"bmm", "linalg.matmul", kFloat, true, kClose, 2, [](Env& e) {
                      {
                        // Batches over the threads.
@@ -922,7 +937,8 @@ void add_generate_cases(std::vector<OpCase>& cases) {
                      forge::ExecContext& ctx = e.ctx();
                      const DType d = e.dtype();
                      if (d != DType::boolean) {
-                       e.emit("arange(0, 40000)", {ctx.arange(0, 40000, 1, d == DType::u8 ? DType::i64 : d)});
+                       e.emit("arange(0, 40000)",
+                              {ctx.arange(0, 40000, 1, d == DType::u8 || d == DType::i8 ? DType::i64 : d)});
                        e.emit("arange(3, 100, 7)", {ctx.arange(3, 100, 7, d)});
                        e.emit("linspace(0, 90, 41)", {ctx.linspace(0, 90, 41, d)});
                      }
@@ -942,7 +958,8 @@ void add_integer_draw_cases(std::vector<OpCase>& cases) {
                      const bool narrow = d == DType::u8 || d == DType::bf16;
                      const std::int64_t low = d == DType::boolean || d == DType::u8 ? 0 : -5;
                      e.emit("randint [300, 200]", {ctx.randint(low, d == DType::boolean ? 2 : 6, {300, 200}, d)});
-                     e.emit("randperm", {ctx.randperm(d == DType::boolean ? 2 : narrow ? 200 : 1000, d)});
+                     const std::int64_t n = d == DType::boolean ? 2 : d == DType::i8 ? 128 : narrow ? 200 : 1000;
+                     e.emit("randperm", {ctx.randperm(n, d)});
                    }});
 }
 

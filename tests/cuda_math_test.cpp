@@ -69,6 +69,9 @@ struct Buf {
       case DType::u8:
         put(p, forge::from_double<std::uint8_t>(v));
         break;
+      case DType::i8:
+        put(p, forge::from_double<std::int8_t>(v));
+        break;
       case DType::boolean:
         put(p, forge::from_double<bool>(v));
         break;
@@ -100,6 +103,8 @@ struct Buf {
         return static_cast<double>(take<std::int64_t>(p));
       case DType::u8:
         return take<std::uint8_t>(p);
+      case DType::i8:
+        return take<std::int8_t>(p);
       case DType::boolean:
         return static_cast<double>(take<std::uint8_t>(p));
     }
@@ -159,6 +164,8 @@ std::vector<double> values_for(DType t, int randoms, std::uint64_t seed) {
     v = {0, 1};
   } else if (t == DType::u8) {
     v = {0, 1, 2, 3, 7, 127, 128, 200, 255};
+  } else if (t == DType::i8) {
+    v = {0, 1, -1, 2, -2, 3, -3, 7, -7, 31, 100, -100, 127, -128};
   } else {
     v = {0, 1, -1, 2, -2, 3, -3, 7, -7, 31, 100, -100, 65535, -65536};
   }
@@ -170,6 +177,8 @@ std::vector<double> values_for(DType t, int randoms, std::uint64_t seed) {
       v.push_back(static_cast<double>(gen() & 1));
     } else if (t == DType::u8) {
       v.push_back(static_cast<double>(gen() % 256));
+    } else if (t == DType::i8) {
+      v.push_back(static_cast<double>(static_cast<int>(gen() % 256) - 128));
     } else {
       v.push_back(static_cast<double>(static_cast<std::int64_t>(gen() % 2001) - 1000));
     }
@@ -185,6 +194,9 @@ void add_int_extremes(Buf& buf, std::size_t& n, DType t) {
   } else if (t == DType::i64) {
     buf.set_i64(n++, std::numeric_limits<std::int64_t>::min());
     buf.set_i64(n++, std::numeric_limits<std::int64_t>::max());
+  } else if (t == DType::i8) {
+    buf.set_i64(n++, std::numeric_limits<std::int8_t>::min());
+    buf.set_i64(n++, std::numeric_limits<std::int8_t>::max());
   }
 }
 
@@ -195,6 +207,7 @@ void with_compute(DType t, Fn&& fn) {
     case DType::f64:
       return fn(double{});
     case DType::i32:
+    case DType::i8:
       return fn(std::int32_t{});
     case DType::i64:
       return fn(std::int64_t{});

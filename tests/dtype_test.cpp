@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <sstream>
 #include <string>
@@ -80,6 +81,7 @@ TEST_CASE("dtype: dtype_size gives the bytes of each element type") {
   CHECK(forge::dtype_size(DType::i64) == 8);
   CHECK(forge::dtype_size(DType::u8) == 1);
   CHECK(forge::dtype_size(DType::boolean) == 1);
+  CHECK(forge::dtype_size(DType::i8) == 1);
   // The C++ storage types have those sizes too, so from_vector/to_vector can memcpy.
   CHECK(sizeof(Half) == 2);
   CHECK(sizeof(BFloat16) == 2);
@@ -94,13 +96,14 @@ TEST_CASE("dtype: dtype_name uses the contract's short names") {
   CHECK(forge::dtype_name(DType::i64) == "i64");
   CHECK(forge::dtype_name(DType::u8) == "u8");
   CHECK(forge::dtype_name(DType::boolean) == "bool");
+  CHECK(forge::dtype_name(DType::i8) == "i8");
 }
 
 TEST_CASE("dtype: is_floating and is_integral split the dtypes as libtorch does (bool is neither)") {
   for (DType t : kAllDTypes) {
     INFO(forge::dtype_name(t));
     const bool fl = t == DType::f32 || t == DType::f64 || t == DType::f16 || t == DType::bf16;
-    const bool in = t == DType::i32 || t == DType::i64 || t == DType::u8;
+    const bool in = t == DType::i32 || t == DType::i64 || t == DType::u8 || t == DType::i8;
     CHECK(forge::is_floating(t) == fl);
     CHECK(forge::is_integral(t) == in);
   }
@@ -112,25 +115,30 @@ TEST_CASE("dtype: is_floating and is_integral split the dtypes as libtorch does 
   CHECK(forge::dtype_v<std::int64_t> == DType::i64);
   CHECK(forge::dtype_v<std::uint8_t> == DType::u8);
   CHECK(forge::dtype_v<bool> == DType::boolean);
+  CHECK(forge::dtype_v<std::int8_t> == DType::i8);
+  CHECK(forge::kNumDTypes == static_cast<int>(std::size(kAllDTypes)));
 }
 
 TEST_CASE("dtype: promote_types follows libtorch's table over forge's dtypes") {
-  // Rows and columns in kAllDTypes order: f32 f64 f16 bf16 i32 i64 u8 bool.
-  // bool < u8 < i32 < i64 < floats; a float beats any integer; f16 with bf16
-  // gives f32; f64 beats every other float.
+  // Rows and columns in kAllDTypes order: f32 f64 f16 bf16 i32 i64 u8 bool i8.
+  // bool < u8, i8 < i32 < i64 < floats; a float beats any integer; f16 with
+  // bf16 gives f32; f64 beats every other float; u8 with i8 gives i32
+  // (libtorch's i16, which forge lacks).
   using D = DType;
-  const DType table[8][8] = {
-      /* f32  */ {D::f32, D::f64, D::f32, D::f32, D::f32, D::f32, D::f32, D::f32},
-      /* f64  */ {D::f64, D::f64, D::f64, D::f64, D::f64, D::f64, D::f64, D::f64},
-      /* f16  */ {D::f32, D::f64, D::f16, D::f32, D::f16, D::f16, D::f16, D::f16},
-      /* bf16 */ {D::f32, D::f64, D::f32, D::bf16, D::bf16, D::bf16, D::bf16, D::bf16},
-      /* i32  */ {D::f32, D::f64, D::f16, D::bf16, D::i32, D::i64, D::i32, D::i32},
-      /* i64  */ {D::f32, D::f64, D::f16, D::bf16, D::i64, D::i64, D::i64, D::i64},
-      /* u8   */ {D::f32, D::f64, D::f16, D::bf16, D::i32, D::i64, D::u8, D::u8},
-      /* bool */ {D::f32, D::f64, D::f16, D::bf16, D::i32, D::i64, D::u8, D::boolean},
+  const DType table[9][9] = {
+      /* f32  */ {D::f32, D::f64, D::f32, D::f32, D::f32, D::f32, D::f32, D::f32, D::f32},
+      /* f64  */ {D::f64, D::f64, D::f64, D::f64, D::f64, D::f64, D::f64, D::f64, D::f64},
+      /* f16  */ {D::f32, D::f64, D::f16, D::f32, D::f16, D::f16, D::f16, D::f16, D::f16},
+      /* bf16 */ {D::f32, D::f64, D::f32, D::bf16, D::bf16, D::bf16, D::bf16, D::bf16, D::bf16},
+      /* i32  */ {D::f32, D::f64, D::f16, D::bf16, D::i32, D::i64, D::i32, D::i32, D::i32},
+      /* i64  */ {D::f32, D::f64, D::f16, D::bf16, D::i64, D::i64, D::i64, D::i64, D::i64},
+      /* u8   */ {D::f32, D::f64, D::f16, D::bf16, D::i32, D::i64, D::u8, D::u8, D::i32},
+      /* bool */ {D::f32, D::f64, D::f16, D::bf16, D::i32, D::i64, D::u8, D::boolean, D::i8},
+      /* i8   */ {D::f32, D::f64, D::f16, D::bf16, D::i32, D::i64, D::i32, D::i8, D::i8},
   };
-  for (int i = 0; i < 8; ++i) {
-    for (int j = 0; j < 8; ++j) {
+  REQUIRE(std::size(kAllDTypes) == 9);
+  for (int i = 0; i < 9; ++i) {
+    for (int j = 0; j < 9; ++j) {
       INFO(forge::dtype_name(kAllDTypes[i]) << " with " << forge::dtype_name(kAllDTypes[j]));
       CHECK(forge::promote_types(kAllDTypes[i], kAllDTypes[j]) == table[i][j]);
     }
@@ -321,6 +329,8 @@ bool representable(long double x, DType t) {
       return x == std::trunc(x) && x >= -0x1p31L && x < 0x1p31L;
     case DType::u8:
       return x == std::trunc(x) && x >= 0 && x < 256;
+    case DType::i8:
+      return x == std::trunc(x) && x >= -128 && x < 128;
     case DType::boolean:
       return x == 0 || x == 1;
   }
@@ -549,6 +559,112 @@ TEST_CASE("dtype: to() pins: float -> int truncates toward zero and saturates wi
   const forge::Tensor i = ctx.from_vector<std::int32_t>({-1, 0, 2, 256});
   CHECK(i.to(DType::boolean).to_vector<bool>() == std::vector<bool>{true, false, true, true});
   CHECK(i.to(DType::u8).to_vector<std::uint8_t>() == std::vector<std::uint8_t>{255, 0, 2, 0});
+}
+
+TEST_CASE("dtype: i8 conversions saturate from floats (NaN -> 0) and wrap from integers") {
+  TestContext ctx;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  const forge::Tensor x =
+      ctx.from_vector<float>({2.7f, -2.7f, 127.5f, 128.0f, -128.9f, -129.0f, 300.0f, -300.0f, nan, inf, -inf});
+  CHECK(x.to(DType::i8).to_vector<std::int8_t>() ==
+        std::vector<std::int8_t>{2, -2, 127, 127, -128, -128, 127, -128, 0, 127, -128});
+  const forge::Tensor c = ctx.from_vector<std::int8_t>({-128, -1, 0, 127});
+  REQUIRE(c.dtype() == DType::i8);
+  CHECK(c.to(DType::f32).to_vector<float>() == std::vector<float>{-128, -1, 0, 127});
+  CHECK(c.to(DType::u8).to_vector<std::uint8_t>() == std::vector<std::uint8_t>{128, 255, 0, 127});
+  CHECK(c.to(DType::i64).to_vector<std::int64_t>() == std::vector<std::int64_t>{-128, -1, 0, 127});
+  CHECK(c.to(DType::boolean).to_vector<bool>() == std::vector<bool>{true, true, false, true});
+  CHECK(ctx.from_vector<std::int32_t>({200, -200, 256, 383}).to(DType::i8).to_vector<std::int8_t>() ==
+        std::vector<std::int8_t>{-56, 56, 0, 127});
+  CHECK(ctx.from_vector<std::uint8_t>({255, 128, 127}).to(DType::i8).to_vector<std::int8_t>() ==
+        std::vector<std::int8_t>{-1, -128, 127});
+  // full and arange check the range the dtype holds (Note [Scalar conversion]).
+  CHECK(ctx.full({1}, -128, DType::i8).item<std::int8_t>() == -128);
+  FORGE_REQUIRE_ERROR(out_of_range, "full", (void)ctx.full({1}, 128, DType::i8));
+  FORGE_REQUIRE_ERROR(out_of_range, "arange", (void)ctx.arange(120, 130, 1, DType::i8));
+  CHECK(ctx.arange(-3, 3, 2, DType::i8).to_vector<std::int8_t>() == std::vector<std::int8_t>{-3, -1, 1});
+}
+
+TEST_CASE("dtype: i8 promotes as libtorch (u8 with i8 meets at i32) and its arithmetic wraps modulo 256") {
+  TestContext ctx;
+  using I8 = std::vector<std::int8_t>;
+  const forge::Tensor a = ctx.from_vector<std::int8_t>({100, -128, -128, 127, 16, -1});
+  const forge::Tensor b = ctx.from_vector<std::int8_t>({100, -1, 1, 1, 16, -1});
+  // Promotion pairs, with values that would differ had the wrong dtype been computed in.
+  const forge::Tensor with_u8 = a + ctx.from_vector<std::uint8_t>({200, 255, 0, 255, 0, 255});
+  REQUIRE(with_u8.dtype() == DType::i32);
+  CHECK(with_u8.to_vector<std::int32_t>() == std::vector<std::int32_t>{300, 127, -128, 382, 16, 254});
+  const forge::Tensor with_i32 = a + ctx.from_vector<std::int32_t>({100, -1, 0, 1, 0, 0});
+  REQUIRE(with_i32.dtype() == DType::i32);
+  CHECK(with_i32.to_vector<std::int32_t>() == std::vector<std::int32_t>{200, -129, -128, 128, 16, -1});
+  const forge::Tensor with_bool = a + ctx.from_vector<bool>({true, true, false, true, false, false});
+  REQUIRE(with_bool.dtype() == DType::i8);
+  CHECK(with_bool.to_vector<std::int8_t>() == I8{101, -127, -128, -128, 16, -1});
+  const forge::Tensor with_f16 = a * ctx.full({6}, 0.5, DType::f16);
+  REQUIRE(with_f16.dtype() == DType::f16);
+  CHECK(with_f16.to_vector<float>() == std::vector<float>{50, -64, -64, 63.5f, 8, -0.5f});
+  CHECK((a + ctx.from_vector<std::int64_t>({0, 0, 0, 0, 0, 0})).dtype() == DType::i64);
+  CHECK((a + 1.5).dtype() == DType::f32);
+  CHECK((a + 1).dtype() == DType::i8);
+  // Wrapping: libtorch's int8 results.
+  CHECK((a + b).to_vector<std::int8_t>() == I8{-56, 127, -127, -128, 32, -2});
+  CHECK((a - b).to_vector<std::int8_t>() == I8{0, -127, 127, 126, 0, 0});
+  CHECK((a * b).to_vector<std::int8_t>() == I8{16, -128, -128, 127, 0, 1});
+  CHECK((a * -1).to_vector<std::int8_t>() == I8{-100, -128, -128, -127, -16, 1});
+  CHECK((a + 100).to_vector<std::int8_t>() == I8{-56, -28, -28, -29, 116, 99});
+  CHECK(forge::neg(a).to_vector<std::int8_t>() == I8{-100, -128, -128, -127, -16, 1});
+  CHECK(forge::abs(a).to_vector<std::int8_t>() == I8{100, -128, -128, 127, 16, 1});
+  CHECK(forge::square(a).to_vector<std::int8_t>() == I8{16, 0, 0, 1, 0, 1});
+  CHECK(forge::pow(ctx.from_vector<std::int8_t>({2, -2, 3}), 7).to_vector<std::int8_t>() == I8{-128, -128, -117});
+  CHECK(forge::maximum(a, b).to_vector<std::int8_t>() == I8{100, -1, 1, 127, 16, -1});
+  CHECK(forge::clamp(a, -100, 50).to_vector<std::int8_t>() == I8{50, -100, -100, 50, 16, -1});
+  // The result wraps before it is written into a wider out (Note [Compute dtype]).
+  forge::Tensor out = ctx.zeros({6}, DType::i32);
+  forge::add_into(out, a, b);
+  CHECK(out.to_vector<std::int32_t>() == std::vector<std::int32_t>{-56, 127, -127, -128, 32, -2});
+  // Comparisons are exact; true division gives f32.
+  CHECK((a < b).to_vector<bool>() == std::vector<bool>{false, true, true, false, false, false});
+  CHECK((a == -128).to_vector<bool>() == std::vector<bool>{false, true, true, false, false, false});
+  CHECK((a / b).to_vector<float>() == std::vector<float>{1, 128, -128, 127, 1, 1});
+  // A scalar the dtype cannot hold is refused, as for the other integer dtypes.
+  FORGE_REQUIRE_ERROR(out_of_range, "add", (void)(a + 128));
+  FORGE_REQUIRE_ERROR(out_of_range, "eq", (void)(a == -129));
+}
+
+TEST_CASE("dtype: i8 reductions (sum and prod give i64), sorting and cumsum") {
+  TestContext ctx;
+  const forge::Tensor a = ctx.from_vector<std::int8_t>({100, 100, -128, 127, 3});
+  const forge::Tensor s = forge::sum(a);
+  REQUIRE(s.dtype() == DType::i64);
+  CHECK(s.item<std::int64_t>() == 202);
+  const forge::Tensor p = forge::prod(ctx.from_vector<std::int8_t>({100, 100, -128}));
+  REQUIRE(p.dtype() == DType::i64);
+  CHECK(p.item<std::int64_t>() == -1280000);
+  CHECK(forge::amax(a).dtype() == DType::i8);
+  CHECK(forge::amax(a).item<std::int8_t>() == 127);
+  CHECK(forge::amin(a).item<std::int8_t>() == -128);
+  CHECK(forge::argmin(a).item<std::int64_t>() == 2);
+  const forge::Tensor c = forge::cumsum(a, 0);
+  REQUIRE(c.dtype() == DType::i64);
+  CHECK(c.to_vector<std::int64_t>() == std::vector<std::int64_t>{100, 200, 72, 199, 202});
+  const auto [values, indices] = forge::sort(a);
+  REQUIRE(values.dtype() == DType::i8);
+  CHECK(values.to_vector<std::int8_t>() == std::vector<std::int8_t>{-128, 3, 100, 100, 127});
+  CHECK(indices.to_vector<std::int64_t>() == std::vector<std::int64_t>{2, 4, 0, 1, 3});
+  // A line long enough for the radix sort: every value, descending, then ascending again.
+  std::vector<std::int8_t> all;
+  for (int v = 127; v >= -128; --v) all.push_back(static_cast<std::int8_t>(v));
+  for (int v = -128; v <= 127; ++v) all.push_back(static_cast<std::int8_t>(v));
+  const auto [sorted, order] = forge::sort(ctx.from_vector(all), -1, /*descending=*/false, /*stable=*/true);
+  const std::vector<std::int8_t> got = sorted.to_vector<std::int8_t>();
+  const std::vector<std::int64_t> idx = order.to_vector<std::int64_t>();
+  REQUIRE(got.size() == 512);
+  CHECK(std::is_sorted(got.begin(), got.end()));
+  CHECK(got.front() == -128);
+  CHECK(got.back() == 127);
+  CHECK(idx[0] == 255);  // -128 first appears at 255, then at 256: stable
+  CHECK(idx[1] == 256);
 }
 
 TEST_CASE("dtype: to() of the same dtype returns the tensor itself and another dtype a fresh buffer") {

@@ -47,7 +47,10 @@ DType ref_promote(DType a, DType b) {
   if (fa && fb) return (a == DType::f64 || b == DType::f64) ? DType::f64 : DType::f32;
   if (fa) return a;
   if (fb) return b;
-  auto rank = [](DType t) { return t == DType::boolean ? 0 : t == DType::u8 ? 1 : t == DType::i32 ? 2 : 3; };
+  auto rank = [](DType t) {
+    return t == DType::boolean ? 0 : t == DType::u8 || t == DType::i8 ? 1 : t == DType::i32 ? 2 : 3;
+  };
+  if (rank(a) == rank(b)) return DType::i32;  // u8 with i8: libtorch's i16, which forge lacks
   return rank(a) > rank(b) ? a : b;
 }
 
@@ -618,7 +621,8 @@ TEST_CASE("elementwise: _into writes the result converted into out's dtype, in p
   // (inputs' dtype, out's dtype) pairs that can_cast allows.
   const std::pair<DType, DType> pairs[] = {
       {DType::f16, DType::f32}, {DType::bf16, DType::f64},    {DType::i32, DType::i64}, {DType::i64, DType::u8},
-      {DType::i32, DType::f32}, {DType::boolean, DType::f16}, {DType::u8, DType::i32},  {DType::f32, DType::f16}};
+      {DType::i32, DType::f32}, {DType::boolean, DType::f16}, {DType::u8, DType::i32},  {DType::f32, DType::f16},
+      {DType::i8, DType::i32},  {DType::i8, DType::f32},      {DType::i32, DType::i8},  {DType::u8, DType::i8}};
   for (const BinaryCase& bc : kBinary) {
     for (const auto& [t, to] : pairs) {
       const DType result = result_of(bc.op, t);
@@ -642,7 +646,7 @@ TEST_CASE("elementwise: _into writes the result converted into out's dtype, in p
     }
   }
   // In place, exactly aliasing an input (and through the operators).
-  for (DType t : {DType::f32, DType::f64, DType::i32, DType::f16}) {
+  for (DType t : {DType::f32, DType::f64, DType::i32, DType::f16, DType::i8}) {
     INFO(forge::dtype_name(t));
     Tensor x = make_input(ctx, gen, {6, 7}, t, Layout::packed);
     const Tensor y = make_input(ctx, gen, {7}, t, Layout::packed);
@@ -928,7 +932,8 @@ TEST_CASE("elementwise: where broadcasts its three operands and promotes a with 
                              {{300, 1}, {1, 257}, {300, 257}}};
   const std::pair<DType, DType> pairs[] = {{DType::f32, DType::f32},    {DType::i32, DType::f16},
                                            {DType::u8, DType::boolean}, {DType::bf16, DType::f64},
-                                           {DType::i64, DType::i64},    {DType::boolean, DType::boolean}};
+                                           {DType::i64, DType::i64},    {DType::boolean, DType::boolean},
+                                           {DType::i8, DType::u8},      {DType::i8, DType::i8}};
   for (const auto& s : shapes) {
     for (const auto& [ta, tb] : pairs) {
       INFO(s[0] << " " << s[1] << " " << forge::dtype_name(ta) << " " << s[2] << " " << forge::dtype_name(tb));

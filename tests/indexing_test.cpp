@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <random>
 #include <string>
 #include <type_traits>
@@ -35,10 +36,11 @@ Tensor make_index(TestContext& ctx, std::mt19937_64& rng, const Shape& shape, st
   return make_with(ctx, shape, t, layout, [&] { return static_cast<double>(bound > 0 ? pick(rng, 0, bound - 1) : 0); });
 }
 
-// A value of dtype t after integer wrapping (u8), bool collapse or nothing.
+// A value of dtype t after integer wrapping (u8, i8), bool collapse or nothing.
 double wrap_to(double v, DType t) {
   if (t == DType::boolean) return v != 0;
   if (t == DType::u8) return std::fmod(std::fmod(v, 256) + 256, 256);
+  if (t == DType::i8) return std::fmod(std::fmod(v + 128, 256) + 256, 256) - 128;
   return v;
 }
 
@@ -50,7 +52,7 @@ TEST_CASE("embedding: rows of weight for every dtype, both index dtypes and layo
   TestContext ctx;
   std::mt19937_64 rng(101);
   for (int iter = 0; iter < 160; ++iter) {
-    const DType t = kAllDTypes[iter % 8];
+    const DType t = kAllDTypes[iter % std::size(kAllDTypes)];
     const DType it = kIndexDTypes[(iter / 8) % 2];
     const std::int64_t V = pick(rng, 1, 6), D = rng() % 8 == 0 ? 0 : pick(rng, 1, 5);
     const Shape is = random_shape(rng, static_cast<int>(pick(rng, 0, 3)));
@@ -128,7 +130,7 @@ TEST_CASE("index_select: every dtype, both index dtypes and layouts", "[indexing
   TestContext ctx;
   std::mt19937_64 rng(107);
   for (int iter = 0; iter < 160; ++iter) {
-    const DType t = kAllDTypes[iter % 8];
+    const DType t = kAllDTypes[iter % std::size(kAllDTypes)];
     const DType it = kIndexDTypes[(iter / 8) % 2];
     const int rank = static_cast<int>(pick(rng, 1, 3));
     const Shape s = random_shape(rng, rank);
@@ -187,7 +189,7 @@ TEST_CASE("gather: every dtype, both index dtypes and layouts", "[indexing]") {
   TestContext ctx;
   std::mt19937_64 rng(109);
   for (int iter = 0; iter < 160; ++iter) {
-    const DType t = kAllDTypes[iter % 8];
+    const DType t = kAllDTypes[iter % std::size(kAllDTypes)];
     const DType it = kIndexDTypes[(iter / 8) % 2];
     const int rank = static_cast<int>(pick(rng, 1, 3));
     const Shape s = random_shape(rng, rank);
@@ -267,7 +269,7 @@ TEST_CASE("scatter_add: every dtype, both index dtypes, repeated targets add up"
   TestContext ctx;
   std::mt19937_64 rng(113);
   for (int iter = 0; iter < 160; ++iter) {
-    const DType t = kAllDTypes[iter % 8];
+    const DType t = kAllDTypes[iter % std::size(kAllDTypes)];
     const DType it = kIndexDTypes[(iter / 8) % 2];
     const int rank = static_cast<int>(pick(rng, 1, 3));
     const Shape s = random_shape(rng, rank);

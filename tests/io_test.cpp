@@ -135,7 +135,8 @@ TEST_CASE("io: safetensors follows the standard layout and names") {
   StateDict sd{{"b", ctx.ones({2, 3}, DType::f32)},
                {"a", ctx.zeros({4}, DType::u8)},
                {"c", ctx.ones({1}, DType::bf16)},
-               {"d", ctx.ones({2}, DType::boolean)}};
+               {"d", ctx.ones({2}, DType::boolean)},
+               {"e", ctx.full({3}, -2, DType::i8)}};
   io::save_safetensors(dir / "m.safetensors", sd, {{"format", "pt"}});
   const nlohmann::json h = header_of(dir / "m.safetensors");
   CHECK(h["__metadata__"] == nlohmann::json{{"format", "pt"}});
@@ -148,6 +149,11 @@ TEST_CASE("io: safetensors follows the standard layout and names") {
   CHECK(h["a"]["data_offsets"] == nlohmann::json{26, 30});  // then by name among 1-byte tensors
   CHECK(h["d"]["dtype"] == "BOOL");
   CHECK(h["d"]["data_offsets"] == nlohmann::json{30, 32});
+  CHECK(h["e"]["dtype"] == "I8");
+  CHECK(h["e"]["data_offsets"] == nlohmann::json{32, 35});
+  const Tensor e = io::load_safetensors(ctx, dir / "m.safetensors").at("e");
+  CHECK(e.dtype() == DType::i8);
+  CHECK(e.to_vector<std::int8_t>() == std::vector<std::int8_t>{-2, -2, -2});
   const std::string bytes = read_file(dir / "m.safetensors");
   CHECK(bytes[8] == '{');
 }
@@ -497,6 +503,11 @@ TEST_CASE("io: npy writes NumPy's version 1.0 header, 64-aligned, and packs view
   CHECK(contains(read_file(dir / "s.npy"), "{'descr': '|u1', 'fortran_order': False, 'shape': (), }"));
   io::save_npy(dir / "v.npy", ctx.ones({3}, DType::boolean));
   CHECK(contains(read_file(dir / "v.npy"), "{'descr': '|b1', 'fortran_order': False, 'shape': (3,), }"));
+  io::save_npy(dir / "c.npy", ctx.from_vector<std::int8_t>({-128, 5}));
+  CHECK(contains(read_file(dir / "c.npy"), "{'descr': '|i1', 'fortran_order': False, 'shape': (2,), }"));
+  const Tensor c = io::load_npy(ctx, dir / "c.npy");
+  CHECK(c.dtype() == DType::i8);
+  CHECK(c.to_vector<std::int8_t>() == std::vector<std::int8_t>{-128, 5});
 }
 
 namespace {
@@ -540,6 +551,15 @@ TEST_CASE("io: npy reads version 2.0 and 3.0, big-endian and Fortran-order files
   const Tensor f = io::load_npy(ctx, path);
   CHECK(f.shape() == Shape{2, 3});
   CHECK(f.to_vector<std::int32_t>() == std::vector<std::int32_t>{1, 3, 5, 2, 4, 6});
+  // NumPy's int8 ('|i1'; one byte, so any byte order reads the same).
+  for (const char* descr : {"|i1", "<i1", ">i1"}) {
+    INFO(descr);
+    write_file(path, npy_bytes(std::string("{'descr': '") + descr + "', 'fortran_order': False, 'shape': (3,), }",
+                               std::string("\x80\xff\x07", 3)));
+    const Tensor b = io::load_npy(ctx, path);
+    CHECK(b.dtype() == DType::i8);
+    CHECK(b.to_vector<std::int8_t>() == std::vector<std::int8_t>{-128, -1, 7});
+  }
 }
 
 TEST_CASE("io: damaged or hostile npy files are refused") {

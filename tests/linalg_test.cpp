@@ -271,6 +271,118 @@ TEST_CASE("linalg: f32 and bf16 GEMMs sweep odd sizes 1-67 in every dimension an
   }
 }
 
+// An int8 product's result, which must equal the sums exactly (they fit in
+// i32 and in f64's mantissa here).
+void check_exact(const Tensor& got, const Expected& e) {
+  REQUIRE(got.shape() == e.shape);
+  REQUIRE(got.dtype() == DType::i32);
+  const std::vector<double> v = got.to_vector<double>();
+  REQUIRE(v.size() == e.value.size());
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < v.size(); ++i)
+    if (v[i] != e.value[i] && bad++ < 5) FAIL_CHECK("element " << i << ": got " << v[i] << ", expected " << e.value[i]);
+  CHECK(bad == 0);
+}
+
+// Full-range int8 values (u8: 0..255, i8: -128..127) in operand()'s layouts.
+Tensor int8_operand(TestContext& ctx, std::int64_t r, std::int64_t c, int layout, DType t) {
+  const std::int64_t lo = t == DType::u8 ? 0 : -128;
+  const auto draw = [&](const Shape& s) { return ctx.randint(lo, lo + 256, s).to(t); };
+  switch (layout % 4) {
+    case 0:
+      return draw({r, c});
+    case 1:
+      return draw({c, r}).t();
+    case 2:
+      return draw({r, 2 * c}).slice(1, 0, 2 * c, 2);
+    default:
+      return draw({c, 2 * r}).t().slice(0, 0, 2 * r, 2);
+  }
+}
+
+// The int8 GEMM's edges, as the f32 sweep's: every dimension over 1..67 (k
+// not a multiple of the kernel's quads of 4 included), the 16 layout pairs,
+// then block-crossing sizes; u8 x i8 and i8 x i8 (whose a is offset by 128
+// and corrected by B's column sums), on one and two threads. Exact.
+TEST_CASE("linalg: int8 GEMMs (u8 x i8 and i8 x i8 into i32) sweep odd sizes 1-67 in every layout, exactly",
+          "[linalg][gemm]") {
+  for (const auto& [threads, t] :
+       std::vector<std::pair<int, DType>>{{1, DType::u8}, {1, DType::i8}, {2, DType::u8}, {2, DType::i8}}) {
+    INFO(threads << " thread(s), a " << forge::dtype_name(t));
+    TestContext ctx(forge_test::context_options(threads));
+    std::mt19937 rng(11);
+    const auto other = [&] { return static_cast<std::int64_t>(1 + rng() % 67); };
+    const auto check = [&](std::int64_t m, std::int64_t n, std::int64_t k) {
+      for (int layout = 0; layout < 16; ++layout) {
+        INFO("m " << m << " n " << n << " k " << k << " layouts " << layout % 4 << ", " << layout / 4);
+        const Tensor a = int8_operand(ctx, m, k, layout % 4, t), b = int8_operand(ctx, k, n, layout / 4, DType::i8);
+        check_exact(forge::matmul(a, b), reference_matmul(a, b));
+      }
+    };
+    for (std::int64_t s = 1; s <= 67; s += (s < 20 ? 1 : 3)) {
+      check(s, other(), other());
+      check(other(), s, other());
+      check(other(), other(), s);
+    }
+    for (const auto& [m, n, k] : std::vector<std::array<std::int64_t, 3>>{
+             {70, 800, 600}, {9, 13, 2100}, {129, 50, 4099}, {1, 770, 70}, {300, 3, 64}})
+      check(m, n, k);
+  }
+}
+
+TEST_CASE("linalg: int8 products batch, broadcast, write through any out, and sum extremes exactly or wrapped",
+          "[linalg][gemm]") {
+  TestContext ctx(forge_test::context_options(2));
+  for (const DType t : {DType::u8, DType::i8}) {
+    INFO("a " << forge::dtype_name(t));
+    const std::int64_t lo = t == DType::u8 ? 0 : -128;
+    const Tensor a = ctx.randint(lo, lo + 256, {3, 1, 20, 30}).to(t);
+    const Tensor b = ctx.randint(-128, 128, {4, 30, 10}).to(DType::i8);
+    check_exact(forge::matmul(a, b), reference_matmul(a, b));
+    const Tensor x = ctx.randint(lo, lo + 256, {8, 33, 70}).to(t),
+                 y = ctx.randint(-128, 128, {8, 70, 40}).to(DType::i8);
+    check_exact(forge::bmm(x, y), reference_matmul(x, y));
+    check_exact(forge::mm(x.select(0, 1), y.select(0, 2)), reference_matmul(x.select(0, 1), y.select(0, 2)));
+    check_exact(forge::matmul(x.select(0, 0).select(0, 3), y.select(0, 0)),
+                reference_matmul(x.select(0, 0).select(0, 3), y.select(0, 0)));
+    Tensor transposed = ctx.full({8, 40, 33}, 7.0, DType::i32).transpose(1, 2);
+    forge::bmm_into(transposed, x, y);
+    check_exact(transposed, reference_matmul(x, y));
+    Tensor zeros_k = ctx.full({5, 4}, 9.0, DType::i32);
+    forge::mm_into(zeros_k, ctx.zeros({5, 0}, t), ctx.zeros({0, 4}, DType::i8));
+    CHECK(zeros_k.to_vector<std::int32_t>() == std::vector<std::int32_t>(20, 0));
+  }
+  // Extremes: every product at its largest magnitude. i8 x i8 at k = 70000
+  // sums to 16384 k = 1146880000, which fits; u8 x i8 to -32640 k, which
+  // does not, and wraps modulo 2^32 as i32 accumulation does.
+  const std::int64_t k = 70000;
+  const Tensor i8_min = ctx.full({2, k}, -128.0, DType::i8), w = ctx.full({k, 3}, -128.0, DType::i8);
+  CHECK(forge::matmul(i8_min, w).to_vector<std::int32_t>() == std::vector<std::int32_t>(6, 16384 * 70000));
+  const Tensor u8_max = ctx.full({2, k}, 255.0, DType::u8);
+  const auto wrapped = static_cast<std::int32_t>(static_cast<std::uint32_t>(std::int64_t{-32640} * k));
+  CHECK(forge::matmul(u8_max, w).to_vector<std::int32_t>() == std::vector<std::int32_t>(6, wrapped));
+}
+
+TEST_CASE("linalg: int8 products refuse other pairings, biases and a non-i32 out", "[linalg]") {
+  TestContext ctx;
+  const Tensor i8 = ctx.zeros({2, 2}, DType::i8), u8 = ctx.zeros({2, 2}, DType::u8), f = ctx.zeros({2, 2});
+  FORGE_REQUIRE_ERROR(dtype, "matmul", (void)forge::matmul(i8, u8));  // b must be i8
+  FORGE_REQUIRE_ERROR(dtype, "matmul", (void)forge::matmul(u8, u8));
+  FORGE_REQUIRE_ERROR(dtype, "matmul", (void)forge::matmul(i8, f));
+  FORGE_REQUIRE_ERROR(dtype, "mm", (void)forge::mm(f, i8));
+  FORGE_REQUIRE_ERROR(dtype, "bmm", (void)forge::bmm(u8.view({1, 2, 2}), u8.view({1, 2, 2})));
+  FORGE_REQUIRE_ERROR(dtype, "linear", (void)forge::linear(u8, i8));
+  FORGE_REQUIRE_ERROR(dtype, "addmm", (void)forge::addmm(ctx.zeros({2}, DType::i32), u8, i8));
+  FORGE_REQUIRE_ERROR(dtype, "dot", (void)forge::dot(i8.select(0, 0), i8.select(0, 0)));
+  Tensor out_f32 = ctx.zeros({2, 2});
+  FORGE_REQUIRE_ERROR(dtype, "matmul_into", (void)forge::matmul_into(out_f32, i8, i8));
+  Tensor out_i32 = ctx.zeros({2, 2}, DType::i32);
+  CHECK(forge::matmul_into(out_i32, u8, i8).dtype() == DType::i32);
+  const std::string message =
+      forge_test::expect_error(ErrorCode::dtype, "matmul", [&] { (void)forge::matmul(i8, u8); });
+  CHECK(message.find("u8 or i8 a and an i8 b") != std::string::npos);
+}
+
 TEST_CASE("linalg: matmul_into writes through transposed and strided outs", "[linalg]") {
   TestContext ctx;
   for (DType t : kFloatDTypes) {

@@ -45,7 +45,10 @@ DType reference_promote(DType a, DType b) {
   if (fa && fb) return (a == DType::f64 || b == DType::f64) ? DType::f64 : DType::f32;
   if (fa) return a;
   if (fb) return b;
-  auto rank = [](DType t) { return t == DType::boolean ? 0 : t == DType::u8 ? 1 : t == DType::i32 ? 2 : 3; };
+  auto rank = [](DType t) {
+    return t == DType::boolean ? 0 : t == DType::u8 || t == DType::i8 ? 1 : t == DType::i32 ? 2 : 3;
+  };
+  if (rank(a) == rank(b)) return DType::i32;  // u8 with i8: libtorch's i16, which forge lacks
   return rank(a) > rank(b) ? a : b;
 }
 
@@ -207,6 +210,8 @@ struct Gen {
         return static_cast<long double>(static_cast<std::int64_t>(rng()));
       case DType::u8:
         return static_cast<long double>(rng() & 0xffu);
+      case DType::i8:
+        return static_cast<long double>(static_cast<std::int8_t>(static_cast<std::uint8_t>(rng())));
       case DType::boolean:
         return static_cast<long double>(rng() & 1u);
     }
@@ -333,7 +338,7 @@ TEST_CASE("ops: add and mul match naive loops on broadcast shapes and every layo
 TEST_CASE("ops: relu matches a naive loop in every dtype but bool, on every layout") {
   TestContext ctx;
   Gen gen;
-  for (DType t : {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64, DType::u8}) {
+  for (DType t : {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64, DType::u8, DType::i8}) {
     for (const Shape& s : {Shape{}, Shape{7}, Shape{3, 5}, Shape{2, 0, 3}, Shape{4, 1, 6}, Shape{2, 3, 4, 5}}) {
       for (Layout l : {Layout::packed, Layout::offset, Layout::transposed, Layout::stepped, Layout::expanded}) {
         INFO(forge::dtype_name(t) << " " << s << " " << layout_name(l));

@@ -29,6 +29,7 @@ TEST_CASE("scalar: result_type of a tensor and a Scalar follows libtorch's table
       // a scalar never widens a tensor within its category
       {DType::i32, Scalar(2), DType::i32},
       {DType::u8, Scalar(1000), DType::u8},
+      {DType::i8, Scalar(-1000), DType::i8},
       {DType::f16, Scalar(0.5), DType::f16},
       {DType::bf16, Scalar(3), DType::bf16},
       {DType::f64, Scalar(1.5f), DType::f64},
@@ -39,6 +40,7 @@ TEST_CASE("scalar: result_type of a tensor and a Scalar follows libtorch's table
       {DType::i32, Scalar(0.5), DType::f32},
       {DType::i64, Scalar(1.0), DType::f32},
       {DType::u8, Scalar(2.0f), DType::f32},
+      {DType::i8, Scalar(0.5), DType::f32},
       {DType::boolean, Scalar(1.5), DType::f32},
       // an integer scalar makes a bool result i64
       {DType::boolean, Scalar(2), DType::i64},

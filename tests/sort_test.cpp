@@ -32,8 +32,8 @@ namespace {
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-const std::vector<DType> kRealDTypes = {DType::f32, DType::f64, DType::f16, DType::bf16,
-                                        DType::i32, DType::i64, DType::u8,  DType::boolean};
+const std::vector<DType> kRealDTypes = {DType::f32, DType::f64, DType::f16,     DType::bf16, DType::i32,
+                                        DType::i64, DType::u8,  DType::boolean, DType::i8};
 
 std::vector<double> doubles(const Tensor& t) { return t.to_vector<double>(); }
 std::vector<std::int64_t> longs(const Tensor& t) { return t.to_vector<std::int64_t>(); }
@@ -524,6 +524,11 @@ TEST_CASE("randint: values cover low to high - 1 evenly in the asked dtype, and 
   FORGE_REQUIRE_ERROR(invalid_argument, "randint", (void)ctx.randint(5, 5, {2}));
   FORGE_REQUIRE_ERROR(out_of_range, "randint", (void)ctx.randint(0, 257, {2}, DType::u8));
   FORGE_REQUIRE_ERROR(out_of_range, "randint", (void)ctx.randint(-1, 1, {2}, DType::u8));
+  FORGE_REQUIRE_ERROR(out_of_range, "randint", (void)ctx.randint(-129, 0, {2}, DType::i8));
+  FORGE_REQUIRE_ERROR(out_of_range, "randint", (void)ctx.randint(0, 129, {2}, DType::i8));
+  const std::vector<std::int64_t> bytes = longs(ctx.randint(-128, 128, {4000}, DType::i8));
+  CHECK(*std::min_element(bytes.begin(), bytes.end()) == -128);
+  CHECK(*std::max_element(bytes.begin(), bytes.end()) == 127);
   FORGE_REQUIRE_ERROR(out_of_range, "randint", (void)ctx.randint(0, 4000, {2}, DType::f16));
 }
 
@@ -550,4 +555,10 @@ TEST_CASE("randperm: a permutation of 0..n-1 in the asked dtype, reproducible un
   CHECK(longs(ctx.randperm(64)) == a);
   FORGE_REQUIRE_ERROR(invalid_argument, "randperm", (void)ctx.randperm(-1));
   FORGE_REQUIRE_ERROR(out_of_range, "randperm", (void)ctx.randperm(300, DType::u8));
+  FORGE_REQUIRE_ERROR(out_of_range, "randperm", (void)ctx.randperm(129, DType::i8));
+  std::vector<std::int64_t> p8 = longs(ctx.randperm(128, DType::i8));
+  std::sort(p8.begin(), p8.end());
+  CHECK(p8.front() == 0);
+  CHECK(p8.back() == 127);
+  CHECK(std::adjacent_find(p8.begin(), p8.end()) == p8.end());
 }

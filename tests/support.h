@@ -24,9 +24,9 @@ class TestContext : public forge::ExecContext {
   explicit TestContext(const forge::ExecContextOptions& options) : forge::ExecContext(options) { track(runtime()); }
 };
 
-inline constexpr forge::DType kAllDTypes[] = {forge::DType::f32,  forge::DType::f64,    forge::DType::f16,
-                                              forge::DType::bf16, forge::DType::i32,    forge::DType::i64,
-                                              forge::DType::u8,   forge::DType::boolean};
+inline constexpr forge::DType kAllDTypes[] = {forge::DType::f32,  forge::DType::f64,     forge::DType::f16,
+                                              forge::DType::bf16, forge::DType::i32,     forge::DType::i64,
+                                              forge::DType::u8,   forge::DType::boolean, forge::DType::i8};
 inline constexpr forge::DType kFloatDTypes[] = {forge::DType::f32, forge::DType::f64, forge::DType::f16,
                                                 forge::DType::bf16};
 

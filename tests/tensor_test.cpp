@@ -156,12 +156,14 @@ TEST_CASE("tensor: full, fill_ and the ranges refuse a value that does not fit t
     double value;
     DType dtype;
   };
-  for (const Bad& b :
-       {Bad{256, DType::u8}, Bad{-1.0, DType::u8}, Bad{255.5, DType::u8}, Bad{-0.5, DType::u8},
-        Bad{-2147483648.5, DType::i32}, Bad{0x1p63, DType::i64}, Bad{3e9, DType::i32}, Bad{-2147483649.0, DType::i32},
-        Bad{9.3e18, DType::i64}, Bad{kNaN, DType::i64}, Bad{kInf, DType::u8}, Bad{-kInf, DType::i32},
-        Bad{0.5, DType::boolean}, Bad{kNaN, DType::boolean}, Bad{-1, DType::boolean}, Bad{1e6, DType::f16},
-        Bad{1e39, DType::bf16}, Bad{1e300, DType::f32}}) {
+  for (const Bad& b : {Bad{256, DType::u8},      Bad{-1.0, DType::u8},           Bad{255.5, DType::u8},
+                       Bad{-0.5, DType::u8},     Bad{-2147483648.5, DType::i32}, Bad{0x1p63, DType::i64},
+                       Bad{3e9, DType::i32},     Bad{-2147483649.0, DType::i32}, Bad{9.3e18, DType::i64},
+                       Bad{kNaN, DType::i64},    Bad{kInf, DType::u8},           Bad{-kInf, DType::i32},
+                       Bad{0.5, DType::boolean}, Bad{kNaN, DType::boolean},      Bad{-1, DType::boolean},
+                       Bad{1e6, DType::f16},     Bad{1e39, DType::bf16},         Bad{1e300, DType::f32},
+                       Bad{128, DType::i8},      Bad{-129, DType::i8},           Bad{127.5, DType::i8},
+                       Bad{kNaN, DType::i8}}) {
     CAPTURE(b.value, forge::dtype_name(b.dtype));
     FORGE_REQUIRE_ERROR(out_of_range, "full", (void)ctx.full({2}, b.value, b.dtype));
     FORGE_REQUIRE_ERROR(out_of_range, "full", (void)forge::full({2}, b.value, b.dtype));
@@ -183,6 +185,8 @@ TEST_CASE("tensor: full, fill_ and the ranges refuse a value that does not fit t
   // and i64 values past 2^53 exactly.
   CHECK(ctx.full({1}, 255, DType::u8).item<std::uint8_t>() == 255);
   CHECK(ctx.full({1}, 254.9, DType::u8).item<std::uint8_t>() == 254);
+  CHECK(ctx.full({1}, -128, DType::i8).item<std::int8_t>() == -128);
+  CHECK(ctx.full({1}, -127.9, DType::i8).item<std::int8_t>() == -127);
   CHECK(ctx.full({1}, -2147483647.9, DType::i32).item<std::int32_t>() == -2147483647);
   CHECK(ctx.full({1}, -0x1p63, DType::i64).item<std::int64_t>() == std::numeric_limits<std::int64_t>::min());
   CHECK(ctx.full({1}, std::numeric_limits<std::int64_t>::min(), DType::i64).item<std::int64_t>() ==
@@ -225,7 +229,7 @@ TEST_CASE("tensor: arange counts up and down, with fractional and negative steps
   CHECK(ctx.arange(5, 0, -1, DType::i64).to_vector<std::int64_t>() == std::vector<std::int64_t>{5, 4, 3, 2, 1});
   CHECK(ctx.arange(0, 1, 0.3, DType::f64).numel() == 4);  // 0, .3, .6, .9: ceil((end - start) / step)
   CHECK(ctx.arange(2, 2).numel() == 0);
-  for (DType t : {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64, DType::u8}) {
+  for (DType t : {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64, DType::u8, DType::i8}) {
     INFO(forge::dtype_name(t));
     const Tensor a = ctx.arange(0, 6, 1, t);
     CHECK(a.dtype() == t);
@@ -615,10 +619,10 @@ TEST_CASE("tensor: printing a 1-D tensor gives a column") {
 
 TEST_CASE("tensor: printing names every dtype's libtorch type in the footer") {
   TestContext ctx;
-  const std::pair<DType, const char*> names[] = {{DType::f32, "CPUFloatType"}, {DType::f64, "CPUDoubleType"},
-                                                 {DType::f16, "CPUHalfType"},  {DType::bf16, "CPUBFloat16Type"},
-                                                 {DType::i32, "CPUIntType"},   {DType::i64, "CPULongType"},
-                                                 {DType::u8, "CPUByteType"},   {DType::boolean, "CPUBoolType"}};
+  const std::pair<DType, const char*> names[] = {
+      {DType::f32, "CPUFloatType"},     {DType::f64, "CPUDoubleType"},   {DType::f16, "CPUHalfType"},
+      {DType::bf16, "CPUBFloat16Type"}, {DType::i32, "CPUIntType"},      {DType::i64, "CPULongType"},
+      {DType::u8, "CPUByteType"},       {DType::boolean, "CPUBoolType"}, {DType::i8, "CPUCharType"}};
   for (const auto& [t, name] : names) {
     INFO(name);
     CHECK(print(ctx.ones({2}, t)) == std::string(" 1\n 1\n[ ") + name + "{2} ]");

@@ -9,9 +9,10 @@
 
 namespace forge {
 
-enum class DType : std::uint8_t { f32, f64, f16, bf16, i32, i64, u8, boolean };
+// i8 comes last so the values of the others stay as they were.
+enum class DType : std::uint8_t { f32, f64, f16, bf16, i32, i64, u8, boolean, i8 };
 
-inline constexpr int kNumDTypes = 8;
+inline constexpr int kNumDTypes = 9;
 
 constexpr std::size_t dtype_size(DType t) noexcept {
   switch (t) {
@@ -25,6 +26,7 @@ constexpr std::size_t dtype_size(DType t) noexcept {
     case DType::bf16:
       return 2;
     case DType::u8:
+    case DType::i8:
     case DType::boolean:
       return 1;
   }
@@ -37,11 +39,12 @@ constexpr bool is_floating(DType t) noexcept {
   return t == DType::f32 || t == DType::f64 || t == DType::f16 || t == DType::bf16;
 }
 constexpr bool is_integral(DType t) noexcept {  // bool excluded, as in libtorch
-  return t == DType::i32 || t == DType::i64 || t == DType::u8;
+  return t == DType::i32 || t == DType::i64 || t == DType::u8 || t == DType::i8;
 }
 
 // The dtype of a binary op's result (libtorch's promote_types over forge's
-// dtypes): bool < integers < floats; f16 with bf16 gives f32.
+// dtypes): bool < integers < floats; f16 with bf16 gives f32; i8 with u8
+// gives i32 (libtorch's i16, which forge lacks).
 DType promote_types(DType a, DType b) noexcept;
 
 // IEEE binary16 storage. Arithmetic happens in f32.
@@ -101,6 +104,10 @@ struct dtype_of<std::uint8_t> {
   static constexpr DType value = DType::u8;
 };
 template <>
+struct dtype_of<std::int8_t> {
+  static constexpr DType value = DType::i8;
+};
+template <>
 struct dtype_of<bool> {
   static constexpr DType value = DType::boolean;
 };
@@ -127,6 +134,8 @@ decltype(auto) dispatch_dtype(DType t, Fn&& fn) {
       return fn(std::uint8_t{});
     case DType::boolean:
       return fn(bool{});
+    case DType::i8:
+      return fn(std::int8_t{});
   }
   return fn(float{});
 }

@@ -22,15 +22,19 @@ std::string_view dtype_name(DType t) noexcept {
       return "u8";
     case DType::boolean:
       return "bool";
+    case DType::i8:
+      return "i8";
   }
   return "?";
 }
 
 namespace {
 // libtorch's lattice restricted to forge's dtypes: a rank inside each kind.
+// i8 and u8 share a rank: neither holds the other (promote_types pairs them).
 int int_rank(DType t) noexcept {
   switch (t) {
     case DType::u8:
+    case DType::i8:
       return 1;
     case DType::i32:
       return 2;
@@ -53,7 +57,10 @@ DType promote_types(DType a, DType b) noexcept {
     if (a == DType::f64 || b == DType::f64) return DType::f64;
     return DType::f32;  // f32 with a 16-bit float, or f16 with bf16
   }
-  return int_rank(a) >= int_rank(b) ? a : b;
+  // libtorch gives i16 for i8 with u8; forge has no i16, and i32 is the
+  // smallest forge dtype that holds both ranges.
+  if (int_rank(a) == int_rank(b)) return DType::i32;
+  return int_rank(a) > int_rank(b) ? a : b;
 }
 
 // Round to nearest even. Normal results rebias the exponent and round the

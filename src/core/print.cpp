@@ -39,6 +39,8 @@ const char* scalar_type_name(DType t) {
       return "ByteType";
     case DType::boolean:
       return "BoolType";
+    case DType::i8:
+      return "CharType";
   }
   return "Type";
 }

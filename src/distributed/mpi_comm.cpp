@@ -130,6 +130,8 @@ MPI_Datatype mpi_type(DType dtype) {
     case DType::u8:
     case DType::boolean:
       return MPI_UINT8_T;
+    case DType::i8:
+      return MPI_INT8_T;
   }
   return MPI_DATATYPE_NULL;
 }

@@ -6,7 +6,7 @@
 //   - each collective is queued on the context's current stream (read at
 //     start(), so a StreamGuard is honoured), followed by a CUDA event that
 //     the waiter polls (Note [Work completion] in comm.h); nothing here waits;
-//   - dtypes f32, f64, f16, bf16, i32, i64, u8; bool moves (broadcast,
+//   - dtypes f32, f64, f16, bf16, i32, i64, u8, i8; bool moves (broadcast,
 //     all_gather) as bytes and is never reduced; mean is ncclAvg, floating
 //     dtypes only; barrier is an all-reduce of one float the comm owns;
 //   - every NCCL or CUDA failure is ErrorCode::distributed naming the
@@ -111,6 +111,8 @@ ncclDataType_t nccl_type(DType dtype) noexcept {
     case DType::u8:
     case DType::boolean:
       return ncclUint8;
+    case DType::i8:
+      return ncclInt8;
   }
   return ncclUint8;
 }

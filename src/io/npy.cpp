@@ -44,8 +44,8 @@ struct Descr {
   DType dtype;
   std::string_view name;  // without the byte-order character
 };
-constexpr Descr kDescrs[] = {{DType::f32, "f4"}, {DType::f64, "f8"}, {DType::f16, "f2"},    {DType::i32, "i4"},
-                             {DType::i64, "i8"}, {DType::u8, "u1"},  {DType::boolean, "b1"}};
+constexpr Descr kDescrs[] = {{DType::f32, "f4"}, {DType::f64, "f8"}, {DType::f16, "f2"},     {DType::i32, "i4"},
+                             {DType::i64, "i8"}, {DType::u8, "u1"},  {DType::boolean, "b1"}, {DType::i8, "i1"}};
 
 std::string descr_of(DType dtype) {
   for (const auto& d : kDescrs)
@@ -219,7 +219,7 @@ std::pair<DType, bool> parse_descr(const std::filesystem::path& path, const std:
       if (order == '>') return {d.dtype, true};
     }
   }
-  refuse(path, "descr '", descr, "' is not one of '<f4' '<f8' '<f2' '<i4' '<i8' '|u1' '|b1' (either byte order)");
+  refuse(path, "descr '", descr, "' is not one of '<f4' '<f8' '<f2' '<i4' '<i8' '|u1' '|i1' '|b1' (either byte order)");
 }
 
 // Element count and bytes of a shape, or a refusal when they overflow int64.

@@ -57,9 +57,9 @@ struct DTypeName {
   DType dtype;
   std::string_view name;
 };
-constexpr DTypeName kDTypeNames[] = {{DType::f32, "F32"},   {DType::f64, "F64"},     {DType::f16, "F16"},
-                                     {DType::bf16, "BF16"}, {DType::i32, "I32"},     {DType::i64, "I64"},
-                                     {DType::u8, "U8"},     {DType::boolean, "BOOL"}};
+constexpr DTypeName kDTypeNames[] = {{DType::f32, "F32"},   {DType::f64, "F64"},      {DType::f16, "F16"},
+                                     {DType::bf16, "BF16"}, {DType::i32, "I32"},      {DType::i64, "I64"},
+                                     {DType::u8, "U8"},     {DType::boolean, "BOOL"}, {DType::i8, "I8"}};
 
 std::string_view safetensors_name(DType dtype) {
   for (const auto& d : kDTypeNames)

@@ -40,6 +40,8 @@ IntegerRange exact_integers(DType dtype) {
       return {0, 1};
     case DType::u8:
       return {0, 255};
+    case DType::i8:
+      return {-128, 127};
     case DType::i32:
       return {std::numeric_limits<std::int32_t>::min(), std::numeric_limits<std::int32_t>::max()};
     case DType::i64:

@@ -4,6 +4,8 @@
 // Nothing is copied to make an operand contiguous; the kernel reads views
 // through their strides. Under autocast (forge/amp.h) matmul, bmm and linear
 // first recall themselves on their f32 operands cast to the region's dtype.
+// matmul, mm and bmm (and their _into forms) also take int8 operands: a u8
+// or i8, b i8, the result i32 (Note [int8 products]).
 
 #include "autograd/rules/linalg.h"
 
@@ -51,9 +53,21 @@ Strides broadcast_strides(const Side& s, const Shape& batch) {
   return out;
 }
 
+// Note [int8 products]
+// An int8 product multiplies a u8 or i8 `a` by an i8 `b` and sums in i32,
+// as VPDPBUSD does (u8 x s8; an i8 a is offset by 128 and corrected), and
+// as libtorch's _int_mm does for i8 x i8. The sums are exact while they fit
+// in i32 and wrap modulo 2^32 beyond. There is no bias, alpha or beta and
+// no gradient (integer tensors never require one); an i8 x u8 product is
+// refused rather than silently reordered.
+bool int8_product(const Tensor& a, const Tensor& b) {
+  return (a.dtype() == DType::u8 || a.dtype() == DType::i8) && b.dtype() == DType::i8;
+}
+
 struct Plan {
   backend::MatmulProblem p;
   Shape out_shape;
+  DType out_dtype = DType::f32;
   bool has_rows = true, has_cols = true;  // whether out keeps the m and n dims
 };
 
@@ -63,6 +77,7 @@ Plan plan(const char* op, const Tensor& a, const Side& sa, bool a_vector, const 
   Plan pl;
   backend::MatmulProblem& p = pl.p;
   p.dtype = a.dtype();
+  pl.out_dtype = int8_product(a, b) ? DType::i32 : a.dtype();
   p.batch = broadcast_shapes(sa.batch, sb.batch, op);
   p.m = sa.rows;
   p.k = sa.cols;
@@ -101,10 +116,18 @@ void bind_out(Plan& pl, const Tensor& out) {
   pl.p.c.cs = pl.has_cols ? out.strides()[out.dim() - 1] : 0;
 }
 
-void check_operands(const char* op, const Tensor& a, const char* a_name, const Tensor& b, const char* b_name) {
+// Both operands floating and of one dtype, or, where the op takes them
+// (`int8`), an int8 product's (Note [int8 products]).
+void check_operands(const char* op, const Tensor& a, const char* a_name, const Tensor& b, const char* b_name,
+                    bool int8 = false) {
   detail::check_input(op, a, a_name);
   detail::check_input(op, b, b_name);
   detail::check_same_runtime(op, a, b);
+  if (int8 && int8_product(a, b)) return;
+  const auto eight_bit = [](const Tensor& t) { return t.dtype() == DType::u8 || t.dtype() == DType::i8; };
+  FORGE_CHECK(!int8 || !(eight_bit(a) || eight_bit(b)), dtype, op, "an int8 product takes a u8 or i8 ", a_name,
+              " and an i8 ", b_name, ", but ", a_name, " is ", dtype_name(a.dtype()), " and ", b_name, " is ",
+              dtype_name(b.dtype()));
   detail::check_same_floating(op, a, a_name, b, b_name);
 }
 
@@ -124,7 +147,7 @@ void compute(const char* op, Plan& pl, const Tensor& out) {
 }
 
 Tensor run(const char* op, Plan& pl, const Tensor& a) {
-  Tensor out = detail::allocate(a.runtime(), pl.out_shape, a.dtype(), op);
+  Tensor out = detail::allocate(a.runtime(), pl.out_shape, pl.out_dtype, op);
   compute(op, pl, out);
   detail::adopt_output(out);
   return out;
@@ -136,8 +159,8 @@ Tensor& run_into(const char* op, Tensor& out, Plan& pl, const Tensor& a, const T
   detail::check_same_runtime(op, out, a);
   FORGE_CHECK(out.shape() == pl.out_shape, shape, op, "out has shape ", out.shape(), " but the result has shape ",
               pl.out_shape);
-  FORGE_CHECK(out.dtype() == a.dtype(), dtype, op, "out is ", dtype_name(out.dtype()), " but the result is ",
-              dtype_name(a.dtype()));
+  FORGE_CHECK(out.dtype() == pl.out_dtype, dtype, op, "out is ", dtype_name(out.dtype()), " but the result is ",
+              dtype_name(pl.out_dtype));
   detail::check_no_overlap(op, out, a, "a");
   detail::check_no_overlap(op, out, b, "b");
   if (bias.defined()) detail::check_no_overlap(op, out, bias, "bias");
@@ -213,7 +236,7 @@ Plan plan_dot(const char* op, const Tensor& a, const Tensor& b) {
 Tensor matmul(const Tensor& a, const Tensor& b) try {
   if (amp::detail::autocasts(a, b)) [[unlikely]]
     return matmul(amp::detail::autocast(a), amp::detail::autocast(b));
-  check_operands("matmul", a, "a", b, "b");
+  check_operands("matmul", a, "a", b, "b", true);
   Plan pl = plan_matmul("matmul", a, b);
   Tensor out = run("matmul", pl, a);
   FORGE_RECORD(matmul, out, a, b);
@@ -222,7 +245,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) try {
 FORGE_CATCH_OOM("matmul")
 
 Tensor mm(const Tensor& a, const Tensor& b) try {
-  check_operands("mm", a, "a", b, "b");
+  check_operands("mm", a, "a", b, "b", true);
   Plan pl = plan_mm("mm", a, b);
   Tensor out = run("mm", pl, a);
   FORGE_RECORD(mm, out, a, b);
@@ -233,7 +256,7 @@ FORGE_CATCH_OOM("mm")
 Tensor bmm(const Tensor& a, const Tensor& b) try {
   if (amp::detail::autocasts(a, b)) [[unlikely]]
     return bmm(amp::detail::autocast(a), amp::detail::autocast(b));
-  check_operands("bmm", a, "a", b, "b");
+  check_operands("bmm", a, "a", b, "b", true);
   Plan pl = plan_bmm("bmm", a, b);
   Tensor out = run("bmm", pl, a);
   FORGE_RECORD(bmm, out, a, b);
@@ -284,7 +307,7 @@ FORGE_CATCH_OOM("dot")
 
 Tensor& matmul_into(Tensor& out, const Tensor& a, const Tensor& b) try {
   detail::check_writable("matmul_into", out, "out");
-  check_operands("matmul_into", a, "a", b, "b");
+  check_operands("matmul_into", a, "a", b, "b", true);
   Plan pl = plan_matmul("matmul_into", a, b);
   return run_into("matmul_into", out, pl, a, b);
 }
@@ -292,7 +315,7 @@ FORGE_CATCH_OOM("matmul_into")
 
 Tensor& mm_into(Tensor& out, const Tensor& a, const Tensor& b) try {
   detail::check_writable("mm_into", out, "out");
-  check_operands("mm_into", a, "a", b, "b");
+  check_operands("mm_into", a, "a", b, "b", true);
   Plan pl = plan_mm("mm_into", a, b);
   return run_into("mm_into", out, pl, a, b);
 }
@@ -300,7 +323,7 @@ FORGE_CATCH_OOM("mm_into")
 
 Tensor& bmm_into(Tensor& out, const Tensor& a, const Tensor& b) try {
   detail::check_writable("bmm_into", out, "out");
-  check_operands("bmm_into", a, "a", b, "b");
+  check_operands("bmm_into", a, "a", b, "b", true);
   Plan pl = plan_bmm("bmm_into", a, b);
   return run_into("bmm_into", out, pl, a, b);
 }

@@ -25,7 +25,7 @@ namespace bo = forge_test::backend_ops;
 
 const std::vector<DType> kFloat = {DType::f32, DType::f64, DType::f16, DType::bf16};
 const std::vector<DType> kNumeric = {DType::f32, DType::f64, DType::f16, DType::bf16,
-                                     DType::i32, DType::i64, DType::u8};
+                                     DType::i32, DType::i64, DType::u8,  DType::i8};
 
 // Sums in another order than the host's: a looser bound for the cases that
 // reduce long rows (matmul, conv), in f16 and bf16 above all.
@@ -214,8 +214,8 @@ std::vector<OpCase> copy_cases() {
       make(
           "to every dtype", "copy.copy_cast", kNumeric,
           [](Env& e) {
-            // In [0, 200): every dtype holds them (truncated), so no conversion is out of range.
-            const Tensor x = e.input({23, 45}, {.values = bo::uniform(0, 200)});
+            // In [0, 127): every dtype holds them (truncated), so no conversion is out of range.
+            const Tensor x = e.input({23, 45}, {.values = bo::uniform(0, 127)});
             std::vector<Tensor> outs;
             for (const DType d : forge_test::kAllDTypes) outs.push_back(x.to(d));
             e.emit("to each dtype", outs);

@@ -47,6 +47,9 @@ std::vector<double> distinct_values(DType dtype, std::int64_t n) {
       case DType::u8:
         x = static_cast<double>((i * 37) % 256);
         break;
+      case DType::i8:
+        x = static_cast<double>((i * 37) % 256 - 128);
+        break;
       case DType::boolean:
         x = i % 3 == 0 ? 1 : 0;
         break;

@@ -68,7 +68,7 @@ TEST_CASE("nccl: all_reduce of a group of one gives f32 and bf16 device values b
 TEST_CASE("nccl: all_reduce sum takes every dtype NCCL reduces, and a strided view", "[cuda][nccl]") {
   TestContext ctx(forge_test::cuda_options());
   dist::ProcessGroup group(ctx, nccl_options());
-  for (const DType dtype : {DType::f64, DType::f16, DType::i32, DType::i64, DType::u8}) {
+  for (const DType dtype : {DType::f64, DType::f16, DType::i32, DType::i64, DType::u8, DType::i8}) {
     INFO(forge::dtype_name(dtype));
     Tensor t = ctx.from_vector<std::int32_t>({1, 2, 3, 4, 5, 6}).to(dtype);
     group.all_reduce(t);

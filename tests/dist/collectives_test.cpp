@@ -65,7 +65,7 @@ TEST_CASE("dist: all_reduce of every dtype and op is its definition on every ran
   ExecContext ctx;
   dist::ProcessGroup group(ctx, options());
   const int size = group.size();
-  for (DType dtype : {DType::f32, DType::f64, DType::bf16, DType::f16, DType::i32, DType::i64, DType::u8}) {
+  for (DType dtype : {DType::f32, DType::f64, DType::bf16, DType::f16, DType::i32, DType::i64, DType::u8, DType::i8}) {
     for (dist::ReduceOp op : {dist::ReduceOp::sum, dist::ReduceOp::mean, dist::ReduceOp::max, dist::ReduceOp::min}) {
       INFO(dtype_name(dtype) << ' ' << dist::to_string(op));
       if (dtype == DType::u8 && op != dist::ReduceOp::max && op != dist::ReduceOp::min) continue;  // values < 0

@@ -1,12 +1,19 @@
 #pragma once
 // Linear algebra on the backend's GEMM (on the CPU: forge's own AVX-512
-// kernels for f32 and bf16, Eigen's for f64 and on builds without AVX-512).
-// Operands may be strided views: a transposed matrix is read through its
-// strides, not copied. Batches run in parallel in the context's task arena.
+// kernels for f32, bf16 and int8, Eigen's for f64 and on builds without
+// AVX-512). Operands may be strided views: a transposed matrix is read
+// through its strides, not copied. Batches run in parallel in the context's
+// task arena.
 // Accumulation: f32 for f32, f16 and bf16 inputs (bf16 on AVX512_BF16 cores
 // multiplies pairs with VDPBF16PS, which reads subnormal inputs as zero),
-// f64 for f64; 16-bit results are rounded once. Integer inputs are not taken
-// (dtype error); both operands must share a dtype.
+// f64 for f64; 16-bit results are rounded once. Floating operands must share
+// a dtype.
+// int8: matmul, mm and bmm (and their _into forms) also multiply a u8 or i8
+// `a` by an i8 `b` into an i32 result (libtorch's _int_mm for i8 x i8; on
+// AVX512_VNNI cores, VPDPBUSD). The sums are exact while they fit in i32 and
+// wrap modulo 2^32 beyond; there is no gradient. Every other integer or bool
+// pairing, and int8 operands of linear, addmm, outer and dot, is a dtype
+// error.
 
 #include <optional>
 
@@ -32,8 +39,8 @@ Tensor outer(const Tensor& a, const Tensor& b);
 // a [n] . b [n] -> a 0-d tensor.
 Tensor dot(const Tensor& a, const Tensor& b);
 
-// `out` must have the result's shape and the operands' dtype, and may not
-// overlap an operand.
+// `out` must have the result's shape and dtype (the operands', or i32 for an
+// int8 product), and may not overlap an operand.
 Tensor& matmul_into(Tensor& out, const Tensor& a, const Tensor& b);
 Tensor& mm_into(Tensor& out, const Tensor& a, const Tensor& b);
 Tensor& bmm_into(Tensor& out, const Tensor& a, const Tensor& b);

@@ -81,13 +81,16 @@ inline T wrap_mul(T a, T b) noexcept {
   return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
 }
 
-// The C++ types kernels compute in: f16 and bf16 compute as float.
+// The C++ types kernels compute in: f16 and bf16 compute as float, i8 as
+// int32_t (wrapped back to 8 bits when stored, so results match int8
+// arithmetic mod 256).
 inline constexpr int kNumCompute = 6;
 constexpr int compute_index(DType compute) noexcept {
   switch (compute) {
     case DType::f64:
       return 1;
     case DType::i32:
+    case DType::i8:
       return 2;
     case DType::i64:
       return 3;
@@ -110,13 +113,14 @@ constexpr void for_each_compute(Fn&& fn) {
   fn(bool{}, 5);
 }
 
-// The C++ type each compute dtype computes in (f16, bf16: float).
+// The C++ type each compute dtype computes in (f16, bf16: float; i8: int32_t).
 template <typename Fn>
 decltype(auto) dispatch_compute(DType compute, Fn&& fn) {
   switch (compute) {
     case DType::f64:
       return fn(double{});
     case DType::i32:
+    case DType::i8:
       return fn(std::int32_t{});
     case DType::i64:
       return fn(std::int64_t{});
@@ -151,7 +155,8 @@ void gather(C* dst, const std::byte* p, DType dtype, std::int64_t stride, std::i
 }
 
 // Stores src[i] at p + i * stride (any dtype), first rounding to the compute
-// dtype when that is a 16-bit float (Note [Compute dtype]).
+// dtype when that is a 16-bit float or wrapping it when that is i8 (Note
+// [Compute dtype]).
 template <typename C>
 void scatter(std::byte* p, DType dtype, std::int64_t stride, C* src, std::int64_t n, DType compute) noexcept {
   if constexpr (std::is_same_v<C, float>) {
@@ -159,6 +164,10 @@ void scatter(std::byte* p, DType dtype, std::int64_t stride, C* src, std::int64_
       for (std::int64_t i = 0; i < n; ++i) src[i] = static_cast<float>(Half(src[i]));
     } else if (compute == DType::bf16 && dtype != DType::bf16) {
       for (std::int64_t i = 0; i < n; ++i) src[i] = static_cast<float>(BFloat16(src[i]));
+    }
+  } else if constexpr (std::is_same_v<C, std::int32_t>) {
+    if (compute == DType::i8 && dtype != DType::i8) {
+      for (std::int64_t i = 0; i < n; ++i) src[i] = static_cast<std::int8_t>(src[i]);
     }
   }
   dispatch_dtype(dtype, [&](auto tag) {

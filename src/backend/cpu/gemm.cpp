@@ -12,6 +12,9 @@
 // - Batches run in parallel, one contiguous range of batch indices per
 //   thread, when that divides the work evenly or the products are small;
 //   otherwise one product at a time, each split over the threads.
+// - int8 products (a u8 or i8, b i8, C i32) run sgemm.h's int8 kernel,
+//   VPDPBUSD where the build has AVX512_VNNI and a portable loop nest
+//   elsewhere; a C without unit column stride is computed into scratch.
 // - bf16 products run sgemm.h's bf16 kernel (f32 accumulation) where the
 //   build has AVX512_BF16; f16 products, and bf16 elsewhere, widen their
 //   operands into f32 scratch. Either way C is accumulated in f32 and
@@ -474,10 +477,51 @@ void one_half_product(detail::DeviceRuntime& rt, const MatmulProblem& p, std::in
   });
 }
 
+// ---- int8 products (Note [int8 products] in ops/linalg.cpp) ----
+
+bool int8_dtype(DType dtype) { return dtype == DType::u8 || dtype == DType::i8; }
+
+// C (i32, row-major) = A B for one batch index, split over rt's threads.
+void int8_rows(detail::DeviceRuntime& rt, bool parallel, const MatmulProblem& p, const std::uint8_t* a,
+               const std::int8_t* b, std::int32_t* c, std::int64_t c_rs) {
+  const bool a_signed = p.dtype == DType::i8;
+  for_blocks(
+      rt, parallel, p.m, p.n, p.k,
+      [&](std::int64_t rows, std::int64_t cols) { return int8_gemm_scratch_bytes(rows, cols, p.k); },
+      [&](std::int64_t i0, std::int64_t rows, std::int64_t j0, std::int64_t cols) {
+        ScratchLease<float> lease;
+        float* scratch = packing_scratch(rt, (int8_gemm_scratch_bytes(rows, cols, p.k) + 3) / 4, lease);
+        int8_gemm(rows, cols, p.k, a_signed, a + i0 * p.a.rs, p.a.rs, p.a.cs, b + j0 * p.b.cs, p.b.rs, p.b.cs, false,
+                  c + i0 * c_rs + j0, c_rs, scratch);
+      });
+}
+
+void one_int8_product(detail::DeviceRuntime& rt, const MatmulProblem& p, std::int64_t index, bool parallel) {
+  const auto offset = [&](const MatrixOperand& x) { return batch_offset(p.batch, x.batch_strides, index); };
+  const auto* a = reinterpret_cast<const std::uint8_t*>(p.a.data) + offset(p.a);
+  const auto* b = reinterpret_cast<const std::int8_t*>(p.b.data) + offset(p.b);
+  auto* c = reinterpret_cast<std::int32_t*>(p.c.data) + offset(p.c);
+  const std::int64_t m = p.m, n = p.n;
+  if (p.k == 0) {
+    for (std::int64_t i = 0; i < m; ++i)
+      for (std::int64_t j = 0; j < n; ++j) c[i * p.c.rs + j * p.c.cs] = 0;
+    return;
+  }
+  if (p.c.cs == 1 || n == 1) {
+    int8_rows(rt, parallel, p, a, b, c, p.c.rs);
+    return;
+  }
+  ScratchLease<std::int32_t> tmp = rt.pool().scratch<std::int32_t>(static_cast<std::size_t>(m * n));
+  int8_rows(rt, parallel, p, a, b, tmp.data(), n);
+  for (std::int64_t i = 0; i < m; ++i)
+    for (std::int64_t j = 0; j < n; ++j) c[i * p.c.rs + j * p.c.cs] = tmp[static_cast<std::size_t>(i * n + j)];
+}
+
 }  // namespace
 
 std::size_t gemm_scratch_bytes(DType dtype, std::int64_t m, std::int64_t n, std::int64_t k) {
   if (m <= 0 || n <= 0 || k <= 0) return 0;
+  if (int8_dtype(dtype)) return int8_gemm_scratch_bytes(m, n, k);
   if (native_bf16(dtype)) return bf16_gemm_scratch_floats(m, n, k) * sizeof(float);
   if (m + n + k < 20) return 0;
   if (dtype != DType::f64 && sgemm_available()) {
@@ -551,6 +595,8 @@ void matmul(detail::DeviceRuntime& rt, const MatmulProblem& problem) {
     for (std::int64_t i = first; i < last; ++i) {
       if (half)
         one_half_product(rt, p, i, parallel_products, work.data() + slot * per_slot);
+      else if (int8_dtype(p.dtype))
+        one_int8_product(rt, p, i, parallel_products);
       else if (p.dtype == DType::f64)
         one_product<double>(rt, p, i, parallel_products);
       else

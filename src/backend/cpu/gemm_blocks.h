@@ -1,7 +1,8 @@
 #pragma once
-// Pieces the packed GEMMs (sgemm.cpp's f32, bf16_gemm.cpp's bf16) share:
-// block sizing, the micro-tiles' start and store, and the 8x8 in-register transpose their packing
-// uses. AVX-512 builds only.
+// Pieces the packed GEMMs (sgemm.cpp's f32, bf16_gemm.cpp's bf16,
+// int8_gemm.cpp's int8) share: block sizing, the loop nest, the micro-tiles'
+// start and store, and the 8x8 in-register transpose their packing uses.
+// AVX-512 builds only.
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -20,6 +21,30 @@ constexpr std::int64_t round_up(std::int64_t x, std::int64_t to) { return (x + t
 inline std::int64_t balanced_step(std::int64_t extent, std::int64_t cap, std::int64_t align) {
   const std::int64_t blocks = (extent + cap - 1) / cap;
   return std::min(cap, round_up((extent + blocks - 1) / blocks, align));
+}
+
+// The packed GEMMs' loop nest (BLIS's): for each [kc, nc] block of B,
+// pack_b(pc, kc, jc, nc) packs it; for each [mc, kc] block of A under it,
+// pack_a(ic, mc, pc, kc); then tile(i, rows, j, cols, kc, first) runs the
+// micro-tile at C[i, j] over every row panel (MR rows) and column panel (NR
+// columns) of the block, `first` on the first k block (where beta applies).
+template <std::int64_t MR, std::int64_t NR, std::int64_t MC, typename PackB, typename PackA, typename Tile>
+void for_packed_blocks(std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t kc_step, std::int64_t nc_step,
+                       PackB&& pack_b, PackA&& pack_a, Tile&& tile) {
+  for (std::int64_t jc = 0; jc < n; jc += nc_step) {
+    const std::int64_t nc = std::min(nc_step, n - jc);
+    for (std::int64_t pc = 0; pc < k; pc += kc_step) {
+      const std::int64_t kc = std::min(kc_step, k - pc);
+      pack_b(pc, kc, jc, nc);
+      for (std::int64_t ic = 0; ic < m; ic += MC) {
+        const std::int64_t mc = std::min(MC, m - ic);
+        pack_a(ic, mc, pc, kc);
+        for (std::int64_t ir = 0; ir < mc; ir += MR)
+          for (std::int64_t jr = 0; jr < nc; jr += NR)
+            tile(ic, ir, std::min(MR, mc - ir), jc, jr, std::min(NR, nc - jr), kc, pc == 0);
+      }
+    }
+  }
 }
 
 // The lanes' sum, pairwise (GCC 12's _mm512_reduce_add_ps trips

@@ -1,7 +1,7 @@
 // The cpu backend's linalg family (backend/kernels/linalg.h): the batched
 // GEMM driver of gemm.cpp and the attention and dropout kernels of
 // attention_kernels.cpp, for every floating dtype (16-bit ones accumulate
-// in f32).
+// in f32); matmul also for int8 products keyed by a's dtype, u8 or i8.
 
 #include "backend/cpu/attention_kernels.h"
 #include "backend/cpu/gemm.h"
@@ -10,7 +10,7 @@
 namespace forge::cpu {
 
 void fill_linalg_table(backend::LinalgKernels& k) {
-  k.matmul = {matmul, backend::kFloatDTypes};
+  k.matmul = {matmul, static_cast<backend::DTypeMask>(backend::kFloatDTypes | backend::mask_of(DType::u8, DType::i8))};
   k.attention = {attention, backend::kFloatDTypes};
   k.dropout = {dropout, backend::kFloatDTypes};
 }

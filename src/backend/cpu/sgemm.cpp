@@ -239,28 +239,21 @@ void run_packed(std::int64_t m, std::int64_t n, std::int64_t k, float alpha, con
   const std::int64_t nc_step = balanced_step(n, kNC, kNR);
   float* const abuf = scratch;
   float* const bbuf = scratch + round_up(std::min(m, kMC) * kc_step, 16);
-  for (std::int64_t jc = 0; jc < n; jc += nc_step) {
-    const std::int64_t nc = std::min(nc_step, n - jc);
-    for (std::int64_t pc = 0; pc < k; pc += kc_step) {
-      const std::int64_t kc = std::min(kc_step, k - pc);
-      const float beta_k = pc == 0 ? beta : 1.0f;
-      pack_b(kc, nc, b + pc * b_rs + jc * b_cs, b_rs, b_cs, bbuf);
-      for (std::int64_t ic = 0; ic < m; ic += kMC) {
-        const std::int64_t mc = std::min(kMC, m - ic);
+  for_packed_blocks<kMR, kNR, kMC>(
+      m, n, k, kc_step, nc_step,
+      [&](std::int64_t pc, std::int64_t kc, std::int64_t jc, std::int64_t nc) {
+        pack_b(kc, nc, b + pc * b_rs + jc * b_cs, b_rs, b_cs, bbuf);
+      },
+      [&](std::int64_t ic, std::int64_t mc, std::int64_t pc, std::int64_t kc) {
         pack_a(mc, kc, a + ic * a_rs + pc * a_cs, a_rs, a_cs, abuf);
-        for (std::int64_t ir = 0; ir < mc; ir += kMR) {
-          const std::int64_t rows = std::min<std::int64_t>(kMR, mc - ir);
-          const float* ap = abuf + ir * kc;
-          for (std::int64_t jr = 0; jr < nc; jr += kNR) {
-            const std::int64_t cols = std::min<std::int64_t>(kNR, nc - jr);
-            const std::int64_t vectors = (cols + 15) / 16;
-            tile_fn(rows, vectors, false)(kc, ap, bbuf + jr * kc, vectors * 16, lanes16(cols - (vectors - 1) * 16),
-                                          c + (ic + ir) * c_rs + jc + jr, c_rs, alpha, beta_k);
-          }
-        }
-      }
-    }
-  }
+      },
+      [&](std::int64_t ic, std::int64_t ir, std::int64_t rows, std::int64_t jc, std::int64_t jr, std::int64_t cols,
+          std::int64_t kc, bool first) {
+        const std::int64_t vectors = (cols + 15) / 16;
+        tile_fn(rows, vectors, false)(kc, abuf + ir * kc, bbuf + jr * kc, vectors * 16,
+                                      lanes16(cols - (vectors - 1) * 16), c + (ic + ir) * c_rs + jc + jr, c_rs, alpha,
+                                      first ? beta : 1.0f);
+      });
 }
 
 void run_direct(std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a, std::int64_t a_rs,

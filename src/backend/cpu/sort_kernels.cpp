@@ -13,7 +13,7 @@
 //   build a Fenwick tree of the weights (O(log V) per draw, removing each
 //   drawn weight without replacement).
 // - sort of a whole line of 32-bit-or-narrower keys (f32, f16, bf16, i32,
-//   u8, bool) of 256+ elements: an LSD radix sort of (key, index) words,
+//   u8, i8, bool) of 256+ elements: an LSD radix sort of (key, index) words,
 //   stable, so the same order as the comparison sort.
 
 #include "backend/cpu/sort_kernels.h"
@@ -100,6 +100,8 @@ inline std::uint32_t ordered_bits(V v) noexcept {
     return (u & 0x80000000u) != 0 ? ~u : u | 0x80000000u;
   } else if constexpr (std::is_same_v<V, std::int32_t>) {
     return static_cast<std::uint32_t>(v) ^ 0x80000000u;
+  } else if constexpr (std::is_same_v<V, std::int8_t>) {
+    return static_cast<std::uint32_t>(static_cast<std::uint8_t>(v) ^ 0x80u);
   } else {
     return v;
   }
@@ -211,8 +213,8 @@ void select_lines(detail::DeviceRuntime& rt, const SortArgs& a) {
 
   const std::int64_t grain = std::max<std::int64_t>(1, kLineGrainElements / n);
   // Whole long lines of keys of 32 bits or fewer sort by radix (same order, Note [Sort order]).
-  constexpr bool kNarrowKeys =
-      std::is_same_v<V, float> || std::is_same_v<V, std::int32_t> || std::is_same_v<V, std::uint8_t>;
+  constexpr bool kNarrowKeys = std::is_same_v<V, float> || std::is_same_v<V, std::int32_t> ||
+                               std::is_same_v<V, std::uint8_t> || std::is_same_v<V, std::int8_t>;
   const bool radix = kNarrowKeys && k == n && a.sorted && n >= kRadixMinElements && n <= kRadixMaxElements;
   rt.parallel_for(lines.count, grain, [&](std::int64_t l0, std::int64_t l1) {
     ScratchLease<I> scratch = rt.pool().scratch<I>(static_cast<std::size_t>(heap ? k : n));

@@ -18,13 +18,15 @@ namespace forge::cuda {
   for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
 
-// Calls fn(C{}) with the type `compute` computes in (f16, bf16: float).
+// Calls fn(C{}) with the type `compute` computes in (f16, bf16: float; i8:
+// std::int32_t).
 template <typename Fn>
 decltype(auto) dispatch_compute(DType compute, Fn&& fn) {
   switch (compute) {
     case DType::f64:
       return fn(double{});
     case DType::i32:
+    case DType::i8:
       return fn(std::int32_t{});
     case DType::i64:
       return fn(std::int64_t{});

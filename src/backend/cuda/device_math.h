@@ -8,8 +8,9 @@
 // elementwise_kernels.cpp, unary_backward_kernels.cpp, optim_kernels.cpp,
 // core/convert.h), with the same edge semantics: integer arithmetic wraps,
 // float-to-integer conversions saturate (NaN gives 0), 16-bit floats compute
-// in f32 and are rounded once to the compute dtype before being stored (Note
-// [Compute dtype] in backend/kernels/elementwise.h). The cpu's f32 vector
+// in f32 and are rounded once to the compute dtype before being stored, i8
+// computes in i32 and wraps to 8 bits before being stored (Note [Compute
+// dtype] in backend/kernels/elementwise.h). The cpu's f32 vector
 // paths (vec_math.h) differ from libm by a few ulp; the kernels here use the
 // CUDA math library, and tests compare within backend_ops.h's tolerances.
 //
@@ -181,6 +182,8 @@ FORGE_HD inline decltype(auto) dispatch_storage(DType dtype, Fn&& fn) {
       return fn(std::int64_t{});
     case DType::u8:
       return fn(std::uint8_t{});
+    case DType::i8:
+      return fn(std::int8_t{});
     case DType::boolean:
       return fn(bool{});
     default:
@@ -207,6 +210,8 @@ FORGE_HD inline C load_as(const void* p, DType dtype, std::int64_t i) noexcept {
       return convert<C>(static_cast<const std::int64_t*>(p)[i]);
     case DType::u8:
       return convert<C>(static_cast<const std::uint8_t*>(p)[i]);
+    case DType::i8:
+      return convert<C>(static_cast<const std::int8_t*>(p)[i]);
     case DType::boolean:
       return convert<C>(static_cast<const std::uint8_t*>(p)[i] != 0);
   }
@@ -238,6 +243,9 @@ FORGE_HD inline void store_as(void* p, DType dtype, std::int64_t i, C v) noexcep
     case DType::u8:
       static_cast<std::uint8_t*>(p)[i] = convert<std::uint8_t>(v);
       return;
+    case DType::i8:
+      static_cast<std::int8_t*>(p)[i] = convert<std::int8_t>(v);
+      return;
     case DType::boolean:
       static_cast<bool*>(p)[i] = convert<bool>(v);
       return;
@@ -245,10 +253,13 @@ FORGE_HD inline void store_as(void* p, DType dtype, std::int64_t i, C v) noexcep
 }
 
 // A result computed in C for `compute`, stored as element i of `dtype`: a
-// 16-bit compute dtype rounds first (Note [Compute dtype]).
+// 16-bit compute dtype rounds first, i8 wraps first (Note [Compute dtype]).
 template <typename C>
 FORGE_HD inline void store_result(void* p, DType dtype, std::int64_t i, C v, DType compute) noexcept {
   if constexpr (std::is_same_v<C, float>) v = round_to(compute, v);  // idempotent when dtype is compute
+  if constexpr (std::is_same_v<C, std::int32_t>) {
+    if (compute == DType::i8) v = static_cast<std::int8_t>(v);
+  }
   store_as<C>(p, dtype, i, v);
 }
 

@@ -11,6 +11,8 @@
 // read and written in place; any other is converted. f16 and bf16 compute in
 // f32 and are rounded once to the compute dtype before being stored, so an
 // f16 result written into an f32 `out` holds the f16 value, as in libtorch.
+// Likewise i8 computes in i32 and wraps to 8 bits before being stored (int8
+// arithmetic mod 256, as libtorch's).
 
 #include <cstddef>
 #include <cstdint>

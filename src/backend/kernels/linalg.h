@@ -26,8 +26,10 @@ struct MatrixOperand {
 
 // c[i] = beta * bias[i] + alpha * a[i] b[i] for every index i of `batch`;
 // without a bias (bias.data null) c[i] = alpha * a[i] b[i]. Every operand has
-// `dtype` (f32, f64, f16 or bf16; the 16-bit ones accumulate in f32). c must
-// not overlap the others.
+// `dtype` (f32, f64, f16 or bf16; the 16-bit ones accumulate in f32), except
+// in an int8 product: `dtype` u8 or i8 is a's, b is i8 and c i32, with no
+// bias, alpha = beta = 1, and sums in i32 that wrap modulo 2^32. c must not
+// overlap the others.
 struct MatmulProblem {
   DType dtype = DType::f32;
   Shape batch;
