@@ -503,8 +503,7 @@ void one_int8_product(detail::DeviceRuntime& rt, const MatmulProblem& p, std::in
   auto* c = reinterpret_cast<std::int32_t*>(p.c.data) + offset(p.c);
   const std::int64_t m = p.m, n = p.n;
   if (p.k == 0) {
-    for (std::int64_t i = 0; i < m; ++i)
-      for (std::int64_t j = 0; j < n; ++j) c[i * p.c.rs + j * p.c.cs] = 0;
+    scale_block<std::int32_t>(m, n, 0, c, p.c.rs, p.c.cs);
     return;
   }
   if (p.c.cs == 1 || n == 1) {
