@@ -203,6 +203,51 @@ TEST_CASE("conv: conv2d matches a naive 7-loop reference over random stride, pad
   CHECK(ran > 60);
 }
 
+TEST_CASE("conv: the f32 forward's item cuts, weight packing and column reads agree with the reference", "[conv]") {
+  // conv_packed.cpp cuts work by images, by chunks of positions (a batch
+  // too small to share out), and by blocks of output channels (a batch of
+  // one on a small image, its weights then packed as it goes); it reads
+  // columns as shifted rows (stride 1), even lanes (stride 2) or lane by
+  // lane (other strides, dilated or strided x), across several B blocks
+  // (wide images) and ragged last panels.
+  struct Case {
+    Shape x, w;
+    std::int64_t stride, pad, dilation, groups;
+    int layout;
+  };
+  const Case cases[] = {
+      {{1, 20, 7, 7}, {70, 20, 3, 3}, 1, 1, 1, 1, 0},   // by channel blocks, weights packed as it goes
+      {{1, 12, 9, 11}, {72, 6, 3, 3}, 1, 1, 1, 2, 0},   // the same with groups
+      {{1, 8, 40, 40}, {16, 8, 3, 3}, 1, 1, 1, 1, 0},   // chunks of positions
+      {{8, 3, 40, 40}, {10, 3, 3, 3}, 1, 1, 1, 1, 0},   // whole images wider than one B block
+      {{5, 4, 23, 37}, {9, 4, 3, 3}, 2, 1, 1, 1, 0},    // stride 2 (even lanes)
+      {{5, 4, 23, 37}, {9, 4, 3, 3}, 2, 1, 1, 1, 1},    // stride 2 of a transposed x (lane by lane)
+      {{3, 4, 29, 31}, {6, 4, 3, 3}, 3, 2, 1, 1, 0},    // stride 3
+      {{3, 4, 29, 31}, {6, 4, 3, 3}, 1, 2, 2, 1, 2},    // dilation 2, channels strided
+      {{4, 6, 5, 4}, {8, 6, 2, 2}, 1, 1, 1, 1, 0},      // out_w 5: pieces cut at every row
+      {{2, 6, 13, 13}, {5, 6, 1, 1}, 1, 0, 1, 1, 0},    // pointwise
+      {{2, 6, 13, 13}, {5, 6, 1, 1}, 1, 0, 1, 1, 1},    // pointwise of a transposed x
+      {{1, 3, 6, 2}, {4, 3, 3, 1}, 1, 0, 1, 1, 0},      // out_w 2: the tiled path
+      {{1, 30, 9, 9}, {260, 15, 3, 3}, 1, 1, 1, 2, 0},  // channel blocks with a ragged last panel of rows
+  };
+  for (const int threads : {1, 2}) {
+    TestContext ctx(forge_test::context_options(threads));
+    for (const Case& c : cases) {
+      Conv2dOptions o;
+      o.stride = {c.stride, c.stride};
+      o.padding = {c.pad, c.pad};
+      o.dilation = {c.dilation, c.dilation};
+      o.groups = c.groups;
+      const Tensor x = make_image(ctx, c.x, DType::f32, c.layout);
+      const Tensor w = ctx.randn(c.w), b = ctx.randn({c.w[0]});
+      INFO(threads << " threads, x " << c.x << " layout " << c.layout << " weight " << c.w << " stride " << c.stride
+                   << " pad " << c.pad << " dilation " << c.dilation << " groups " << c.groups);
+      check_close(forge::conv2d(x, w, b, o), reference_conv(x, w, b, o), DType::f32);
+      check_close(forge::conv2d(x, w, Tensor(), o), reference_conv(x, w, Tensor(), o), DType::f32);
+    }
+  }
+}
+
 TEST_CASE("conv: pointwise, unbatched, zero-size and large (tiled, threaded) convolutions", "[conv]") {
   TestContext ctx;
   for (DType t : kFloatDTypes) {

@@ -22,6 +22,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "backend/cpu/conv_packed.h"
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/pool2x2.h"
@@ -261,6 +262,9 @@ void conv2d_typed(detail::DeviceRuntime& rt, const Conv2dProblem& p) {
   std::int64_t w_rs = 0;
   ScratchLease<T> packed_w;
   const T* weight = flat_weights<T>(rt, w, p.out_channels, Cg, p.weight, p.weight_strides, packed_w, w_rs);
+  if constexpr (std::is_same_v<T, float>) {
+    if (conv2d_packed_f32(rt, p, weight, w_rs)) return;
+  }
 
   const bool pointwise = w.kernel_h == 1 && w.kernel_w == 1 && w.stride_h == 1 && w.stride_w == 1 && w.pad_h == 0 &&
                          w.pad_w == 0 && spatial_is_flat(w.h, w.w, xs);

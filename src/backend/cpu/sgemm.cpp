@@ -232,28 +232,45 @@ void pack_b(std::int64_t kc, std::int64_t nc, const float* b, std::int64_t rs, s
 
 // ---- drivers ----
 
-void run_packed(std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a, std::int64_t a_rs,
-                std::int64_t a_cs, const float* b, std::int64_t b_rs, std::int64_t b_cs, float beta, float* c,
-                std::int64_t c_rs, float* scratch) {
-  const std::int64_t kc_step = balanced_step(k, kKC, 8);
-  const std::int64_t nc_step = balanced_step(n, kNC, kNR);
-  float* const abuf = scratch;
-  float* const bbuf = scratch + round_up(std::min(m, kMC) * kc_step, 16);
+// The packed loop nest over B's blocks as fill_b(pc, kc, jc, nc, panels)
+// writes them, with A packed already (a.packed) or packed a block at a time
+// into the scratch after B's panels.
+template <typename FillB>
+void run_blocks(std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const SgemmA& a, FillB&& fill_b,
+                std::int64_t nc_cap, float beta, float* c, std::int64_t c_rs, float* scratch) {
+  const std::int64_t kc_step = balanced_step(k, kKC, 8), nc_step = balanced_step(n, nc_cap, kNR);
+  float* const panels = scratch;
+  float* const abuf = scratch + kc_step * round_up(nc_step, kNR);
+  const float* a_block = nullptr;
   for_packed_blocks<kMR, kNR, kMC>(
       m, n, k, kc_step, nc_step,
-      [&](std::int64_t pc, std::int64_t kc, std::int64_t jc, std::int64_t nc) {
-        pack_b(kc, nc, b + pc * b_rs + jc * b_cs, b_rs, b_cs, bbuf);
-      },
+      [&](std::int64_t pc, std::int64_t kc, std::int64_t jc, std::int64_t nc) { fill_b(pc, kc, jc, nc, panels); },
       [&](std::int64_t ic, std::int64_t mc, std::int64_t pc, std::int64_t kc) {
-        pack_a(mc, kc, a + ic * a_rs + pc * a_cs, a_rs, a_cs, abuf);
+        if (a.packed) {
+          a_block = a.packed + m * pc + ic * kc;  // sgemm_pack_a's layout
+        } else {
+          pack_a(mc, kc, a.data + ic * a.rs + pc * a.cs, a.rs, a.cs, abuf);
+          a_block = abuf;
+        }
       },
       [&](std::int64_t ic, std::int64_t ir, std::int64_t rows, std::int64_t jc, std::int64_t jr, std::int64_t cols,
           std::int64_t kc, bool first) {
         const std::int64_t vectors = (cols + 15) / 16;
-        tile_fn(rows, vectors, false)(kc, abuf + ir * kc, bbuf + jr * kc, vectors * 16,
+        tile_fn(rows, vectors, false)(kc, a_block + ir * kc, panels + jr * kc, vectors * 16,
                                       lanes16(cols - (vectors - 1) * 16), c + (ic + ir) * c_rs + jc + jr, c_rs, alpha,
                                       first ? beta : 1.0f);
       });
+}
+
+void run_packed(std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a, std::int64_t a_rs,
+                std::int64_t a_cs, const float* b, std::int64_t b_rs, std::int64_t b_cs, float beta, float* c,
+                std::int64_t c_rs, float* scratch) {
+  run_blocks(
+      m, n, k, alpha, SgemmA{nullptr, a, a_rs, a_cs},
+      [&](std::int64_t pc, std::int64_t kc, std::int64_t jc, std::int64_t nc, float* panels) {
+        pack_b(kc, nc, b + pc * b_rs + jc * b_cs, b_rs, b_cs, panels);
+      },
+      kNC, beta, c, c_rs, scratch);
 }
 
 void run_direct(std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a, std::int64_t a_rs,
@@ -325,9 +342,7 @@ std::size_t sgemm_scratch_floats(std::int64_t m, std::int64_t n, std::int64_t k,
   const Mode mode = mode_of(m, k, a_cs, b_rs, b_cs);
   if (mode == Mode::dot) return 0;
   if (mode == Mode::direct) return static_cast<std::size_t>(round_up(m * balanced_step(k, kDirectKC, 8), 16));
-  const std::int64_t kc = balanced_step(k, kKC, 8);
-  const std::int64_t a_floats = round_up(std::min(m, kMC) * kc, 16);
-  return static_cast<std::size_t>(a_floats + kc * round_up(balanced_step(n, kNC, kNR), kNR));
+  return sgemm_fill_scratch_floats(m, n, k, kNC, false);
 }
 
 void sgemm(std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a, std::int64_t a_rs,
@@ -347,6 +362,30 @@ void sgemm(std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const fl
   }
 }
 
+std::size_t sgemm_packed_a_floats(std::int64_t m, std::int64_t k) noexcept { return static_cast<std::size_t>(m * k); }
+
+void sgemm_pack_a(std::int64_t m, std::int64_t k, const float* a, std::int64_t a_rs, std::int64_t a_cs, float* dst,
+                  std::int64_t r0, std::int64_t r1) noexcept {
+  const std::int64_t kc_step = balanced_step(k, kKC, 8);
+  for (std::int64_t pc = 0; pc < k; pc += kc_step) {
+    const std::int64_t kc = std::min(kc_step, k - pc);
+    pack_a(r1 - r0, kc, a + r0 * a_rs + pc * a_cs, a_rs, a_cs, dst + m * pc + r0 * kc);
+  }
+}
+
+std::size_t sgemm_fill_scratch_floats(std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t nc_cap,
+                                      bool a_packed) noexcept {
+  const std::int64_t kc = balanced_step(k, kKC, 8);
+  const std::int64_t a_floats = a_packed ? 0 : std::min(m, kMC) * kc;
+  return static_cast<std::size_t>(round_up(kc * round_up(balanced_step(n, nc_cap, kNR), kNR), 16) + a_floats);
+}
+
+void sgemm_fill_b(std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const SgemmA& a,
+                  const SgemmFillB& fill_b, std::int64_t nc_cap, float beta, float* c, std::int64_t c_rs,
+                  float* scratch) {
+  run_blocks(m, n, k, alpha, a, fill_b, nc_cap, beta, c, c_rs, scratch);
+}
+
 #else  // no AVX-512: gemm.cpp keeps Eigen
 
 bool sgemm_available() noexcept { return false; }
@@ -356,6 +395,14 @@ std::size_t sgemm_scratch_floats(std::int64_t, std::int64_t, std::int64_t, std::
 }
 void sgemm(std::int64_t, std::int64_t, std::int64_t, float, const float*, std::int64_t, std::int64_t, const float*,
            std::int64_t, std::int64_t, float, float*, std::int64_t, float*) noexcept {}
+std::size_t sgemm_packed_a_floats(std::int64_t, std::int64_t) noexcept { return 0; }
+void sgemm_pack_a(std::int64_t, std::int64_t, const float*, std::int64_t, std::int64_t, float*, std::int64_t,
+                  std::int64_t) noexcept {}
+std::size_t sgemm_fill_scratch_floats(std::int64_t, std::int64_t, std::int64_t, std::int64_t, bool) noexcept {
+  return 0;
+}
+void sgemm_fill_b(std::int64_t, std::int64_t, std::int64_t, float, const SgemmA&, const SgemmFillB&, std::int64_t,
+                  float, float*, std::int64_t, float*) {}
 
 #endif
 

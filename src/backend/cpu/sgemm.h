@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 
 namespace forge::cpu {
 
@@ -26,6 +27,43 @@ std::size_t sgemm_scratch_floats(std::int64_t m, std::int64_t n, std::int64_t k,
 void sgemm(std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a, std::int64_t a_rs,
            std::int64_t a_cs, const float* b, std::int64_t b_rs, std::int64_t b_cs, float beta, float* c,
            std::int64_t c_rs, float* scratch) noexcept;
+
+// The packed path with B built by the caller, for a B that is cheaper to
+// write straight into panels than to copy (conv2d's column matrix: im2col
+// writes B's panels itself), and optionally an A packed once for many
+// calls (conv2d's weights, shared by every image).
+//
+// B is filled a block at a time by `fill_b(pc, kc, jc, nc, panels)`:
+// B[pc + p, jc + q] for p < kc, q < nc goes to
+//   panels[j0 * kc + p * width + (q - j0)],  j0 = q / 48 * 48,
+// where width is 48, or min(48, round_up(nc - j0, 16)) for the last panel,
+// whose lanes from nc up to its width must be zero. nc never exceeds
+// nc_cap (a multiple of 48).
+//
+// A is either packed (sgemm_pack_a's layout; sgemm_packed_a_floats(m, k)
+// floats, packed in pieces of rows if the caller wants it in parallel) or
+// read from `data` with strides rs, cs and packed a block at a time.
+inline constexpr std::int64_t kSgemmPanelCols = 48;
+struct SgemmA {
+  const float* packed = nullptr;
+  const float* data = nullptr;
+  std::int64_t rs = 0, cs = 0;
+};
+using SgemmFillB =
+    std::function<void(std::int64_t pc, std::int64_t kc, std::int64_t jc, std::int64_t nc, float* panels)>;
+std::size_t sgemm_packed_a_floats(std::int64_t m, std::int64_t k) noexcept;
+// Packs rows [r0, r1) of A [m, k] (r0 a multiple of 8; r1 a multiple of
+// 8, or m) into their place in the packed A.
+void sgemm_pack_a(std::int64_t m, std::int64_t k, const float* a, std::int64_t a_rs, std::int64_t a_cs, float* dst,
+                  std::int64_t r0, std::int64_t r1) noexcept;
+// Floats of scratch (64-byte aligned) one sgemm_fill_b takes.
+std::size_t sgemm_fill_scratch_floats(std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t nc_cap,
+                                      bool a_packed) noexcept;
+// C = alpha * A B + beta * C (beta applied on the first k block only), C
+// row-major with row stride c_rs. m, n, k > 0.
+void sgemm_fill_b(std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const SgemmA& a,
+                  const SgemmFillB& fill_b, std::int64_t nc_cap, float beta, float* c, std::int64_t c_rs,
+                  float* scratch);
 
 // bf16 GEMM with f32 accumulation (AVX512_BF16's VDPBF16PS, bf16_gemm.cpp):
 // C (f32, row-major) = alpha * A B + beta * C with A, B bf16 of any
