@@ -128,6 +128,10 @@ TEST_CASE("autograd conv: conv2d on threaded and tiled layers satisfies the adjo
       {DType::f32, {8, 8, 20, 20}, {16, 4, 3, 3}, {.stride = {2, 2}, .padding = {1, 1}, .groups = 2}},
       {DType::f32, {8, 16, 12, 12}, {32, 16, 1, 1}, {}},  // pointwise
       {DType::f32, {8, 16, 14, 14}, {32, 16, 3, 3}, {.dilation = {2, 2}}},
+      // dL/dx as a forward convolution (Note [conv2d input gradient as a
+      // forward]): groups, unequal padding and dilation, a 5x3 kernel
+      {DType::f32, {2, 32, 9, 11}, {20, 16, 5, 3}, {.padding = {2, 3}, .dilation = {1, 2}, .groups = 2}},
+      {DType::f32, {3, 20, 7, 13}, {24, 20, 3, 3}, {.padding = {0, 1}}},
   };
   for (const Case& c : cases) {
     Tensor x = ctx.randn(c.x, c.dtype).requires_grad_();

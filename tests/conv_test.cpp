@@ -219,6 +219,7 @@ TEST_CASE("conv: the f32 forward's item cuts, weight packing and column reads ag
       {{1, 20, 7, 7}, {70, 20, 3, 3}, 1, 1, 1, 1, 0},   // by channel blocks, weights packed as it goes
       {{1, 12, 9, 11}, {72, 6, 3, 3}, 1, 1, 1, 2, 0},   // the same with groups
       {{1, 8, 40, 40}, {16, 8, 3, 3}, 1, 1, 1, 1, 0},   // chunks of positions
+      {{2, 8, 56, 56}, {16, 8, 3, 3}, 1, 1, 1, 1, 0},   // chunks of 816 (2 B blocks) and 688 (one of 720)
       {{8, 3, 40, 40}, {10, 3, 3, 3}, 1, 1, 1, 1, 0},   // whole images wider than one B block
       {{5, 4, 23, 37}, {9, 4, 3, 3}, 2, 1, 1, 1, 0},    // stride 2 (even lanes)
       {{5, 4, 23, 37}, {9, 4, 3, 3}, 2, 1, 1, 1, 1},    // stride 2 of a transposed x (lane by lane)

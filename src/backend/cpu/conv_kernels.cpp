@@ -1,13 +1,18 @@
-// conv2d as im2col + GEMM: the output's spatial positions are cut into tiles
-// whose column matrix ([C/groups * kH * kW, tile]) stays in L2; each (image,
-// group, tile) item is one GEMM of the group's weights [O/groups, K] with the
-// tile's columns, written straight into the output with the bias already in
-// place. Items go to threads (one pooled scratch slot per thread) when there
-// are enough of them; otherwise each GEMM splits itself. A pointwise (1x1,
-// stride 1, unpadded) convolution reads its columns from x directly.
-// The backward runs the same column tiles the other way (Note [conv2d
-// backward]). Pools and their gradients are direct loops, parallel over the
-// N * C planes.
+// conv2d as im2col + GEMM. The f32 forward on AVX-512 cores goes through
+// conv_packed.cpp, which writes the column matrix straight into the GEMM's
+// packed panels. Elsewhere (f64, builds without AVX-512, outputs under 4
+// columns wide) the output's spatial positions are cut into tiles whose
+// column matrix ([C/groups * kH * kW, tile]) stays in L2; each (image,
+// group, tile) item is one GEMM of the group's weights [O/groups, K] with
+// the tile's columns, written straight into the output with the bias
+// already in place. Items go to threads (one pooled scratch slot per
+// thread) when there are enough of them; otherwise each GEMM splits itself.
+// A pointwise (1x1, stride 1, unpadded) convolution reads its columns from
+// x directly. The backward runs the same column tiles the other way (Note
+// [conv2d backward]), except that at stride 1 the input gradient is a
+// forward convolution of the output gradient (Note [conv2d input gradient
+// as a forward]). Pools and their gradients are direct loops, parallel over
+// the N * C planes.
 
 #include "backend/cpu/conv_kernels.h"
 
@@ -316,12 +321,68 @@ void conv2d_typed(detail::DeviceRuntime& rt, const Conv2dProblem& p) {
   });
 }
 
+// Note [conv2d input gradient as a forward]
+// At stride 1 the input gradient is itself a convolution: grad_x =
+// conv2d(grad_out, W') with W'[g*Cg + c, o, kh, kw] = W[g*Og + o, c, kH-1-kh,
+// kW-1-kw] (each group's weights transposed and flipped), the same
+// dilation, and padding (k - 1) * dilation - pad on each axis. Run that way
+// it takes the forward's path (its columns written straight into the GEMM's
+// panels) instead of a GEMM with k = O / groups into a column buffer that
+// col2im then scatters back; wider padding than (k - 1) * dilation, and
+// strides, keep the column path, as do layers with few input channels per
+// group: the forward's GEMM would have that many rows (the Fashion-MNIST
+// example's first layer, one channel: 2.8x slower that way).
+constexpr std::int64_t kMinForwardChannels = 16;
+
+bool input_grad_is_a_forward(const Window2d& w, std::int64_t groups) {
+  return w.stride_h == 1 && w.stride_w == 1 && w.pad_h <= (w.kernel_h - 1) * w.dilation_h &&
+         w.pad_w <= (w.kernel_w - 1) * w.dilation_w && w.c / groups >= kMinForwardChannels;
+}
+
+template <typename T>
+void input_grad_as_forward(detail::DeviceRuntime& rt, const Conv2dBackwardProblem& p) {
+  const Window2d& w = p.win;
+  const std::int64_t G = p.groups, Cg = w.c / G, Og = p.out_channels / G, taps = w.kernel_h * w.kernel_w;
+  const T* weight = reinterpret_cast<const T*>(p.weight);
+  const Strides& ws = p.weight_strides;
+  ScratchLease<T> flipped = rt.pool().scratch<T>(static_cast<std::size_t>(w.c * Og * taps));
+  for (std::int64_t g = 0; g < G; ++g)
+    for (std::int64_t c = 0; c < Cg; ++c)
+      for (std::int64_t o = 0; o < Og; ++o)
+        for (std::int64_t kh = 0; kh < w.kernel_h; ++kh)
+          for (std::int64_t kw = 0; kw < w.kernel_w; ++kw)
+            flipped[static_cast<std::size_t>(((g * Cg + c) * Og + o) * taps + kh * w.kernel_w + kw)] =
+                weight[(g * Og + o) * ws[0] + c * ws[1] + (w.kernel_h - 1 - kh) * ws[2] +
+                       (w.kernel_w - 1 - kw) * ws[3]];
+  Conv2dProblem q;
+  q.dtype = p.dtype;
+  q.win = w;
+  q.win.c = p.out_channels;
+  q.win.h = w.out_h;
+  q.win.w = w.out_w;
+  q.win.out_h = w.h;
+  q.win.out_w = w.w;
+  q.win.pad_h = (w.kernel_h - 1) * w.dilation_h - w.pad_h;
+  q.win.pad_w = (w.kernel_w - 1) * w.dilation_w - w.pad_w;
+  q.out_channels = w.c;
+  q.groups = G;
+  q.x = p.grad_out;
+  q.x_strides = p.grad_out_strides;
+  q.weight = reinterpret_cast<const std::byte*>(flipped.data());
+  q.weight_strides = Strides{Og * taps, taps, w.kernel_w, 1};
+  q.out = p.grad_x;
+  q.out_strides = Strides{w.c * w.h * w.w, w.h * w.w, w.w, 1};
+  conv2d_typed<T>(rt, q);
+}
+
 // Note [conv2d backward]: one item per (image, group), its tiles in order on
 // one thread, so col2im's overlapping windows never race. Per tile:
 //   grad_weight[g] += dY[:, tile] · im2col(x)[:, tile]^T   (a GEMM into the slot's accumulator)
 //   grad_x[n, g]   += col2im(W[g]^T · dY[:, tile])         (a GEMM into the slot's column buffer)
 // Slot 0 accumulates straight into grad_weight, the others into pooled
-// scratch summed at the end. A pointwise convolution skips both column passes.
+// scratch summed at the end. A pointwise convolution skips both column
+// passes; where Note [conv2d input gradient as a forward] applies, grad_x is
+// computed first that way and the tiles compute grad_weight alone.
 template <typename T>
 void conv2d_backward_typed(detail::DeviceRuntime& rt, const Conv2dBackwardProblem& p) {
   const Window2d& w = p.win;
@@ -335,6 +396,13 @@ void conv2d_backward_typed(detail::DeviceRuntime& rt, const Conv2dBackwardProble
     if (gx) std::fill_n(gx, w.n * w.c * plane, T(0));
     return;
   }
+  const bool unit1x1 =
+      w.kernel_h == 1 && w.kernel_w == 1 && w.stride_h == 1 && w.stride_w == 1 && w.pad_h == 0 && w.pad_w == 0;
+  if (gx && !unit1x1 && input_grad_is_a_forward(w, p.groups)) {
+    input_grad_as_forward<T>(rt, p);
+    gx = nullptr;  // what follows computes grad_weight alone
+    if (!gw) return;
+  }
   const T* x = reinterpret_cast<const T*>(p.x);
   const T* dy = reinterpret_cast<const T*>(p.grad_out);
   const Strides &xs = p.x_strides, &gs = p.grad_out_strides;
@@ -344,8 +412,7 @@ void conv2d_backward_typed(detail::DeviceRuntime& rt, const Conv2dBackwardProble
   const T* weight =
       gx ? flat_weights<T>(rt, w, p.out_channels, Cg, p.weight, p.weight_strides, packed_w, w_rs) : nullptr;
 
-  const bool unit = w.kernel_h == 1 && w.kernel_w == 1 && w.stride_h == 1 && w.stride_w == 1 && w.pad_h == 0 &&
-                    w.pad_w == 0;  // positions are pixels: grad_x needs no col2im
+  const bool unit = unit1x1;  // positions are pixels: grad_x needs no col2im
   const bool x_direct = unit && spatial_is_flat(w.h, w.w, xs);
   const bool need_cols = (gx && !unit) || (gw && !x_direct);
   const std::int64_t tile = need_cols ? column_tile<T>(K, P) : P;

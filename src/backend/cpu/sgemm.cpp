@@ -375,9 +375,11 @@ void sgemm_pack_a(std::int64_t m, std::int64_t k, const float* a, std::int64_t a
 
 std::size_t sgemm_fill_scratch_floats(std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t nc_cap,
                                       bool a_packed) noexcept {
+  // The B block of any n' <= n: balanced_step is not monotonic in n (816
+  // columns run as 2 x 432, 688 as one block of 720).
   const std::int64_t kc = balanced_step(k, kKC, 8);
   const std::int64_t a_floats = a_packed ? 0 : std::min(m, kMC) * kc;
-  return static_cast<std::size_t>(round_up(kc * round_up(balanced_step(n, nc_cap, kNR), kNR), 16) + a_floats);
+  return static_cast<std::size_t>(kc * std::min(nc_cap, round_up(n, kNR)) + a_floats);
 }
 
 void sgemm_fill_b(std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const SgemmA& a,

@@ -56,7 +56,8 @@ std::size_t sgemm_packed_a_floats(std::int64_t m, std::int64_t k) noexcept;
 // 8, or m) into their place in the packed A.
 void sgemm_pack_a(std::int64_t m, std::int64_t k, const float* a, std::int64_t a_rs, std::int64_t a_cs, float* dst,
                   std::int64_t r0, std::int64_t r1) noexcept;
-// Floats of scratch (64-byte aligned) one sgemm_fill_b takes.
+// Floats of scratch (64-byte aligned) an sgemm_fill_b of m' <= m rows and
+// n' <= n columns takes.
 std::size_t sgemm_fill_scratch_floats(std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t nc_cap,
                                       bool a_packed) noexcept;
 // C = alpha * A B + beta * C (beta applied on the first k block only), C
