@@ -216,20 +216,21 @@ TEST_CASE("conv: the f32 forward's item cuts, weight packing and column reads ag
     int layout;
   };
   const Case cases[] = {
-      {{1, 20, 7, 7}, {70, 20, 3, 3}, 1, 1, 1, 1, 0},   // by channel blocks, weights packed as it goes
-      {{1, 12, 9, 11}, {72, 6, 3, 3}, 1, 1, 1, 2, 0},   // the same with groups
-      {{1, 8, 40, 40}, {16, 8, 3, 3}, 1, 1, 1, 1, 0},   // chunks of positions
-      {{2, 8, 56, 56}, {16, 8, 3, 3}, 1, 1, 1, 1, 0},   // chunks of 816 (2 B blocks) and 688 (one of 720)
-      {{8, 3, 40, 40}, {10, 3, 3, 3}, 1, 1, 1, 1, 0},   // whole images wider than one B block
-      {{5, 4, 23, 37}, {9, 4, 3, 3}, 2, 1, 1, 1, 0},    // stride 2 (even lanes)
-      {{5, 4, 23, 37}, {9, 4, 3, 3}, 2, 1, 1, 1, 1},    // stride 2 of a transposed x (lane by lane)
-      {{3, 4, 29, 31}, {6, 4, 3, 3}, 3, 2, 1, 1, 0},    // stride 3
-      {{3, 4, 29, 31}, {6, 4, 3, 3}, 1, 2, 2, 1, 2},    // dilation 2, channels strided
-      {{4, 6, 5, 4}, {8, 6, 2, 2}, 1, 1, 1, 1, 0},      // out_w 5: pieces cut at every row
-      {{2, 6, 13, 13}, {5, 6, 1, 1}, 1, 0, 1, 1, 0},    // pointwise
-      {{2, 6, 13, 13}, {5, 6, 1, 1}, 1, 0, 1, 1, 1},    // pointwise of a transposed x
-      {{1, 3, 6, 2}, {4, 3, 3, 1}, 1, 0, 1, 1, 0},      // out_w 2: the tiled path
-      {{1, 30, 9, 9}, {260, 15, 3, 3}, 1, 1, 1, 2, 0},  // channel blocks with a ragged last panel of rows
+      {{1, 20, 7, 7}, {70, 20, 3, 3}, 1, 1, 1, 1, 0},    // by channel blocks, weights packed as it goes
+      {{1, 12, 9, 11}, {72, 6, 3, 3}, 1, 1, 1, 2, 0},    // the same with groups
+      {{1, 8, 40, 40}, {16, 8, 3, 3}, 1, 1, 1, 1, 0},    // chunks of positions
+      {{2, 8, 56, 56}, {16, 8, 3, 3}, 1, 1, 1, 1, 0},    // chunks of 816 (2 B blocks) and 688 (one of 720)
+      {{2, 60, 10, 10}, {16, 60, 3, 3}, 1, 1, 1, 1, 0},  // K = 540: k blocks of 272 and 268 cut a 3-row group
+      {{8, 3, 40, 40}, {10, 3, 3, 3}, 1, 1, 1, 1, 0},    // whole images wider than one B block
+      {{5, 4, 23, 37}, {9, 4, 3, 3}, 2, 1, 1, 1, 0},     // stride 2 (even lanes)
+      {{5, 4, 23, 37}, {9, 4, 3, 3}, 2, 1, 1, 1, 1},     // stride 2 of a transposed x (lane by lane)
+      {{3, 4, 29, 31}, {6, 4, 3, 3}, 3, 2, 1, 1, 0},     // stride 3
+      {{3, 4, 29, 31}, {6, 4, 3, 3}, 1, 2, 2, 1, 2},     // dilation 2, channels strided
+      {{4, 6, 5, 4}, {8, 6, 2, 2}, 1, 1, 1, 1, 0},       // out_w 5: pieces cut at every row
+      {{2, 6, 13, 13}, {5, 6, 1, 1}, 1, 0, 1, 1, 0},     // pointwise
+      {{2, 6, 13, 13}, {5, 6, 1, 1}, 1, 0, 1, 1, 1},     // pointwise of a transposed x
+      {{1, 3, 6, 2}, {4, 3, 3, 1}, 1, 0, 1, 1, 0},       // out_w 2: the tiled path
+      {{1, 30, 9, 9}, {260, 15, 3, 3}, 1, 1, 1, 2, 0},   // channel blocks with a ragged last panel of rows
   };
   for (const int threads : {1, 2}) {
     TestContext ctx(forge_test::context_options(threads));

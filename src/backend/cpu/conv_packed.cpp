@@ -152,11 +152,36 @@ void im2col_panels(const Window2d& w, const float* x, const Strides& xs, std::in
   const std::int64_t taps = w.kernel_h * w.kernel_w;
   // The last panel's lanes past nc, up to its whole vectors, stay zero.
   const std::int64_t padded = (nc + 15) / 16 * 16;
+  // 3-wide kernels at unit stride: the three rows of one (c, kh) read the
+  // same input row, so each piece's row and bounds are worked out once for
+  // all three (the per-piece bookkeeping was most of im2col's time on
+  // 14- and 28-wide images).
+  const bool by_three = listed && w.kernel_w == 3 && w.stride_w == 1 && xs[3] == 1;
   for (std::int64_t p = 0; p < kc; ++p) {
     const std::int64_t r = r0 + p;
     const std::int64_t c = r / taps, kh = r % taps / w.kernel_w, kw = r % w.kernel_w;
     const float* plane = x + c * xs[1];
     const std::int64_t dh = kh * w.dilation_h - w.pad_h, dw = kw * w.dilation_w - w.pad_w;
+    if (by_three && kw == 0 && p + 3 <= kc) {
+      for (std::int64_t i = 0; i < count; ++i) {
+        const Piece& g = pieces[i];
+        const std::int64_t ih = g.oh_s + dh;
+        float* d = panels + g.dst + p * g.width;
+        if (ih >= 0 && ih < w.h) {
+          const float* src = plane + ih * xs[2] + g.ow + dw;  // kw = 0's first lane
+          _mm512_mask_storeu_ps(d, g.lanes, _mm512_maskz_loadu_ps(inside[0][i], src));
+          _mm512_mask_storeu_ps(d + g.width, g.lanes, _mm512_maskz_loadu_ps(inside[1][i], src + w.dilation_w));
+          _mm512_mask_storeu_ps(d + 2 * g.width, g.lanes, _mm512_maskz_loadu_ps(inside[2][i], src + 2 * w.dilation_w));
+        } else {
+          for (int k = 0; k < 3; ++k) _mm512_mask_storeu_ps(d + k * g.width, g.lanes, _mm512_setzero_ps());
+        }
+      }
+      if (padded > nc)
+        for (int k = 0; k < 3; ++k)
+          _mm512_mask_storeu_ps(panel_row(panels, kc, nc, p + k, nc), lanes16(padded - nc), _mm512_setzero_ps());
+      p += 2;
+      continue;
+    }
     std::int64_t lo = 0, hi = 0;
     if (!listed) inside_columns(w, dw, lo, hi);
     for (std::int64_t i = 0; i < count; ++i) {
