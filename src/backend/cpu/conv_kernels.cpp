@@ -331,9 +331,9 @@ void conv2d_typed(detail::DeviceRuntime& rt, const Conv2dProblem& p) {
 // col2im then scatters back; wider padding than (k - 1) * dilation, and
 // strides, keep the column path, as do layers with few input channels per
 // group: the forward's GEMM would have that many rows (the Fashion-MNIST
-// example's first layer, one channel, ran 2.8x slower that way; 32 and 64
-// channels came out level, 128 and 256 about 7 % faster).
-constexpr std::int64_t kMinForwardChannels = 64;
+// example's first layer, one channel, ran 2.8x slower that way; at 32 and
+// 64 channels it is 4-6 % faster, at 128 and 256 about 7 %).
+constexpr std::int64_t kMinForwardChannels = 16;
 
 bool input_grad_is_a_forward(const Window2d& w, std::int64_t groups) {
   return w.stride_h == 1 && w.stride_w == 1 && w.pad_h <= (w.kernel_h - 1) * w.dilation_h &&
