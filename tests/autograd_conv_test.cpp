@@ -132,6 +132,11 @@ TEST_CASE("autograd conv: conv2d on threaded and tiled layers satisfies the adjo
       // forward]): groups, unequal padding and dilation, a 5x3 kernel
       {DType::f32, {2, 32, 9, 11}, {20, 16, 5, 3}, {.padding = {2, 3}, .dilation = {1, 2}, .groups = 2}},
       {DType::f32, {3, 20, 7, 13}, {24, 20, 3, 3}, {.padding = {0, 1}}},
+      // dL/dW transposed (Note [thin weight gradients]): one input channel,
+      // a pointwise layer, and groups with 2x2 kernels
+      {DType::f32, {16, 1, 28, 28}, {8, 1, 3, 3}, {.padding = {1, 1}}},
+      {DType::f32, {4, 8, 10, 10}, {6, 8, 1, 1}, {}},
+      {DType::f32, {4, 4, 9, 9}, {6, 2, 2, 2}, {.stride = {2, 1}, .groups = 2}},
   };
   for (const Case& c : cases) {
     Tensor x = ctx.randn(c.x, c.dtype).requires_grad_();

@@ -376,6 +376,10 @@ void input_grad_as_forward(detail::DeviceRuntime& rt, const Conv2dBackwardProble
   conv2d_typed<T>(rt, q);
 }
 
+// The weight gradient of a layer with at most this many rows in its column
+// matrix runs transposed (Note [thin weight gradients]).
+constexpr std::int64_t kThinK = 16;
+
 // Note [conv2d backward]: one item per (image, group), its tiles in order on
 // one thread, so col2im's overlapping windows never race. Per tile:
 //   grad_weight[g] += dY[:, tile] · im2col(x)[:, tile]^T   (a GEMM into the slot's accumulator)
@@ -424,11 +428,19 @@ void conv2d_backward_typed(detail::DeviceRuntime& rt, const Conv2dBackwardProble
   const int threads = rt.threads();
   const bool by_item = threads > 1 && items >= threads && flops >= static_cast<double>(kParallelGemmFlops);
   const std::int64_t slots = by_item ? threads : 1;
+  // Note [thin weight gradients]: with K <= kThinK (a first layer: one
+  // input channel, 3x3), dW = dY col^T has only K columns, a sliver of one
+  // 48-wide panel run at K / 16 of the micro-kernel's lanes. It runs as
+  // dW^T = col dY^T instead, whose K rows take sgemm's dot mode (each
+  // output the dot product of two contiguous rows), into transposed
+  // accumulators, one per slot, folded into grad_weight at the end.
+  const bool thin = gw && K <= kThinK;
   ScratchLease<T> cols, acc;
   if (need_cols) cols = rt.pool().scratch<T>(static_cast<std::size_t>(slots * K * tile));
-  if (gw && slots > 1) {
-    acc = rt.pool().scratch<T>(static_cast<std::size_t>((slots - 1) * OK));
-    std::fill_n(acc.data(), (slots - 1) * OK, T(0));
+  const std::int64_t acc_slots = thin ? slots : slots - 1;  // slot 0 adds into gw directly unless thin
+  if (gw && acc_slots > 0) {
+    acc = rt.pool().scratch<T>(static_cast<std::size_t>(acc_slots * OK));
+    std::fill_n(acc.data(), acc_slots * OK, T(0));
   }
 
   auto run_item = [&](std::int64_t item, std::int64_t slot) {
@@ -436,7 +448,9 @@ void conv2d_backward_typed(detail::DeviceRuntime& rt, const Conv2dBackwardProble
     const T* xg = x + n * xs[0] + g * Cg * xs[1];
     const T* dyg = dy + n * gs[0] + g * Og * gs[1];
     T* gxg = gx ? gx + (n * w.c + g * Cg) * plane : nullptr;
-    T* gwg = gw ? (slot == 0 ? gw : acc.data() + (slot - 1) * OK) + g * Og * K : nullptr;
+    T* gwg = !gw    ? nullptr
+             : thin ? acc.data() + slot * OK + g * Og * K
+                    : (slot == 0 ? gw : acc.data() + (slot - 1) * OK) + g * Og * K;
     T* buf = need_cols ? cols.data() + slot * K * tile : nullptr;
     if (gx && !unit) std::fill_n(gxg, Cg * plane, T(0));  // here, where col2im will want it in cache
     for (std::int64_t t = 0; t < tiles; ++t) {
@@ -449,7 +463,10 @@ void conv2d_backward_typed(detail::DeviceRuntime& rt, const Conv2dBackwardProble
           col = buf;
           col_rs = np;
         }
-        gemm(rt, !by_item, Og, K, np, T(1), dyg + p0, gs[1], 1, col, 1, col_rs, T(1), gwg, K, 1);
+        if (thin)
+          gemm(rt, !by_item, K, Og, np, T(1), col, col_rs, 1, dyg + p0, 1, gs[1], T(1), gwg, Og, 1);
+        else
+          gemm(rt, !by_item, Og, K, np, T(1), dyg + p0, gs[1], 1, col, 1, col_rs, T(1), gwg, K, 1);
       }
       if (gx && unit) {
         gemm(rt, !by_item, Cg, np, Og, T(1), weight + g * Og * w_rs, 1, w_rs, dyg + p0, gs[1], 1, T(0), gxg + p0, plane,
@@ -462,20 +479,31 @@ void conv2d_backward_typed(detail::DeviceRuntime& rt, const Conv2dBackwardProble
   };
   if (!by_item) {
     for (std::int64_t i = 0; i < items; ++i) run_item(i, 0);
+  } else {
+    const std::int64_t np = std::min(tile, P);
+    const DType dtype = dtype_of<T>::value;
+    const std::size_t dw_bytes = !gw    ? 0
+                                 : thin ? gemm_scratch_bytes(dtype, K, Og, np)
+                                        : gemm_scratch_bytes(dtype, Og, K, np);
+    const WorkerScratch gemm_scratch(rt, slots,
+                                     std::max(dw_bytes, gx ? gemm_scratch_bytes(dtype, unit ? Cg : K, np, Og) : 0));
+    rt.parallel_for(slots, 1, [&](std::int64_t s0, std::int64_t s1) {
+      for (std::int64_t s = s0; s < s1; ++s) {
+        const WorkerScratch::Lend lend = gemm_scratch.lend(s);
+        for (std::int64_t i = items * s / slots; i < items * (s + 1) / slots; ++i) run_item(i, s);
+      }
+    });
+  }
+  if (!gw) return;
+  if (thin) {  // gw[g][o][q] = the slots' acc[g][q][o]
+    for (std::int64_t s = 0; s < slots; ++s)
+      for (std::int64_t g = 0; g < G; ++g)
+        for (std::int64_t q = 0; q < K; ++q)
+          for (std::int64_t o = 0; o < Og; ++o)
+            gw[(g * Og + o) * K + q] += acc[static_cast<std::size_t>(s * OK + g * Og * K + q * Og + o)];
     return;
   }
-  const std::int64_t np = std::min(tile, P);
-  const DType dtype = dtype_of<T>::value;
-  const WorkerScratch gemm_scratch(rt, slots,
-                                   std::max({gw ? gemm_scratch_bytes(dtype, Og, K, np) : 0,
-                                             gx ? gemm_scratch_bytes(dtype, unit ? Cg : K, np, Og) : 0}));
-  rt.parallel_for(slots, 1, [&](std::int64_t s0, std::int64_t s1) {
-    for (std::int64_t s = s0; s < s1; ++s) {
-      const WorkerScratch::Lend lend = gemm_scratch.lend(s);
-      for (std::int64_t i = items * s / slots; i < items * (s + 1) / slots; ++i) run_item(i, s);
-    }
-  });
-  if (!gw) return;
+  if (slots == 1) return;
   rt.parallel_for(OK, kGrainElements / std::max<std::int64_t>(1, slots), [&](std::int64_t i0, std::int64_t i1) {
     for (std::int64_t s = 1; s < slots; ++s) {
       const T* a = acc.data() + (s - 1) * OK;
