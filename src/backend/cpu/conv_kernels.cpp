@@ -58,6 +58,42 @@ FORGE_NO_MEMSET_CALLS void zero(T* d, std::int64_t begin, std::int64_t end) {
 }
 
 #if defined(__AVX512F__)
+// im2col_unit_f32 for 3-wide kernels: the three rows of one (c, kh) copy
+// the same input row at three shifts, so each output row's bounds and
+// masks are worked out once for all three (as conv_packed.cpp does).
+void im2col_unit3_f32(const Window2d& w, std::int64_t channels, const float* x, const Strides& xs, std::int64_t p0,
+                      std::int64_t p1, float* col) {
+  const std::int64_t cols = p1 - p0;
+  std::int64_t lo[3], hi[3];  // per kw: output columns whose input column is inside
+  for (int kw = 0; kw < 3; ++kw) {
+    const std::int64_t off_w = kw - w.pad_w;
+    lo[kw] = std::max<std::int64_t>(0, -off_w);
+    hi[kw] = std::min(w.out_w, w.w - off_w);
+  }
+  for (std::int64_t c = 0; c < channels; ++c) {
+    const float* plane = x + c * xs[1];
+    for (std::int64_t kh = 0; kh < w.kernel_h; ++kh) {
+      float* d = col + (c * w.kernel_h + kh) * 3 * cols - p0;  // d[p] is position p of row (c, kh, 0)
+      std::int64_t oh = p0 / w.out_w, ow0 = p0 % w.out_w;
+      for (std::int64_t p = p0; p < p1; ++oh, ow0 = 0) {
+        const std::int64_t ow1 = std::min(w.out_w, ow0 + (p1 - p));
+        const std::int64_t ih = oh * w.stride_h - w.pad_h + kh * w.dilation_h;
+        const bool inside = ih >= 0 && ih < w.h;
+        const float* s = plane + ih * xs[2] - w.pad_w;  // s[ow + kw] is input column ow + kw - pad_w
+        float* row = d + p - ow0;                       // row[ow] is position (oh, ow) of row (c, kh, 0)
+        for (std::int64_t ow = ow0; ow < ow1; ow += 16) {
+          const __mmask16 store = lanes16(ow1 - ow);
+          for (int kw = 0; kw < 3; ++kw) {
+            const __mmask16 valid = inside ? __mmask16(lanes16(hi[kw] - ow) & ~lanes16(lo[kw] - ow)) : __mmask16(0);
+            _mm512_mask_storeu_ps(row + kw * cols + ow, store, _mm512_maskz_loadu_ps(valid, s + ow + kw));
+          }
+        }
+        p += ow1 - ow0;
+      }
+    }
+  }
+}
+
 // im2col for f32 at unit column stride and step (stride_w == 1, dilation_w
 // == 1, xs[3] == 1), 16 positions per masked load and store: a row of the
 // column matrix is runs of out_w positions, each a shifted input row with
@@ -66,6 +102,10 @@ FORGE_NO_MEMSET_CALLS void zero(T* d, std::int64_t begin, std::int64_t end) {
 void im2col_unit_f32(const Window2d& w, std::int64_t channels, const float* x, const Strides& xs, std::int64_t p0,
                      std::int64_t p1, float* col) {
   const std::int64_t cols = p1 - p0;
+  if (w.kernel_w == 3) {
+    im2col_unit3_f32(w, channels, x, xs, p0, p1, col);
+    return;
+  }
   for (std::int64_t c = 0; c < channels; ++c) {
     const float* plane = x + c * xs[1];
     for (std::int64_t kh = 0; kh < w.kernel_h; ++kh) {
