@@ -284,7 +284,7 @@ bool conv2d_packed_f32(detail::DeviceRuntime& rt, const Conv2dProblem& p, const 
       for (std::int64_t o = 0; o < m; ++o) std::fill_n(c + o * os[1], nq, bias[(o0 + o) * p.bias_stride]);
       beta = 1;
     }
-    const SgemmFillB fill = [&](std::int64_t pc, std::int64_t kc, std::int64_t jc, std::int64_t nc, float* dst) {
+    const auto fill = [&](std::int64_t pc, std::int64_t kc, std::int64_t jc, std::int64_t nc, float* dst) {
       if (pointwise)
         copy_panels(xg, xs[1], pc, kc, q0 + jc, nc, dst);
       else
@@ -295,7 +295,7 @@ bool conv2d_packed_f32(detail::DeviceRuntime& rt, const Conv2dProblem& p, const 
       a.packed = a_packed.data() + o0 * K;
     else
       a = {nullptr, weight + o0 * w_rs, w_rs, 1};
-    sgemm_fill_b(m, nq, K, 1.0f, a, fill, kNcCap, beta, c, os[1],
+    sgemm_fill_b(m, nq, K, 1.0f, a, sgemm_fill_ref(fill), kNcCap, beta, c, os[1],
                  panels.data() + static_cast<std::size_t>(slot) * slot_floats);
   };
   if (slots == 1) {

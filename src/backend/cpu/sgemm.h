@@ -8,7 +8,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 
 namespace forge::cpu {
 
@@ -49,8 +48,24 @@ struct SgemmA {
   const float* data = nullptr;
   std::int64_t rs = 0, cs = 0;
 };
-using SgemmFillB =
-    std::function<void(std::int64_t pc, std::int64_t kc, std::int64_t jc, std::int64_t nc, float* panels)>;
+// A non-owning reference to the caller's fill (a std::function would
+// allocate for a lambda of more than two captures, on whichever worker
+// thread builds it, and Note [Worker scratch] keeps workers off the heap).
+struct SgemmFillB {
+  void (*fn)(const void* fill, std::int64_t pc, std::int64_t kc, std::int64_t jc, std::int64_t nc, float* panels);
+  const void* fill;
+  void operator()(std::int64_t pc, std::int64_t kc, std::int64_t jc, std::int64_t nc, float* panels) const {
+    fn(fill, pc, kc, jc, nc, panels);
+  }
+};
+// fill(pc, kc, jc, nc, panels) as an SgemmFillB; `fill` must outlive it.
+template <typename Fill>
+SgemmFillB sgemm_fill_ref(const Fill& fill) {
+  return {[](const void* f, std::int64_t pc, std::int64_t kc, std::int64_t jc, std::int64_t nc, float* panels) {
+            (*static_cast<const Fill*>(f))(pc, kc, jc, nc, panels);
+          },
+          &fill};
+}
 std::size_t sgemm_packed_a_floats(std::int64_t m, std::int64_t k) noexcept;
 // Packs rows [r0, r1) of A [m, k] (r0 a multiple of 8; r1 a multiple of
 // 8, or m) into their place in the packed A.
