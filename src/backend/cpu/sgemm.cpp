@@ -123,6 +123,51 @@ TileFn tile_fn(std::int64_t rows, std::int64_t vectors, bool ragged) {
   return ragged ? kRaggedTiles[i] : kTiles[i];
 }
 
+// A block's last column panel when it is at most kNarrowCols wide (a 14x14
+// image's 196 positions leave 4, a 7x7 image's 49 leave 1): the 8x48 tile
+// would run it as one masked zmm per row, 8 FMAs per step for 8 x 4 useful
+// products. This tile vectorizes down the panel's 8 rows instead: one ymm
+// of A per step against NC broadcast columns of B, NC FMAs per step, each
+// column of C written back lane by lane.
+constexpr int kNarrowCols = 6;
+// B's panel row of each step is a new line from L2, and a step has too few
+// FMAs to cover its latency: it is asked for this many steps early
+// (without, the tile ran at a quarter of its FMA rate).
+constexpr std::int64_t kNarrowAhead = 16;
+
+template <int NC>
+void narrow_tile(std::int64_t kc, const float* __restrict a, const float* __restrict b, std::int64_t ldb,
+                 float* __restrict c, std::int64_t ldc, float alpha, float beta) {
+  __m256 acc[NC];
+#pragma GCC unroll 6
+  for (int j = 0; j < NC; ++j) acc[j] = _mm256_setzero_ps();
+  for (std::int64_t p = 0; p < kc; ++p) {
+    _mm_prefetch(reinterpret_cast<const char*>(b + (p + kNarrowAhead) * ldb), _MM_HINT_T0);
+    const __m256 av = _mm256_loadu_ps(a + p * kMR);
+#pragma GCC unroll 6
+    for (int j = 0; j < NC; ++j) acc[j] = _mm256_fmadd_ps(av, _mm256_broadcast_ss(b + p * ldb + j), acc[j]);
+  }
+  // Unrolled, as every loop over acc: an index GCC cannot resolve at
+  // compile time keeps the whole array on the stack, in the k loop too.
+  alignas(32) float col[kMR];
+#pragma GCC unroll 6
+  for (int j = 0; j < NC; ++j) {
+    _mm256_store_ps(col, acc[j]);
+    for (int r = 0; r < kMR; ++r) {
+      float& out = c[r * ldc + j];
+      out = beta == 0.0f ? alpha * col[r] : alpha * col[r] + beta * out;
+    }
+  }
+}
+
+using NarrowFn = void (*)(std::int64_t, const float*, const float*, std::int64_t, float*, std::int64_t, float, float);
+
+template <std::size_t... I>
+constexpr std::array<NarrowFn, kNarrowCols> narrow_table(std::index_sequence<I...>) {
+  return {&narrow_tile<static_cast<int>(I) + 1>...};
+}
+constexpr auto kNarrowTiles = narrow_table(std::make_index_sequence<kNarrowCols>{});
+
 // Partial sums of a [MI, NJ] block of A W^T over steps [p0, p0 + kn): rows
 // of A (lda apart) against rows of W (ldw apart), both contiguous along k.
 // `part` holds MI * NJ vectors (64-byte aligned) of lane-wise sums, started at zero when
@@ -255,10 +300,16 @@ void run_blocks(std::int64_t m, std::int64_t n, std::int64_t k, float alpha, con
       },
       [&](std::int64_t ic, std::int64_t ir, std::int64_t rows, std::int64_t jc, std::int64_t jr, std::int64_t cols,
           std::int64_t kc, bool first) {
+        const float beta_k = first ? beta : 1.0f;
+        if (cols <= kNarrowCols && rows == kMR) {
+          kNarrowTiles[static_cast<std::size_t>(cols - 1)](kc, a_block + ir * kc, panels + jr * kc, 16,
+                                                           c + (ic + ir) * c_rs + jc + jr, c_rs, alpha, beta_k);
+          return;
+        }
         const std::int64_t vectors = (cols + 15) / 16;
         tile_fn(rows, vectors, false)(kc, a_block + ir * kc, panels + jr * kc, vectors * 16,
                                       lanes16(cols - (vectors - 1) * 16), c + (ic + ir) * c_rs + jc + jr, c_rs, alpha,
-                                      first ? beta : 1.0f);
+                                      beta_k);
       });
 }
 
