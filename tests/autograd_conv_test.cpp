@@ -134,7 +134,7 @@ TEST_CASE("autograd conv: conv2d on threaded and tiled layers satisfies the adjo
       {DType::f32, {3, 20, 7, 13}, {24, 20, 3, 3}, {.padding = {0, 1}}},
       // dL/dW transposed (Note [thin weight gradients]): one input channel,
       // a pointwise layer, and groups with 2x2 kernels
-      {DType::f32, {16, 1, 28, 28}, {8, 1, 3, 3}, {.padding = {1, 1}}},
+      {DType::f32, {32, 1, 28, 28}, {32, 1, 3, 3}, {.padding = {1, 1}}},  // threaded: one accumulator per slot
       {DType::f32, {4, 8, 10, 10}, {6, 8, 1, 1}, {}},
       {DType::f32, {4, 4, 9, 9}, {6, 2, 2, 2}, {.stride = {2, 1}, .groups = 2}},
   };

@@ -221,6 +221,9 @@ TEST_CASE("conv: the f32 forward's item cuts, weight packing and column reads ag
       {{1, 8, 40, 40}, {16, 8, 3, 3}, 1, 1, 1, 1, 0},    // chunks of positions
       {{2, 8, 56, 56}, {16, 8, 3, 3}, 1, 1, 1, 1, 0},    // chunks of 816 (2 B blocks) and 688 (one of 720)
       {{2, 60, 10, 10}, {16, 60, 3, 3}, 1, 1, 1, 1, 0},  // K = 540: k blocks of 272 and 268 cut a 3-row group
+      {{4, 16, 10, 10}, {64, 16, 3, 3}, 1, 1, 1, 1, 0},  // 8 threads: prepacked, 2 channel blocks, a 4-column last
+                                                         // panel
+      {{2, 3, 8, 20}, {4, 3, 1, 9}, 1, 4, 1, 1, 0},      // a 9-wide kernel: masks worked out per row
       {{8, 3, 40, 40}, {10, 3, 3, 3}, 1, 1, 1, 1, 0},    // whole images wider than one B block
       {{5, 4, 23, 37}, {9, 4, 3, 3}, 2, 1, 1, 1, 0},     // stride 2 (even lanes)
       {{5, 4, 23, 37}, {9, 4, 3, 3}, 2, 1, 1, 1, 1},     // stride 2 of a transposed x (lane by lane)
@@ -232,7 +235,9 @@ TEST_CASE("conv: the f32 forward's item cuts, weight packing and column reads ag
       {{1, 3, 6, 2}, {4, 3, 3, 1}, 1, 0, 1, 1, 0},       // out_w 2: the tiled path
       {{1, 30, 9, 9}, {260, 15, 3, 3}, 1, 1, 1, 2, 0},   // channel blocks with a ragged last panel of rows
   };
-  for (const int threads : {1, 2}) {
+  // 8 threads make more items than images: channel blocks beside
+  // prepacked weights, and the narrow last panel against them.
+  for (const int threads : {1, 2, 8}) {
     TestContext ctx(forge_test::context_options(threads));
     for (const Case& c : cases) {
       Conv2dOptions o;
@@ -272,6 +277,13 @@ TEST_CASE("conv: pointwise, unbatched, zero-size and large (tiled, threaded) con
       CHECK(forge::conv2d(x, w).shape() == Shape{0, 2, 3, 3});
       const Tensor x0 = ctx.randn({1, 0, 5, 5}, t), w0 = ctx.randn({2, 0, 3, 3}, t), b0 = ctx.randn({2}, t);
       check_close(forge::conv2d(x0, w0, b0), reference_conv(x0, w0, b0, o), t);
+      // Outputs 4 and more wide, with and without bias, 3x3 and pointwise: zeros, or the bias.
+      const Tensor x1 = ctx.randn({2, 0, 6, 7}, t), w3 = ctx.randn({3, 0, 3, 3}, t), w1 = ctx.randn({3, 0, 1, 1}, t);
+      const Tensor b1 = ctx.randn({3}, t);
+      for (const Tensor& wz : {w3, w1}) {
+        check_close(forge::conv2d(x1, wz), reference_conv(x1, wz, Tensor(), o), t);
+        check_close(forge::conv2d(x1, wz, b1), reference_conv(x1, wz, b1, o), t);
+      }
     }
     {  // many tiles and items: the threaded path
       Conv2dOptions p;

@@ -22,8 +22,9 @@
 //   did that, and one item per image left a thread idle.
 // - Items split statically over one slot per thread (each slot's panels
 //   leased up front, as Note [Worker scratch] asks).
-// - Output widths under 4, and builds without AVX-512, keep conv_kernels.cpp's
-//   path (im2col into a tile, then gemm).
+// - Output widths under 4 (unless pointwise), layers with no input
+//   channels, and builds without AVX-512 keep conv_kernels.cpp's path
+//   (im2col into a tile, then gemm).
 
 #include "backend/cpu/conv_packed.h"
 
@@ -222,7 +223,9 @@ bool conv2d_packed_f32(detail::DeviceRuntime& rt, const Conv2dProblem& p, const 
   const Strides &xs = p.x_strides, &os = p.out_strides;
   const bool pointwise = w.kernel_h == 1 && w.kernel_w == 1 && w.stride_h == 1 && w.stride_w == 1 && w.pad_h == 0 &&
                          w.pad_w == 0 && spatial_is_flat(w.h, w.w, xs);
-  if (!sgemm_available() || (w.out_w < kMinOutW && !pointwise)) return false;
+  // K == 0 (no input channels) leaves the output to the tiled path's
+  // bias-or-zero fill: a GEMM with k = 0 here would write nothing.
+  if (!sgemm_available() || K == 0 || (w.out_w < kMinOutW && !pointwise)) return false;
 
   // Items: (image, group, chunk of positions, block of output channels),
   // enough of them for every thread to get a few. Positions are cut first,
@@ -266,7 +269,9 @@ bool conv2d_packed_f32(detail::DeviceRuntime& rt, const Conv2dProblem& p, const 
       static_cast<double>(Og) * static_cast<double>(K) * static_cast<double>(P) * static_cast<double>(images);
   const bool parallel = threads > 1 && items > 1 && flops >= static_cast<double>(kParallelGemmFlops);
   const std::int64_t slots = parallel ? std::min<std::int64_t>(threads, items) : 1;
-  const std::size_t slot_floats = sgemm_fill_scratch_floats(rows, chunk, K, kNcCap, prepack);
+  // Whole cache lines per slot, so that every slot's panels start 64-byte aligned.
+  const std::size_t slot_floats = static_cast<std::size_t>(
+      round_up(static_cast<std::int64_t>(sgemm_fill_scratch_floats(rows, chunk, K, kNcCap, prepack)), 16));
   ScratchLease<float> panels = rt.pool().scratch<float>(static_cast<std::size_t>(slots) * slot_floats);
 
   const float* x = reinterpret_cast<const float*>(p.x);

@@ -11,7 +11,8 @@ namespace forge::cpu {
 
 // Runs the forward with `weight` as an [O, K] matrix of row stride w_rs
 // and unit column stride; false (having done nothing) where this path does
-// not apply: builds without AVX-512, and outputs narrower than 4 columns.
+// not apply: builds without AVX-512, layers with no input channels, and
+// outputs narrower than 4 columns other than pointwise ones.
 bool conv2d_packed_f32(detail::DeviceRuntime& rt, const Conv2dProblem& p, const float* weight, std::int64_t w_rs);
 
 }  // namespace forge::cpu

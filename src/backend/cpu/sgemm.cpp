@@ -17,7 +17,12 @@
 //   registers: per k it loads three vectors of B, broadcasts eight values of
 //   A and issues 24 FMAs (12 cycles on two FMA pipes, 11 loads). Edge tiles
 //   run narrower instantiations (fewer rows, fewer vectors, a lane mask on
-//   the last vector); nothing is computed into a temporary tile.
+//   the last vector); nothing is computed into a temporary tile. A last
+//   column panel of at most kNarrowCols columns runs narrow_tile instead,
+//   vectorized down its 8 rows (each column of C written back lane by
+//   lane from a small buffer).
+// - sgemm_fill_b runs the packed loop nest with B's panels written by its
+//   caller and A optionally packed once for many calls (conv2d's path).
 // - Packing transposes 8x8 blocks in registers for the two layouts that need
 //   a transpose (A row-major, B column-major); other layouts copy vectors or
 //   fall back to scalar loops.
