@@ -520,13 +520,16 @@ void conv2d_backward_typed(detail::DeviceRuntime& rt, const Conv2dBackwardProble
   if (!by_item) {
     for (std::int64_t i = 0; i < items; ++i) run_item(i, 0);
   } else {
-    const std::int64_t np = std::min(tile, P);
+    // Sized for both tile widths: the GEMMs' blocking is not monotonic in
+    // their size, and the last, narrower tile can need more scratch.
     const DType dtype = dtype_of<T>::value;
-    const std::size_t dw_bytes = !gw    ? 0
-                                 : thin ? gemm_scratch_bytes(dtype, K, Og, np)
-                                        : gemm_scratch_bytes(dtype, Og, K, np);
-    const WorkerScratch gemm_scratch(rt, slots,
-                                     std::max(dw_bytes, gx ? gemm_scratch_bytes(dtype, unit ? Cg : K, np, Og) : 0));
+    std::size_t bytes = 0;
+    for (const std::int64_t np : {std::min(tile, P), P - (tiles - 1) * tile}) {
+      if (gw)
+        bytes = std::max(bytes, thin ? gemm_scratch_bytes(dtype, K, Og, np) : gemm_scratch_bytes(dtype, Og, K, np));
+      if (gx) bytes = std::max(bytes, gemm_scratch_bytes(dtype, unit ? Cg : K, np, Og));
+    }
+    const WorkerScratch gemm_scratch(rt, slots, bytes);
     rt.parallel_for(slots, 1, [&](std::int64_t s0, std::int64_t s1) {
       for (std::int64_t s = s0; s < s1; ++s) {
         const WorkerScratch::Lend lend = gemm_scratch.lend(s);
