@@ -58,42 +58,6 @@ FORGE_NO_MEMSET_CALLS void zero(T* d, std::int64_t begin, std::int64_t end) {
 }
 
 #if defined(__AVX512F__)
-// im2col_unit_f32 for 3-wide kernels: the three rows of one (c, kh) copy
-// the same input row at three shifts, so each output row's bounds and
-// masks are worked out once for all three (as conv_packed.cpp does).
-void im2col_unit3_f32(const Window2d& w, std::int64_t channels, const float* x, const Strides& xs, std::int64_t p0,
-                      std::int64_t p1, float* col) {
-  const std::int64_t cols = p1 - p0;
-  std::int64_t lo[3], hi[3];  // per kw: output columns whose input column is inside
-  for (int kw = 0; kw < 3; ++kw) {
-    const std::int64_t off_w = kw - w.pad_w;
-    lo[kw] = std::max<std::int64_t>(0, -off_w);
-    hi[kw] = std::min(w.out_w, w.w - off_w);
-  }
-  for (std::int64_t c = 0; c < channels; ++c) {
-    const float* plane = x + c * xs[1];
-    for (std::int64_t kh = 0; kh < w.kernel_h; ++kh) {
-      float* d = col + (c * w.kernel_h + kh) * 3 * cols - p0;  // d[p] is position p of row (c, kh, 0)
-      std::int64_t oh = p0 / w.out_w, ow0 = p0 % w.out_w;
-      for (std::int64_t p = p0; p < p1; ++oh, ow0 = 0) {
-        const std::int64_t ow1 = std::min(w.out_w, ow0 + (p1 - p));
-        const std::int64_t ih = oh * w.stride_h - w.pad_h + kh * w.dilation_h;
-        const bool inside = ih >= 0 && ih < w.h;
-        const float* s = plane + ih * xs[2] - w.pad_w;  // s[ow + kw] is input column ow + kw - pad_w
-        float* row = d + p - ow0;                       // row[ow] is position (oh, ow) of row (c, kh, 0)
-        for (std::int64_t ow = ow0; ow < ow1; ow += 16) {
-          const __mmask16 store = lanes16(ow1 - ow);
-          for (int kw = 0; kw < 3; ++kw) {
-            const __mmask16 valid = inside ? __mmask16(lanes16(hi[kw] - ow) & ~lanes16(lo[kw] - ow)) : __mmask16(0);
-            _mm512_mask_storeu_ps(row + kw * cols + ow, store, _mm512_maskz_loadu_ps(valid, s + ow + kw));
-          }
-        }
-        p += ow1 - ow0;
-      }
-    }
-  }
-}
-
 // im2col for f32 at unit column stride and step (stride_w == 1, dilation_w
 // == 1, xs[3] == 1), 16 positions per masked load and store: a row of the
 // column matrix is runs of out_w positions, each a shifted input row with
@@ -102,31 +66,30 @@ void im2col_unit3_f32(const Window2d& w, std::int64_t channels, const float* x, 
 void im2col_unit_f32(const Window2d& w, std::int64_t channels, const float* x, const Strides& xs, std::int64_t p0,
                      std::int64_t p1, float* col) {
   const std::int64_t cols = p1 - p0;
-  if (w.kernel_w == 3) {
-    im2col_unit3_f32(w, channels, x, xs, p0, p1, col);
-    return;
-  }
+  // The kW rows of one (c, kh) copy the same input row at kW shifts, so each
+  // output row's bounds are worked out once for all of them (per row, that
+  // bookkeeping was a fifth of the weight gradient's im2col at 14x14).
   for (std::int64_t c = 0; c < channels; ++c) {
     const float* plane = x + c * xs[1];
     for (std::int64_t kh = 0; kh < w.kernel_h; ++kh) {
-      for (std::int64_t kw = 0; kw < w.kernel_w; ++kw) {
-        float* d = col + ((c * w.kernel_h + kh) * w.kernel_w + kw) * cols - p0;  // d[p] is position p
-        const std::int64_t off_w = kw - w.pad_w;
-        // Input columns ow + off_w inside [0, w.w).
-        const std::int64_t lo = std::max<std::int64_t>(0, -off_w), hi = std::min(w.out_w, w.w - off_w);
-        std::int64_t oh = p0 / w.out_w, ow0 = p0 % w.out_w;
-        for (std::int64_t p = p0; p < p1; ++oh, ow0 = 0) {
-          const std::int64_t ow1 = std::min(w.out_w, ow0 + (p1 - p));
-          const std::int64_t ih = oh * w.stride_h - w.pad_h + kh * w.dilation_h;
-          const bool inside = ih >= 0 && ih < w.h;
-          const float* s = plane + ih * xs[2] + off_w;  // s[ow] is input column ow + off_w
-          float* row = d + p - ow0;                     // row[ow] is position (oh, ow)
-          for (std::int64_t ow = ow0; ow < ow1; ow += 16) {
+      float* d = col + (c * w.kernel_h + kh) * w.kernel_w * cols - p0;  // d[p] is position p of row (c, kh, 0)
+      std::int64_t oh = p0 / w.out_w, ow0 = p0 % w.out_w;
+      for (std::int64_t p = p0; p < p1; ++oh, ow0 = 0) {
+        const std::int64_t ow1 = std::min(w.out_w, ow0 + (p1 - p));
+        const std::int64_t ih = oh * w.stride_h - w.pad_h + kh * w.dilation_h;
+        const bool inside = ih >= 0 && ih < w.h;
+        const float* s = plane + ih * xs[2] - w.pad_w;  // s[ow + kw] is input column ow + kw - pad_w
+        float* row = d + p - ow0;                       // row[kw * cols + ow] is position (oh, ow) of row (c, kh, kw)
+        for (std::int64_t ow = ow0; ow < ow1; ow += 16) {
+          const __mmask16 store = lanes16(ow1 - ow);
+          for (std::int64_t kw = 0; kw < w.kernel_w; ++kw) {
+            // Input columns ow + kw - pad_w inside [0, w.w).
+            const std::int64_t lo = w.pad_w - kw, hi = w.w + w.pad_w - kw;
             const __mmask16 valid = inside ? __mmask16(lanes16(hi - ow) & ~lanes16(lo - ow)) : __mmask16(0);
-            _mm512_mask_storeu_ps(row + ow, lanes16(ow1 - ow), _mm512_maskz_loadu_ps(valid, s + ow));
+            _mm512_mask_storeu_ps(row + kw * cols + ow, store, _mm512_maskz_loadu_ps(valid, s + ow + kw));
           }
-          p += ow1 - ow0;
         }
+        p += ow1 - ow0;
       }
     }
   }
@@ -311,8 +274,7 @@ void conv2d_typed(detail::DeviceRuntime& rt, const Conv2dProblem& p) {
     if (conv2d_packed_f32(rt, p, weight, w_rs)) return;
   }
 
-  const bool pointwise = w.kernel_h == 1 && w.kernel_w == 1 && w.stride_h == 1 && w.stride_w == 1 && w.pad_h == 0 &&
-                         w.pad_w == 0 && spatial_is_flat(w.h, w.w, xs);
+  const bool pointwise = unit_window(w) && spatial_is_flat(w.h, w.w, xs);
   const std::int64_t tile = pointwise ? P : column_tile<T>(K, P);
   const std::int64_t tiles = (P + tile - 1) / tile;
   const std::int64_t items = w.n * G * tiles;
@@ -441,9 +403,8 @@ void conv2d_backward_typed(detail::DeviceRuntime& rt, const Conv2dBackwardProble
     if (gx) std::fill_n(gx, w.n * w.c * plane, T(0));
     return;
   }
-  const bool unit1x1 =
-      w.kernel_h == 1 && w.kernel_w == 1 && w.stride_h == 1 && w.stride_w == 1 && w.pad_h == 0 && w.pad_w == 0;
-  if (gx && !unit1x1 && input_grad_is_a_forward(w, p.groups)) {
+  const bool unit = unit_window(w);  // positions are pixels: grad_x needs no col2im
+  if (gx && !unit && input_grad_is_a_forward(w, p.groups)) {
     input_grad_as_forward<T>(rt, p);
     gx = nullptr;  // what follows computes grad_weight alone
     if (!gw) return;
@@ -457,7 +418,6 @@ void conv2d_backward_typed(detail::DeviceRuntime& rt, const Conv2dBackwardProble
   const T* weight =
       gx ? flat_weights<T>(rt, w, p.out_channels, Cg, p.weight, p.weight_strides, packed_w, w_rs) : nullptr;
 
-  const bool unit = unit1x1;  // positions are pixels: grad_x needs no col2im
   const bool x_direct = unit && spatial_is_flat(w.h, w.w, xs);
   const bool need_cols = (gx && !unit) || (gw && !x_direct);
   const std::int64_t tile = need_cols ? column_tile<T>(K, P) : P;

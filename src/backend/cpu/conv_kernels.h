@@ -14,6 +14,7 @@ using backend::Conv2dProblem;
 using backend::Pool2dBackwardProblem;
 using backend::Pool2dProblem;
 using backend::spatial_is_flat;
+using backend::unit_window;
 using backend::Window2d;
 
 void conv2d(detail::DeviceRuntime& rt, const Conv2dProblem& p);

@@ -35,6 +35,7 @@
 #include <cstdint>
 
 #include "backend/cpu/gemm.h"
+#include "backend/cpu/gemm_blocks.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/sgemm.h"
 #include "backend/cpu/simd_lanes.h"
@@ -43,7 +44,7 @@
 namespace forge::cpu {
 namespace {
 
-constexpr std::int64_t round_up(std::int64_t x, std::int64_t to) { return (x + to - 1) / to * to; }
+using gemm_blocks::round_up;
 
 // The widest B block one fill writes (sgemm's own packed path uses 768).
 constexpr std::int64_t kNcCap = 768;
@@ -54,11 +55,16 @@ constexpr std::int64_t kPrepackUses = 4;
 // Output widths from this up keep a block's pieces within kMaxPieces.
 constexpr std::int64_t kMinOutW = 4;
 
+// The row pitch of the panel starting at column j0 of a block nc wide:
+// 48, or the last panel's columns rounded up to whole vectors.
+inline std::int64_t panel_width(std::int64_t nc, std::int64_t j0) {
+  return std::min(kSgemmPanelCols, round_up(nc - j0, 16));
+}
+
 // Where position q of row p of a block [kc, nc] goes in sgemm's panels.
-inline float* panel_row(float* panels, std::int64_t kc, std::int64_t nc, std::int64_t p, std::int64_t q) {
+inline std::int64_t panel_offset(std::int64_t kc, std::int64_t nc, std::int64_t p, std::int64_t q) {
   const std::int64_t j0 = q / kSgemmPanelCols * kSgemmPanelCols;
-  const std::int64_t width = std::min(kSgemmPanelCols, (nc - j0 + 15) / 16 * 16);
-  return panels + j0 * kc + p * width + (q - j0);
+  return j0 * kc + p * panel_width(nc, j0) + (q - j0);
 }
 
 // Note [im2col into panels]
@@ -90,8 +96,7 @@ std::int64_t list_pieces(const Window2d& w, std::int64_t kc, std::int64_t q0, st
   for (std::int64_t q = 0; q < nc;) {
     const std::int64_t j0 = q / kSgemmPanelCols * kSgemmPanelCols;
     const std::int64_t len = std::min({nc - q, w.out_w - ow, j0 + kSgemmPanelCols - q, std::int64_t{16}});
-    const std::int64_t width = std::min(kSgemmPanelCols, (nc - j0 + 15) / 16 * 16);
-    pieces[count++] = {j0 * kc + (q - j0), width, oh * w.stride_h, ow, lanes16(len)};
+    pieces[count++] = {panel_offset(kc, nc, 0, q), panel_width(nc, j0), oh * w.stride_h, ow, lanes16(len)};
     q += len;
     ow += len;
     if (ow == w.out_w) {
@@ -135,7 +140,11 @@ inline __m512 read_piece(const float* row, std::int64_t ow, std::int64_t dw, std
 }
 
 // Rows [r0, r0 + kc) of one image-group's column matrix, positions
-// [q0, q0 + nc), into panels; x points at the group's first channel.
+// [q0, q0 + nc), into panels; x points at the group's first channel. The
+// rows come in groups, one per (c, kh): the kW rows of a group read the
+// same input row, so each piece's row and bounds are worked out once for
+// the group (per row, that bookkeeping was most of im2col's time on 14- and
+// 28-wide images).
 void im2col_panels(const Window2d& w, const float* x, const Strides& xs, std::int64_t r0, std::int64_t kc,
                    std::int64_t q0, std::int64_t nc, float* panels) {
   Piece pieces[kMaxPieces];
@@ -150,52 +159,41 @@ void im2col_panels(const Window2d& w, const float* x, const Strides& xs, std::in
       for (std::int64_t i = 0; i < count; ++i) inside[kw][i] = inside_lanes(pieces[i].ow, lo, hi) & pieces[i].lanes;
     }
   }
-  const std::int64_t taps = w.kernel_h * w.kernel_w;
   // The last panel's lanes past nc, up to its whole vectors, stay zero.
-  const std::int64_t padded = (nc + 15) / 16 * 16;
-  // 3-wide kernels at unit stride: the three rows of one (c, kh) read the
-  // same input row, so each piece's row and bounds are worked out once for
-  // all three (the per-piece bookkeeping was most of im2col's time on
-  // 14- and 28-wide images).
-  const bool by_three = listed && w.kernel_w == 3 && w.stride_w == 1 && xs[3] == 1;
-  for (std::int64_t p = 0; p < kc; ++p) {
-    const std::int64_t r = r0 + p;
-    const std::int64_t c = r / taps, kh = r % taps / w.kernel_w, kw = r % w.kernel_w;
+  const std::int64_t padded = round_up(nc, 16);
+  if (padded > nc)
+    for (std::int64_t p = 0; p < kc; ++p)
+      _mm512_mask_storeu_ps(panels + panel_offset(kc, nc, p, nc), lanes16(padded - nc), _mm512_setzero_ps());
+  const std::int64_t taps = w.kernel_h * w.kernel_w;
+  const bool unit = listed && w.stride_w == 1 && xs[3] == 1;  // rows are shifted copies, masks listed
+  for (std::int64_t p = 0; p < kc;) {
+    const std::int64_t r = r0 + p, c = r / taps, kh = r % taps / w.kernel_w, kw0 = r % w.kernel_w;
+    const std::int64_t group = std::min(w.kernel_w - kw0, kc - p);  // rows (c, kh, kw0 ...) in this block
     const float* plane = x + c * xs[1];
-    const std::int64_t dh = kh * w.dilation_h - w.pad_h, dw = kw * w.dilation_w - w.pad_w;
-    if (by_three && kw == 0 && p + 3 <= kc) {
-      for (std::int64_t i = 0; i < count; ++i) {
-        const Piece& g = pieces[i];
-        const std::int64_t ih = g.oh_s + dh;
-        float* d = panels + g.dst + p * g.width;
-        if (ih >= 0 && ih < w.h) {
-          const float* src = plane + ih * xs[2] + g.ow + dw;  // kw = 0's first lane
-          _mm512_mask_storeu_ps(d, g.lanes, _mm512_maskz_loadu_ps(inside[0][i], src));
-          _mm512_mask_storeu_ps(d + g.width, g.lanes, _mm512_maskz_loadu_ps(inside[1][i], src + w.dilation_w));
-          _mm512_mask_storeu_ps(d + 2 * g.width, g.lanes, _mm512_maskz_loadu_ps(inside[2][i], src + 2 * w.dilation_w));
-        } else {
-          for (int k = 0; k < 3; ++k) _mm512_mask_storeu_ps(d + k * g.width, g.lanes, _mm512_setzero_ps());
-        }
-      }
-      if (padded > nc)
-        for (int k = 0; k < 3; ++k)
-          _mm512_mask_storeu_ps(panel_row(panels, kc, nc, p + k, nc), lanes16(padded - nc), _mm512_setzero_ps());
-      p += 2;
-      continue;
-    }
-    std::int64_t lo = 0, hi = 0;
-    if (!listed) inside_columns(w, dw, lo, hi);
+    const std::int64_t dh = kh * w.dilation_h - w.pad_h;
     for (std::int64_t i = 0; i < count; ++i) {
       const Piece& g = pieces[i];
       const std::int64_t ih = g.oh_s + dh;
-      __m512 value = _mm512_setzero_ps();
-      if (ih >= 0 && ih < w.h) {
-        const __mmask16 valid = listed ? inside[kw][i] : inside_lanes(g.ow, lo, hi) & g.lanes;
-        value = read_piece(plane + ih * xs[2], g.ow, dw, w.stride_w, xs[3], valid);
+      float* d = panels + g.dst + p * g.width;
+      if (ih < 0 || ih >= w.h) {
+        for (std::int64_t k = 0; k < group; ++k) _mm512_mask_storeu_ps(d + k * g.width, g.lanes, _mm512_setzero_ps());
+      } else if (unit) {  // row kw is the input row from column g.ow + kw * dilation - pad_w
+        const float* src = plane + ih * xs[2] + g.ow + kw0 * w.dilation_w - w.pad_w;
+        for (std::int64_t k = 0; k < group; ++k)
+          _mm512_mask_storeu_ps(d + k * g.width, g.lanes,
+                                _mm512_maskz_loadu_ps(inside[kw0 + k][i], src + k * w.dilation_w));
+      } else {
+        for (std::int64_t k = 0; k < group; ++k) {
+          const std::int64_t kw = kw0 + k, dw = kw * w.dilation_w - w.pad_w;
+          std::int64_t lo = 0, hi = 0;
+          if (!listed) inside_columns(w, dw, lo, hi);
+          const __mmask16 valid = listed ? inside[kw][i] : inside_lanes(g.ow, lo, hi) & g.lanes;
+          _mm512_mask_storeu_ps(d + k * g.width, g.lanes,
+                                read_piece(plane + ih * xs[2], g.ow, dw, w.stride_w, xs[3], valid));
+        }
       }
-      _mm512_mask_storeu_ps(panels + g.dst + p * g.width, g.lanes, value);
     }
-    if (padded > nc) _mm512_mask_storeu_ps(panel_row(panels, kc, nc, p, nc), lanes16(padded - nc), _mm512_setzero_ps());
+    p += group;
   }
 }
 
@@ -205,7 +203,7 @@ void copy_panels(const float* x, std::int64_t channel_stride, std::int64_t r0, s
                  std::int64_t nc, float* panels) {
   // Panel by panel, as sgemm's pack_b: each panel is written in order.
   for (std::int64_t j0 = 0; j0 < nc; j0 += kSgemmPanelCols) {
-    const std::int64_t cols = std::min(kSgemmPanelCols, nc - j0), width = (cols + 15) / 16 * 16;
+    const std::int64_t cols = std::min(kSgemmPanelCols, nc - j0), width = panel_width(nc, j0);
     const float* src = x + r0 * channel_stride + q0 + j0;
     float* dst = panels + j0 * kc;
     for (std::int64_t p = 0; p < kc; ++p, src += channel_stride, dst += width)
@@ -221,8 +219,7 @@ bool conv2d_packed_f32(detail::DeviceRuntime& rt, const Conv2dProblem& p, const 
   const std::int64_t G = p.groups, Cg = w.c / G, Og = p.out_channels / G;
   const std::int64_t K = Cg * w.kernel_h * w.kernel_w, P = w.out_h * w.out_w;
   const Strides &xs = p.x_strides, &os = p.out_strides;
-  const bool pointwise = w.kernel_h == 1 && w.kernel_w == 1 && w.stride_h == 1 && w.stride_w == 1 && w.pad_h == 0 &&
-                         w.pad_w == 0 && spatial_is_flat(w.h, w.w, xs);
+  const bool pointwise = unit_window(w) && spatial_is_flat(w.h, w.w, xs);
   // K == 0 (no input channels) leaves the output to the tiled path's
   // bias-or-zero fill: a GEMM with k = 0 here would write nothing.
   if (!sgemm_available() || K == 0 || (w.out_w < kMinOutW && !pointwise)) return false;

@@ -63,6 +63,7 @@ using namespace gemm_blocks;
 constexpr int kMR = 8;
 constexpr int kNV = 3;  // zmm vectors across a micro-tile
 constexpr int kNR = kNV * 16;
+static_assert(kNR == kSgemmPanelCols, "sgemm.h publishes the panel width");
 constexpr std::int64_t kKC = 512;
 constexpr std::int64_t kMC = 64;   // multiple of kMR
 constexpr std::int64_t kNC = 768;  // multiple of kNR
@@ -418,8 +419,6 @@ void sgemm(std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const fl
   }
 }
 
-std::size_t sgemm_packed_a_floats(std::int64_t m, std::int64_t k) noexcept { return static_cast<std::size_t>(m * k); }
-
 void sgemm_pack_a(std::int64_t m, std::int64_t k, const float* a, std::int64_t a_rs, std::int64_t a_cs, float* dst,
                   std::int64_t r0, std::int64_t r1) noexcept {
   const std::int64_t kc_step = balanced_step(k, kKC, 8);
@@ -453,7 +452,6 @@ std::size_t sgemm_scratch_floats(std::int64_t, std::int64_t, std::int64_t, std::
 }
 void sgemm(std::int64_t, std::int64_t, std::int64_t, float, const float*, std::int64_t, std::int64_t, const float*,
            std::int64_t, std::int64_t, float, float*, std::int64_t, float*) noexcept {}
-std::size_t sgemm_packed_a_floats(std::int64_t, std::int64_t) noexcept { return 0; }
 void sgemm_pack_a(std::int64_t, std::int64_t, const float*, std::int64_t, std::int64_t, float*, std::int64_t,
                   std::int64_t) noexcept {}
 std::size_t sgemm_fill_scratch_floats(std::int64_t, std::int64_t, std::int64_t, std::int64_t, bool) noexcept {

@@ -39,9 +39,9 @@ void sgemm(std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const fl
 // whose lanes from nc up to its width must be zero. nc never exceeds
 // nc_cap (a multiple of 48).
 //
-// A is either packed (sgemm_pack_a's layout; sgemm_packed_a_floats(m, k)
-// floats, packed in pieces of rows if the caller wants it in parallel) or
-// read from `data` with strides rs, cs and packed a block at a time.
+// A is either packed (sgemm_pack_a's layout: m * k floats, packed in pieces
+// of rows if the caller wants it in parallel) or read from `data` with
+// strides rs, cs and packed a block at a time.
 inline constexpr std::int64_t kSgemmPanelCols = 48;
 struct SgemmA {
   const float* packed = nullptr;
@@ -66,7 +66,6 @@ SgemmFillB sgemm_fill_ref(const Fill& fill) {
           },
           &fill};
 }
-std::size_t sgemm_packed_a_floats(std::int64_t m, std::int64_t k) noexcept;
 // Packs rows [r0, r1) of A [m, k] (r0 a multiple of 8; r1 a multiple of
 // 8, or m) into their place in the packed A.
 void sgemm_pack_a(std::int64_t m, std::int64_t k, const float* a, std::int64_t a_rs, std::int64_t a_cs, float* dst,

@@ -32,6 +32,12 @@ inline bool spatial_is_flat(std::int64_t h, std::int64_t w, const Strides& s) {
   return s[3] == 1 && (h == 1 || s[2] == w);
 }
 
+// Whether the window is 1x1 at stride 1 and unpadded: each output position
+// is its input pixel (a pointwise convolution, when the plane is also flat).
+inline bool unit_window(const Window2d& w) {
+  return w.kernel_h == 1 && w.kernel_w == 1 && w.stride_h == 1 && w.stride_w == 1 && w.pad_h == 0 && w.pad_w == 0;
+}
+
 // out [N, O, oH, oW] = conv(x [N, C, H, W], weight [O, C / groups, kH, kW]) + bias [O].
 // All strides in elements; out's last two dims must be contiguous
 // (stride 1 and oW). bias may be null.
