@@ -400,6 +400,44 @@ TEST_CASE("reduce: NaN propagates through amax, amin, max and min, and infinitie
   }
 }
 
+// The contiguous f32 blocks run a vmaxps / vminps that can drop a NaN,
+// checked beside it on the elements' bits (Note [NaN-checked extremes]): a
+// NaN in any of the four accumulators, a block's tail or a later block, of
+// either sign, must still come out; infinities are not NaNs.
+TEST_CASE("reduce: long f32 rows keep a NaN anywhere through amax and amin, and infinities are values", "[reduce]") {
+  for (int threads : {1, 2}) {
+    TestContext ctx(forge::ExecContextOptions{.threads = threads});
+    for (std::int64_t n : {64, 100, 2048, 2049, 5000}) {
+      std::vector<float> v(static_cast<std::size_t>(n));
+      for (std::int64_t i = 0; i < n; ++i) v[static_cast<std::size_t>(i)] = static_cast<float>((i * 37) % 101) - 50;
+      const auto row = [&](const std::vector<float>& w) {
+        return ctx.from_vector<float>(w, {1, n}).expand({3, n}).contiguous();
+      };
+      const Tensor clean = row(v);
+      CHECK(forge::amax(clean).item<float>() == 50);
+      CHECK(forge::amin(clean, {-1}).to_vector<float>() == std::vector<float>(3, -50));
+      for (std::int64_t at : {std::int64_t{0}, std::int64_t{17}, std::int64_t{33}, std::int64_t{50}, n - 1, n / 2}) {
+        for (float nan : {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::quiet_NaN()}) {
+          std::vector<float> w = v;
+          w[static_cast<std::size_t>(at)] = nan;
+          const Tensor x = row(w);
+          INFO("n " << n << " at " << at << " threads " << threads);
+          CHECK(std::isnan(forge::amax(x).item<float>()));
+          CHECK(std::isnan(forge::amin(x).item<float>()));
+          for (float m : forge::amax(x, {-1}).to_vector<float>()) CHECK(std::isnan(m));
+          for (float m : forge::amin(x, {-1}).to_vector<float>()) CHECK(std::isnan(m));
+        }
+        std::vector<float> w(static_cast<std::size_t>(n), -INFINITY);
+        w[static_cast<std::size_t>(at)] = 3;
+        CHECK(forge::amax(row(w)).item<float>() == 3);
+        CHECK(forge::amin(row(w)).item<float>() == -INFINITY);
+        w[static_cast<std::size_t>(at)] = INFINITY;
+        CHECK(forge::amax(row(w), {-1}).to_vector<float>() == std::vector<float>(3, INFINITY));
+      }
+    }
+  }
+}
+
 TEST_CASE("reduce: empty reductions give the identity", "[reduce]") {
   TestContext ctx;
   const Tensor x = ctx.zeros({3, 0});
