@@ -271,6 +271,39 @@ TEST_CASE("linalg: f32 and bf16 GEMMs sweep odd sizes 1-67 in every dimension an
   }
 }
 
+// At most 4 rows against a row-major B of a million elements or more, f32
+// reads B's rows whole (Note [flat products along B's rows]): every row
+// count, A in each layout, k past the last whole group of 4 rows, n past
+// the last whole vector and past one block of C's columns, a C whose rows
+// are further apart than n, and beta 0 (over NaN), 1 and otherwise.
+TEST_CASE("linalg: flat f32 products over a large row-major B match f64 through every path of the row stream",
+          "[linalg][gemm]") {
+  for (int threads : {1, 2}) {
+    TestContext ctx(forge_test::context_options(threads));
+    for (const auto& [n, k] : std::vector<std::array<std::int64_t, 2>>{{1029, 1023}, {8200, 130}, {1024, 1025}}) {
+      for (std::int64_t m = 1; m <= 4; ++m) {
+        const Tensor b = ctx.randn({k, n});
+        for (int layout = 0; layout < 4; ++layout) {
+          INFO(threads << " thread(s), m " << m << " n " << n << " k " << k << " layout " << layout);
+          const Tensor a = operand(ctx, m, k, layout, DType::f32);
+          const Expected e = reference_matmul(a, b);
+          check_close(forge::matmul(a, b), e, DType::f32);
+          Tensor out = ctx.empty({m, n + 40}).slice(1, 0, n);
+          check_close(forge::matmul_into(out, a, b), e, DType::f32);
+        }
+        const Tensor a = operand(ctx, m, k, 0, DType::f32);
+        const Expected e = reference_matmul(a, b);
+        const Tensor nan_bias = ctx.full({m, n}, std::numeric_limits<double>::quiet_NaN());
+        check_close(forge::addmm(nan_bias, a, b, 0, 0.75), with_bias(e, nan_bias, 0, 0.75), DType::f32);
+        for (const double beta : {1.0, -0.5}) {
+          const Tensor bias = ctx.randn({m, n});
+          check_close(forge::addmm(bias, a, b, beta, 0.75), with_bias(e, bias, beta, 0.75), DType::f32);
+        }
+      }
+    }
+  }
+}
+
 // An int8 product's result, which must equal the sums exactly (they fit in
 // i32 and in f64's mantissa here).
 void check_exact(const Tensor& got, const Expected& e) {

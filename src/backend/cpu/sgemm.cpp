@@ -9,6 +9,10 @@
 //   * direct (m <= kDirectRows, B row-major): B is read in place, each kNR
 //     column strip once from memory for every row panel of A; packing B
 //     would cost as much memory traffic as the product itself.
+//   * rows (m <= kRowsMaxM, B row-major and too large for L2): C's rows
+//     (in L2) take kRowsG rows of B at a time, each B row read from start
+//     to end, so that B streams at the read rate (Note [flat products
+//     along B's rows]).
 //   * dot (m <= kDirectRows, A row-major and B column-major: x W^T with W
 //     [n, k] as a linear layer stores it): each output is a dot product of
 //     two contiguous rows, kDotJ rows of W at a time against kDotI rows of A,
@@ -76,12 +80,21 @@ constexpr std::int64_t kDotPrefetch = 512;
 // at m <= 16 rose from about 0.55x to 0.65x of read bandwidth).
 constexpr std::int64_t kDirectKC = 64;
 
-enum class Mode { packed, direct, dot };
+// Rows of B per pass over C (each pass loads and stores C once), rows of C
+// the mode takes, the fewest elements of B it takes (below, B is read from
+// cache and direct's register tiles win: 1x64x1024 ran 20 % slower rows mode),
+// and the widest block of C (kRowsMaxM x 8192 floats, 128 KB, in L2).
+constexpr int kRowsG = 4;
+constexpr std::int64_t kRowsMaxM = 4;
+constexpr std::int64_t kRowsMinB = std::int64_t{1} << 20;
+constexpr std::int64_t kRowsCols = 8192;
 
-Mode mode_of(std::int64_t m, std::int64_t k, std::int64_t a_cs, std::int64_t b_rs, std::int64_t b_cs) {
+enum class Mode { packed, direct, dot, rows };
+
+Mode mode_of(std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t a_cs, std::int64_t b_rs, std::int64_t b_cs) {
   if (m > kDirectRows) return Mode::packed;
   if (a_cs == 1 && b_rs == 1 && b_cs != 1 && k >= 64) return Mode::dot;
-  if (b_cs == 1) return Mode::direct;
+  if (b_cs == 1) return m <= kRowsMaxM && n * k >= kRowsMinB ? Mode::rows : Mode::direct;
   return Mode::packed;
 }
 
@@ -222,6 +235,62 @@ constexpr std::array<DotFn, kDotI * kDotJ> dot_table(std::index_sequence<I...>) 
 }
 constexpr auto kDots = dot_table(std::make_index_sequence<kDotI * kDotJ>{});
 
+// ---- rows mode ----
+
+// Note [flat products along B's rows]
+// x W with W [k, n] row-major and x a few rows (a decode step through a
+// weight stored [in, out], or dX = dY W in a small batch's backward) is
+// bound by reading W. The direct mode keeps C's tile in registers for all
+// of k and so walks W down 48-column strips: 64 rows in flight, each a
+// new 16 KB stride, and the prefetchers lose track (0.58-0.75x of the read
+// rate of the same 64 MiB, 1 x 4096 x 4096 on Zen 4). Reading W's rows
+// whole instead (the thread's column range of them) costs one load and one
+// store of C per kRowsG rows of W, which sits in L1 or L2 and is cheap next
+// to a memory-bound stream: one thread read W at 0.84-1.04x of its read
+// rate this way, against 0.6x with C's columns cut into L1-sized blocks
+// (2-3 KB pieces of each row). With B in cache, the register tiles win, and
+// with more rows of C (8, 16) the product is bound by C's traffic instead
+// (16 x 4096 x 4096 ran 0.17-0.26x against direct's 0.42-0.46x): both keep
+// the direct mode.
+
+// C[M, nb] += A[M, G] B[G, nb], alpha folded into A's broadcasts: G rows of
+// B read once each, contiguously, and each vector of C loaded and stored
+// once per pass.
+template <int M, int G>
+void rows_pass(std::int64_t nb, const float* a, std::int64_t a_rs, std::int64_t a_cs, float alpha,
+               const float* __restrict b, std::int64_t b_rs, float* __restrict c, std::int64_t c_rs) {
+  __m512 av[M][G];
+#pragma GCC unroll 4
+  for (int i = 0; i < M; ++i)
+#pragma GCC unroll 4
+    for (int g = 0; g < G; ++g) av[i][g] = _mm512_set1_ps(alpha * a[i * a_rs + g * a_cs]);
+  const auto step = [&](std::int64_t v, __mmask16 mask) {
+    __m512 bv[G];
+#pragma GCC unroll 4
+    for (int g = 0; g < G; ++g) bv[g] = _mm512_maskz_loadu_ps(mask, b + g * b_rs + v);
+#pragma GCC unroll 4
+    for (int i = 0; i < M; ++i) {
+      __m512 acc = _mm512_maskz_loadu_ps(mask, c + i * c_rs + v);
+#pragma GCC unroll 4
+      for (int g = 0; g < G; ++g) acc = _mm512_fmadd_ps(av[i][g], bv[g], acc);
+      _mm512_mask_storeu_ps(c + i * c_rs + v, mask, acc);
+    }
+  };
+  std::int64_t v = 0;
+  for (; v + 16 <= nb; v += 16) step(v, __mmask16(0xFFFF));
+  if (v < nb) step(v, lanes16(nb - v));
+}
+
+using RowsFn = void (*)(std::int64_t, const float*, std::int64_t, std::int64_t, float, const float*, std::int64_t,
+                        float*, std::int64_t);
+
+template <int G, std::size_t... I>
+constexpr std::array<RowsFn, kRowsMaxM> rows_table(std::index_sequence<I...>) {
+  return {&rows_pass<static_cast<int>(I) + 1, G>...};
+}
+constexpr auto kRowsPasses = rows_table<kRowsG>(std::make_index_sequence<kRowsMaxM>{});
+constexpr auto kRowsSingles = rows_table<1>(std::make_index_sequence<kRowsMaxM>{});
+
 // ---- packing ----
 
 // A [mc, kc] into panels of kMR rows (the last one `mc % kMR` rows), each
@@ -351,6 +420,30 @@ void run_direct(std::int64_t m, std::int64_t n, std::int64_t k, float alpha, con
   }
 }
 
+// m <= kRowsMaxM with a large row-major B (x W, and dX = dY W in a linear
+// layer's backward): B's rows stream through a block of C kRowsG at a
+// time, each read contiguously from start to end (Note [flat products
+// along B's rows]).
+void run_rows(std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a, std::int64_t a_rs,
+              std::int64_t a_cs, const float* b, std::int64_t b_rs, float beta, float* c, std::int64_t c_rs) {
+  const RowsFn pass = kRowsPasses[static_cast<std::size_t>(m - 1)];
+  const RowsFn single = kRowsSingles[static_cast<std::size_t>(m - 1)];
+  for (std::int64_t j0 = 0; j0 < n; j0 += kRowsCols) {
+    const std::int64_t cols = std::min(kRowsCols, n - j0);
+    for (std::int64_t i = 0; i < m; ++i) {
+      float* row = c + i * c_rs + j0;
+      if (beta == 0.0f)
+        std::fill(row, row + cols, 0.0f);
+      else if (beta != 1.0f)
+        for (std::int64_t j = 0; j < cols; ++j) row[j] *= beta;
+    }
+    std::int64_t p = 0;
+    for (; p + kRowsG <= k; p += kRowsG)
+      pass(cols, a + p * a_cs, a_rs, a_cs, alpha, b + p * b_rs + j0, b_rs, c + j0, c_rs);
+    for (; p < k; ++p) single(cols, a + p * a_cs, a_rs, a_cs, alpha, b + p * b_rs + j0, b_rs, c + j0, c_rs);
+  }
+}
+
 // With more than one group of rows, k runs in chunks of kDotK, so that a chunk of every row of A (up to
 // kDirectRows of them) and of kDotJ rows of W sit in L1 together: W comes
 // from memory once and A from L1, not both from L2 once per group of rows.
@@ -396,8 +489,8 @@ std::size_t sgemm_scratch_floats(std::int64_t m, std::int64_t n, std::int64_t k,
                                  std::int64_t b_rs, std::int64_t b_cs) noexcept {
   if (m <= 0 || n <= 0 || k <= 0) return 0;
   normalize(m, n, k, a_rs, a_cs, b_rs, b_cs);
-  const Mode mode = mode_of(m, k, a_cs, b_rs, b_cs);
-  if (mode == Mode::dot) return 0;
+  const Mode mode = mode_of(m, n, k, a_cs, b_rs, b_cs);
+  if (mode == Mode::dot || mode == Mode::rows) return 0;
   if (mode == Mode::direct) return static_cast<std::size_t>(round_up(m * balanced_step(k, kDirectKC, 8), 16));
   return sgemm_fill_scratch_floats(m, n, k, kNC, false);
 }
@@ -406,12 +499,15 @@ void sgemm(std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const fl
            std::int64_t a_cs, const float* b, std::int64_t b_rs, std::int64_t b_cs, float beta, float* c,
            std::int64_t c_rs, float* scratch) noexcept {
   normalize(m, n, k, a_rs, a_cs, b_rs, b_cs);
-  switch (mode_of(m, k, a_cs, b_rs, b_cs)) {
+  switch (mode_of(m, n, k, a_cs, b_rs, b_cs)) {
     case Mode::dot:
       run_dot(m, n, k, alpha, a, a_rs, b, b_cs, beta, c, c_rs);
       return;
     case Mode::direct:
       run_direct(m, n, k, alpha, a, a_rs, a_cs, b, b_rs, beta, c, c_rs, scratch);
+      return;
+    case Mode::rows:
+      run_rows(m, n, k, alpha, a, a_rs, a_cs, b, b_rs, beta, c, c_rs);
       return;
     case Mode::packed:
       run_packed(m, n, k, alpha, a, a_rs, a_cs, b, b_rs, b_cs, beta, c, c_rs, scratch);
