@@ -272,7 +272,7 @@ class Engine {
   static constexpr bool kWiden = is_half_v<In>;
   // SIMD blocks when the elements are the accumulators (f32, f64).
   static constexpr bool kSimd = R::kVec && std::is_same_v<In, Acc>;
-  using Vec = std::conditional_t<std::is_same_v<Acc, double>, VecD, VecN>;
+  using Vec = std::conditional_t<std::is_same_v<Acc, double>, VecD, VecF>;
   static constexpr int kW = static_cast<int>(sizeof(Vec) / sizeof(Acc));
 
   Engine(detail::DeviceRuntime& rt, const R& r, const Geometry& g, const In* in, Out* out)
