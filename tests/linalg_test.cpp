@@ -13,6 +13,7 @@
 #include <random>
 #include <vector>
 
+#include "backend/cpu/sgemm.h"
 #include "format16.h"
 #include "support.h"
 
@@ -280,7 +281,10 @@ TEST_CASE("linalg: flat f32 products over a large row-major B match f64 through 
           "[linalg][gemm]") {
   for (int threads : {1, 2}) {
     TestContext ctx(forge_test::context_options(threads));
-    for (const auto& [n, k] : std::vector<std::array<std::int64_t, 2>>{{1029, 1023}, {8200, 130}, {1024, 1025}}) {
+    // On two threads C's columns are split first, and the rows mode needs a
+    // million elements of B per thread: 4096 x 523 gives each half that.
+    for (const auto& [n, k] :
+         std::vector<std::array<std::int64_t, 2>>{{1029, 1023}, {8200, 130}, {1024, 1025}, {4096, 523}}) {
       for (std::int64_t m = 1; m <= 4; ++m) {
         const Tensor b = ctx.randn({k, n});
         for (int layout = 0; layout < 4; ++layout) {
@@ -300,6 +304,51 @@ TEST_CASE("linalg: flat f32 products over a large row-major B match f64 through 
           check_close(forge::addmm(bias, a, b, beta, 0.75), with_bias(e, bias, beta, 0.75), DType::f32);
         }
       }
+    }
+  }
+}
+
+// matmul and addmm give sgemm beta 0 or 1 only (addmm folds its beta into
+// the bias it writes first), so beta 0 over a NaN-filled C and any other
+// beta, which the rows mode applies in a pass of its own, are checked on
+// sgemm itself, at the sizes that reach that mode.
+TEST_CASE("linalg: sgemm's rows mode ignores C at beta 0 and scales it by any other beta", "[linalg][gemm]") {
+  if (!forge::cpu::sgemm_available()) return;  // the FORGE_NATIVE=OFF build has no sgemm: Eigen takes every product
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal;
+  for (const auto& [m, n, k] :
+       std::vector<std::array<std::int64_t, 3>>{{1, 1029, 1023}, {3, 2051, 515}, {4, 8200, 130}}) {
+    std::vector<float> a(static_cast<std::size_t>(m * k)), b(static_cast<std::size_t>(k * n));
+    for (float& v : a) v = normal(rng);
+    for (float& v : b) v = normal(rng);
+    for (const float beta : {0.0f, 1.0f, -0.5f}) {
+      INFO("m " << m << " n " << n << " k " << k << " beta " << beta);
+      const std::int64_t ldc = n + 3;
+      std::vector<float> c(static_cast<std::size_t>(m * ldc));
+      for (float& v : c) v = beta == 0.0f ? std::numeric_limits<float>::quiet_NaN() : normal(rng);
+      const std::vector<float> c0 = c;
+      REQUIRE(forge::cpu::sgemm_scratch_floats(m, n, k, k, 1, n, 1) == 0);  // the rows mode takes no scratch
+      forge::cpu::sgemm(m, n, k, 0.75f, a.data(), k, 1, b.data(), n, 1, beta, c.data(), ldc, nullptr);
+      std::size_t bad = 0;
+      for (std::int64_t i = 0; i < m; ++i)
+        for (std::int64_t j = 0; j < ldc; ++j) {
+          const float got = c[static_cast<std::size_t>(i * ldc + j)], old = c0[static_cast<std::size_t>(i * ldc + j)];
+          if (j >= n) {  // past the row: untouched
+            if (!(got == old || (std::isnan(got) && std::isnan(old)))) ++bad;
+            continue;
+          }
+          double sum = 0, mag = 0;
+          for (std::int64_t p = 0; p < k; ++p) {
+            const double t =
+                static_cast<double>(a[static_cast<std::size_t>(i * k + p)]) * b[static_cast<std::size_t>(p * n + j)];
+            sum += t;
+            mag += std::abs(t);
+          }
+          const double want = 0.75 * sum + (beta == 0.0f ? 0.0 : static_cast<double>(beta) * old);
+          if (!(std::abs(got - want) <= 1e-5 * (mag + std::abs(want)) + 1e-6) && bad++ < 5)
+            FAIL_CHECK("C[" << i << ", " << j << "] = " << got << ", expected " << want);
+        }
+      CHECK(bad == 0);
     }
   }
 }

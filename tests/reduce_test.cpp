@@ -416,7 +416,9 @@ TEST_CASE("reduce: long f32 rows keep a NaN anywhere through amax and amin, and 
       const Tensor clean = row(v);
       CHECK(forge::amax(clean).item<float>() == 50);
       CHECK(forge::amin(clean, {-1}).to_vector<float>() == std::vector<float>(3, -50));
-      for (std::int64_t at : {std::int64_t{0}, std::int64_t{17}, std::int64_t{33}, std::int64_t{50}, n - 1, n / 2}) {
+      // 0, 9, 17 and 31 land in each of the four vector accumulators.
+      for (std::int64_t at :
+           {std::int64_t{0}, std::int64_t{9}, std::int64_t{17}, std::int64_t{31}, std::int64_t{50}, n - 1, n / 2}) {
         for (float nan : {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::quiet_NaN()}) {
           std::vector<float> w = v;
           w[static_cast<std::size_t>(at)] = nan;
@@ -435,6 +437,17 @@ TEST_CASE("reduce: long f32 rows keep a NaN anywhere through amax and amin, and 
         CHECK(forge::amax(row(w), {-1}).to_vector<float>() == std::vector<float>(3, INFINITY));
       }
     }
+    // A tie between +0 and -0 resolves the same way in the vector blocks
+    // as in the strided path (a transposed copy of the same values).
+    std::vector<float> z(64, -1.0f);
+    z[0] = 0.0f;
+    z[8] = -0.0f;
+    const Tensor zc = ctx.from_vector<float>(z, {1, 64});
+    std::vector<float> zz(128, 5.0f);
+    for (std::size_t i = 0; i < 64; ++i) zz[2 * i] = z[i];
+    const Tensor zt = ctx.from_vector<float>(zz, {64, 2}).slice(1, 0, 1).t();  // the same 64 values, stride 2
+    REQUIRE(zt.strides()[1] == 2);
+    CHECK(std::signbit(forge::amax(zc).item<float>()) == std::signbit(forge::amax(zt).item<float>()));
   }
 }
 

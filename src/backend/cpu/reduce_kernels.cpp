@@ -126,13 +126,15 @@ struct ExtremeR {
   static X vmap(X v) {
     return v;
   }
-  // One vmaxps / vminps: a NaN m stays, a NaN x is dropped.
+  // One vmaxps / vminps, which may drop a NaN (the block's bit check
+  // catches it); equal values (+0 and -0) resolve to the later one, x, as
+  // in combine.
   template <typename X>
   static X vpick(X m, X x) {
     if constexpr (kMax)
-      return x > m ? x : m;
+      return m > x ? m : x;
     else
-      return x < m ? x : m;
+      return m < x ? m : x;
   }
   template <typename X>
   static X vcombine(X a, X b) {
@@ -378,7 +380,7 @@ class Engine {
   // elements' bits shifted left by one (the sign dropped): the two integer
   // ops run on other ports than the float one, and a NaN is exactly a
   // shifted pattern above 0xff000000. A block that holds one is reduced
-  // again by the exact combine, which returns its first NaN.
+  // again by the exact combine, which returns one of its NaNs.
   Acc extreme_block(const In* p, std::int64_t n) const {
     using Bits = typename float_bits<Vec>::type;
     Vec m[4];

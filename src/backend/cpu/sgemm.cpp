@@ -1,7 +1,7 @@
 // f32 GEMM for AVX-512 cores.
 //
 // Policy:
-// - Three shapes of work, chosen by m and the operands' layouts:
+// - Four shapes of work, chosen by m, the operands' layouts and sizes:
 //   * packed (the general case, BLIS's loop nest): B is packed a [kc, nc]
 //     block at a time into panels of kNR columns (held in L2), A a [mc, kc]
 //     block at a time into panels of kMR rows; each A panel stays in L1
@@ -10,10 +10,12 @@
 //     column strip once from memory for every row panel of A (the first
 //     panel prefetching the next strip's rows); packing B would cost as
 //     much memory traffic as the product itself.
-//   * rows (m <= kRowsMaxM, B row-major and too large for L2): C's rows
-//     (in L2) take kRowsG rows of B at a time, each B row read from start
-//     to end, so that B streams at the read rate (Note [flat products
-//     along B's rows]).
+//   * rows (m <= kRowsMaxM, B row-major, k >= kRowsMinK and this call's
+//     B at least kRowsMinB elements: gemm.cpp splits C's columns over the
+//     threads first, so that is each thread's slice): C's rows (in L2)
+//     take kRowsG rows of B at a time, each B row read from start to end,
+//     so that B streams at the read rate (Note [flat products along B's
+//     rows]).
 //   * dot (m <= kDirectRows, A row-major and B column-major: x W^T with W
 //     [n, k] as a linear layer stores it): each output is a dot product of
 //     two contiguous rows, kDotJ rows of W at a time against kDotI rows of A,
@@ -33,7 +35,9 @@
 //   fall back to scalar loops.
 // - beta and alpha are applied when a tile is written, on the first k block
 //   only for beta: C is read and written once per k block, never scaled in a
-//   separate pass.
+//   separate pass. The rows mode is the exception: it scales (or zeroes) C
+//   once up front and folds alpha into A's broadcasts, since it reads and
+//   writes C once per kRowsG rows of B anyway.
 // - What the measurements chose (gemm_compare, Zen 5): k blocks of kKC = 512
 //   rather than 256 (C's tile is loaded and stored half as often: +5-8 %);
 //   prefetching the tile of C when a micro-kernel starts (its rows are
@@ -88,6 +92,9 @@ constexpr std::int64_t kDirectKC = 64;
 constexpr int kRowsG = 4;
 constexpr std::int64_t kRowsMaxM = 4;
 constexpr std::int64_t kRowsMinB = std::int64_t{1} << 20;
+// With fewer rows of B the direct mode's strips are short, and the rows
+// mode would load and store C k / kRowsG times (a depthwise conv's k = 9).
+constexpr std::int64_t kRowsMinK = 64;
 constexpr std::int64_t kRowsCols = 8192;
 
 enum class Mode { packed, direct, dot, rows };
@@ -95,7 +102,7 @@ enum class Mode { packed, direct, dot, rows };
 Mode mode_of(std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t a_cs, std::int64_t b_rs, std::int64_t b_cs) {
   if (m > kDirectRows) return Mode::packed;
   if (a_cs == 1 && b_rs == 1 && b_cs != 1 && k >= 64) return Mode::dot;
-  if (b_cs == 1) return m <= kRowsMaxM && n * k >= kRowsMinB ? Mode::rows : Mode::direct;
+  if (b_cs == 1) return m <= kRowsMaxM && k >= kRowsMinK && n * k >= kRowsMinB ? Mode::rows : Mode::direct;
   return Mode::packed;
 }
 
