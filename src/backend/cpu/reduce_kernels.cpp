@@ -159,6 +159,12 @@ struct ExtremeR {
   V finish(Acc a, std::int64_t) const { return a; }
 };
 
+// Whether R's contiguous blocks run extreme_block: only reducers that say so.
+template <typename R>
+constexpr bool nan_checked_v = requires {
+  requires R::kNanChecked;
+};
+
 template <typename V, bool kAll>
 struct LogicalR {
   using Acc = std::uint8_t;
@@ -400,11 +406,7 @@ class Engine {
     bool nan = false;
     for (int k = 0; k < kW; ++k) nan |= eb[k] > 0xff000000u;
     if (nan) return simd_lanes(p, n);
-    const Vec t = R::vpick(R::vpick(m[0], m[1]), R::vpick(m[2], m[3]));
-    Acc acc = t[0];
-    for (int k = 1; k < kW; ++k) acc = r_.combine(acc, t[k]);
-    for (; i < n; ++i) acc = r_.combine(acc, p[i]);  // exact on the tail
-    return acc;
+    return fold(R::vpick(R::vpick(m[0], m[1]), R::vpick(m[2], m[3])), p + i, n - i);  // exact on the tail
   }
 
   // Four vector accumulators over n contiguous elements.
@@ -414,10 +416,14 @@ class Engine {
     std::int64_t i = 0;
     for (; i + 4 * kW <= n; i += 4 * kW)
       for (int u = 0; u < 4; ++u) v[u] = R::vcombine(v[u], R::vmap(load_vec<Vec>(p + i + u * kW)));
-    const Vec t = R::vcombine(R::vcombine(v[0], v[1]), R::vcombine(v[2], v[3]));
+    return fold(R::vcombine(R::vcombine(v[0], v[1]), R::vcombine(v[2], v[3])), p + i, n - i);
+  }
+
+  // A vector accumulator's lanes, then the `rest` elements after it.
+  Acc fold(const Vec& t, const In* tail, std::int64_t rest) const {
     Acc acc = t[0];
     for (int k = 1; k < kW; ++k) acc = r_.combine(acc, t[k]);
-    for (; i < n; ++i) acc = r_.combine(acc, r_.map(p[i]));
+    for (std::int64_t i = 0; i < rest; ++i) acc = r_.combine(acc, r_.map(tail[i]));
     return acc;
   }
 
@@ -427,10 +433,12 @@ class Engine {
     if constexpr (kUnit && std::is_same_v<Acc, Moments> && std::is_same_v<In, float>) {
       if (n > 0) return block_moments(p, n);
     }
-    if constexpr (kUnit && kSimd && requires { R::kNanChecked; }) {
-      if constexpr (R::kNanChecked) return extreme_block(p, n);
+    if constexpr (kUnit && kSimd) {
+      if constexpr (nan_checked_v<R>)
+        return extreme_block(p, n);
+      else
+        return simd_lanes(p, n);
     }
-    if constexpr (kUnit && kSimd) return simd_lanes(p, n);
     Acc acc[kLanes];
     for (auto& a : acc) a = r_.identity();
     std::int64_t i = 0;
