@@ -173,6 +173,20 @@ Tensor make_image(TestContext& ctx, const Shape& s, DType t, int layout) {
   return ctx.randn(s, t);
 }
 
+// An f32 conv2d of an x laid out by `layout` and a weight (stored [O, kH,
+// kW, C / groups] and permuted when `permuted`), with and without a bias,
+// against the reference.
+void check_layer(TestContext& ctx, const Shape& xs, const Shape& ws, const Conv2dOptions& o, int layout,
+                 bool permuted) {
+  const Tensor x = make_image(ctx, xs, DType::f32, layout);
+  const Tensor w = permuted ? ctx.randn({ws[0], ws[2], ws[3], ws[1]}).permute({0, 3, 1, 2}) : ctx.randn(ws);
+  const Tensor b = ctx.randn({ws[0]});
+  INFO("x " << xs << " layout " << layout << " weight " << ws << (permuted ? " permuted" : "") << " stride "
+            << o.stride[0] << " pad " << o.padding[0] << " dilation " << o.dilation[0] << " groups " << o.groups);
+  check_close(forge::conv2d(x, w, b, o), reference_conv(x, w, b, o), DType::f32);
+  check_close(forge::conv2d(x, w, Tensor(), o), reference_conv(x, w, Tensor(), o), DType::f32);
+}
+
 TEST_CASE("conv: conv2d matches a naive 7-loop reference over random stride, padding, dilation and groups", "[conv]") {
   TestContext ctx;
   std::mt19937 gen(1234);
@@ -209,19 +223,21 @@ TEST_CASE("conv: the f32 forward's item cuts, weight packing and column reads ag
   // one on a small image, its weights then packed as it goes); it reads
   // columns as shifted rows (stride 1), even lanes (stride 2) or lane by
   // lane (other strides, dilated or strided x), across several B blocks
-  // (wide images) and ragged last panels.
+  // (wide images) and ragged last panels. The 3x3 stride-1 layers here have
+  // fewer than 16 channels one way, or groups, so that Winograd (the next
+  // test) leaves them to this path.
   struct Case {
     Shape x, w;
     std::int64_t stride, pad, dilation, groups;
     int layout;
   };
   const Case cases[] = {
-      {{1, 20, 7, 7}, {70, 20, 3, 3}, 1, 1, 1, 1, 0},    // by channel blocks, weights packed as it goes
+      {{1, 12, 7, 7}, {70, 12, 3, 3}, 1, 1, 1, 1, 0},    // by channel blocks, weights packed as it goes
       {{1, 12, 9, 11}, {72, 6, 3, 3}, 1, 1, 1, 2, 0},    // the same with groups
       {{1, 8, 40, 40}, {16, 8, 3, 3}, 1, 1, 1, 1, 0},    // chunks of positions
       {{2, 8, 56, 56}, {16, 8, 3, 3}, 1, 1, 1, 1, 0},    // chunks of 816 (2 B blocks) and 688 (one of 720)
-      {{2, 60, 10, 10}, {16, 60, 3, 3}, 1, 1, 1, 1, 0},  // K = 540: k blocks of 272 and 268 cut a 3-row group
-      {{4, 16, 10, 10}, {64, 16, 3, 3}, 1, 1, 1, 1, 0},  // 8 threads: prepacked, 2 channel blocks, a 4-column last
+      {{2, 60, 10, 10}, {12, 60, 3, 3}, 1, 1, 1, 1, 0},  // K = 540: k blocks of 272 and 268 cut a 3-row group
+      {{4, 15, 10, 10}, {64, 15, 3, 3}, 1, 1, 1, 1, 0},  // 8 threads: prepacked, 2 channel blocks, a 4-column last
                                                          // panel
       {{2, 3, 8, 20}, {4, 3, 1, 9}, 1, 4, 1, 1, 0},      // a 9-wide kernel: masks worked out per row
       {{8, 3, 40, 40}, {10, 3, 3, 3}, 1, 1, 1, 1, 0},    // whole images wider than one B block
@@ -240,17 +256,49 @@ TEST_CASE("conv: the f32 forward's item cuts, weight packing and column reads ag
   for (const int threads : {1, 2, 8}) {
     TestContext ctx(forge_test::context_options(threads));
     for (const Case& c : cases) {
-      Conv2dOptions o;
-      o.stride = {c.stride, c.stride};
-      o.padding = {c.pad, c.pad};
-      o.dilation = {c.dilation, c.dilation};
-      o.groups = c.groups;
-      const Tensor x = make_image(ctx, c.x, DType::f32, c.layout);
-      const Tensor w = ctx.randn(c.w), b = ctx.randn({c.w[0]});
-      INFO(threads << " threads, x " << c.x << " layout " << c.layout << " weight " << c.w << " stride " << c.stride
-                   << " pad " << c.pad << " dilation " << c.dilation << " groups " << c.groups);
-      check_close(forge::conv2d(x, w, b, o), reference_conv(x, w, b, o), DType::f32);
-      check_close(forge::conv2d(x, w, Tensor(), o), reference_conv(x, w, Tensor(), o), DType::f32);
+      INFO(threads << " threads");
+      check_layer(ctx, c.x, c.w,
+                  {.stride = {c.stride, c.stride},
+                   .padding = {c.pad, c.pad},
+                   .dilation = {c.dilation, c.dilation},
+                   .groups = c.groups},
+                  c.layout, false);
+    }
+  }
+}
+
+TEST_CASE("conv: 3x3 stride-1 layers through Winograd F(2x2, 3x3) agree with the reference", "[conv]") {
+  // conv_winograd.cpp takes 3x3 windows at stride 1 with 16 or more
+  // channels each way: ragged last tiles (odd outputs), padding 0 to 2,
+  // tile rows longer than one 16-lane piece, chunks that cross rows,
+  // images and panels, more than 512 input channels (two k blocks), a
+  // single chunk cut by output channels, channel-sliced x, and permuted
+  // weights. Transposed x, groups and stride 2 keep the im2col path.
+  struct Case {
+    Shape x, w;
+    std::int64_t pad, groups, stride;
+    int layout;
+    bool permuted;
+  };
+  const Case cases[] = {
+      {{2, 16, 8, 8}, {16, 16, 3, 3}, 1, 1, 1, 0, false},
+      {{3, 17, 9, 7}, {19, 17, 3, 3}, 1, 1, 1, 0, false},    // odd outputs: the last tiles ragged
+      {{2, 16, 11, 13}, {24, 16, 3, 3}, 0, 1, 1, 0, true},   // unpadded, 9 x 11
+      {{2, 20, 6, 5}, {16, 20, 3, 3}, 2, 1, 1, 2, false},    // padding 2 (an input gradient's), channel-sliced
+      {{1, 24, 5, 40}, {32, 24, 3, 3}, 1, 1, 1, 0, false},   // 20 tiles a row: two pieces
+      {{4, 16, 30, 30}, {40, 16, 3, 3}, 1, 1, 1, 0, false},  // 900 tiles: several chunks
+      {{1, 520, 6, 6}, {20, 520, 3, 3}, 1, 1, 1, 0, false},  // two k blocks
+      {{1, 16, 8, 8}, {200, 16, 3, 3}, 1, 1, 1, 2, true},    // one chunk, blocks of output channels
+      {{2, 16, 9, 9}, {16, 16, 3, 3}, 1, 1, 1, 1, false},    // transposed x: im2col
+      {{2, 32, 9, 9}, {32, 16, 3, 3}, 1, 2, 1, 0, false},    // groups: im2col
+      {{2, 16, 9, 9}, {16, 16, 3, 3}, 1, 1, 2, 0, false},    // stride 2: im2col
+  };
+  for (const int threads : {1, 2, 8}) {
+    TestContext ctx(forge_test::context_options(threads));
+    for (const Case& c : cases) {
+      INFO(threads << " threads");
+      check_layer(ctx, c.x, c.w, {.stride = {c.stride, c.stride}, .padding = {c.pad, c.pad}, .groups = c.groups},
+                  c.layout, c.permuted);
     }
   }
 }

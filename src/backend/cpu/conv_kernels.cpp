@@ -1,6 +1,7 @@
 // conv2d as im2col + GEMM. The f32 forward on AVX-512 cores goes through
-// conv_packed.cpp, which writes the column matrix straight into the GEMM's
-// packed panels. Elsewhere (f64, builds without AVX-512, outputs under 4
+// conv_winograd.cpp for 3x3 windows at stride 1 (Winograd F(2x2, 3x3)), and
+// otherwise through conv_packed.cpp, which writes the column matrix
+// straight into the GEMM's packed panels. Elsewhere (f64, builds without AVX-512, outputs under 4
 // columns wide) the output's spatial positions are cut into tiles whose
 // column matrix ([C/groups * kH * kW, tile]) stays in L2; each (image,
 // group, tile) item is one GEMM of the group's weights [O/groups, K] with
@@ -28,6 +29,7 @@
 #include <type_traits>
 
 #include "backend/cpu/conv_packed.h"
+#include "backend/cpu/conv_winograd.h"
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/pool2x2.h"
@@ -271,7 +273,7 @@ void conv2d_typed(detail::DeviceRuntime& rt, const Conv2dProblem& p) {
   ScratchLease<T> packed_w;
   const T* weight = flat_weights<T>(rt, w, p.out_channels, Cg, p.weight, p.weight_strides, packed_w, w_rs);
   if constexpr (std::is_same_v<T, float>) {
-    if (conv2d_packed_f32(rt, p, weight, w_rs)) return;
+    if (conv2d_winograd_f32(rt, p, weight, w_rs) || conv2d_packed_f32(rt, p, weight, w_rs)) return;
   }
 
   const bool pointwise = unit_window(w) && spatial_is_flat(w.h, w.w, xs);

@@ -300,14 +300,7 @@ bool conv2d_packed_f32(detail::DeviceRuntime& rt, const Conv2dProblem& p, const 
     sgemm_fill_b(m, nq, K, 1.0f, a, sgemm_fill_ref(fill), kNcCap, beta, c, os[1],
                  panels.data() + static_cast<std::size_t>(slot) * slot_floats);
   };
-  if (slots == 1) {
-    for (std::int64_t i = 0; i < items; ++i) run_item(i, 0);
-    return true;
-  }
-  rt.parallel_for(slots, 1, [&](std::int64_t s0, std::int64_t s1) {
-    for (std::int64_t s = s0; s < s1; ++s)
-      for (std::int64_t i = items * s / slots; i < items * (s + 1) / slots; ++i) run_item(i, s);
-  });
+  run_by_slot(rt, items, slots, run_item);
   return true;
 }
 

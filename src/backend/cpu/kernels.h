@@ -20,6 +20,21 @@ inline constexpr std::int64_t kGrainElements = 32768;
 using backend::Operand;
 using detail::DeviceRuntime;
 
+// Runs run_item(item, slot) for items [0, items), split statically over
+// `slots` (one per thread, each with its own leased scratch), inline when
+// there is one slot.
+template <typename Fn>
+void run_by_slot(DeviceRuntime& rt, std::int64_t items, std::int64_t slots, Fn&& run_item) {
+  if (slots <= 1) {
+    for (std::int64_t i = 0; i < items; ++i) run_item(i, std::int64_t{0});
+    return;
+  }
+  rt.parallel_for(slots, 1, [&](std::int64_t s0, std::int64_t s1) {
+    for (std::int64_t s = s0; s < s1; ++s)
+      for (std::int64_t i = items * s / slots; i < items * (s + 1) / slots; ++i) run_item(i, s);
+  });
+}
+
 // dst[i] = convert(src[i]) over `shape`, any dtypes, any strides.
 void copy_cast(DeviceRuntime& rt, const Shape& shape, const Operand& dst, const Operand& src);
 // dst[i] = one element of dst's dtype (its bytes).

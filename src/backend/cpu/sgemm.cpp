@@ -29,7 +29,9 @@
 //   vectorized down its 8 rows (each column of C written back lane by
 //   lane from a small buffer).
 // - sgemm_fill_b runs the packed loop nest with B's panels written by its
-//   caller and A optionally packed once for many calls (conv2d's path).
+//   caller and A optionally packed once for many calls (conv2d's path);
+//   sgemm_prepacked runs it over one block of both operands packed whole
+//   by the caller (conv_winograd.cpp's 16 products per chunk of tiles).
 // - Packing transposes 8x8 blocks in registers for the two layouts that need
 //   a transpose (A row-major, B column-major); other layouts copy vectors or
 //   fall back to scalar loops.
@@ -76,6 +78,7 @@ static_assert(kNR == kSgemmPanelCols, "sgemm.h publishes the panel width");
 constexpr std::int64_t kKC = 512;
 constexpr std::int64_t kMC = 64;   // multiple of kMR
 constexpr std::int64_t kNC = 768;  // multiple of kNR
+static_assert(kKC == kSgemmMaxKc && kNC == kSgemmMaxNc, "sgemm.h publishes the block limits");
 constexpr std::int64_t kDirectRows = 16;
 constexpr int kDotI = 4, kDotJ = 6;
 constexpr std::int64_t kDotK = 256;
@@ -561,6 +564,25 @@ void sgemm_fill_b(std::int64_t m, std::int64_t n, std::int64_t k, float alpha, c
   run_blocks(m, n, k, alpha, a, fill_b, nc_cap, beta, c, c_rs, scratch);
 }
 
+std::int64_t sgemm_k_step(std::int64_t k) noexcept { return balanced_step(k, kKC, 8); }
+
+std::int64_t sgemm_packed_a_index(std::int64_t m, std::int64_t k, std::int64_t r, std::int64_t p) noexcept {
+  // sgemm_pack_a's k block pc starts at m * pc, its panel of rows r0 at
+  // r0 * kc; pack_a stores the panel step by step, `rows` values a step.
+  const std::int64_t step = sgemm_k_step(k), pc = p / step * step, kc = std::min(step, k - pc);
+  const std::int64_t r0 = r / kMR * kMR, rows = std::min<std::int64_t>(kMR, m - r0);
+  return m * pc + r0 * kc + (p - pc) * rows + (r - r0);
+}
+
+void sgemm_prepacked(std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a_packed,
+                     const float* b_panels, float beta, float* c, std::int64_t c_rs) noexcept {
+  // One block (k <= kKC, n <= kNC): the fill writes nothing, and run_blocks
+  // only reads its panels, which are the caller's.
+  run_blocks(
+      m, n, k, alpha, SgemmA{a_packed}, [](std::int64_t, std::int64_t, std::int64_t, std::int64_t, float*) {},
+      round_up(n, kNR), beta, c, c_rs, const_cast<float*>(b_panels));
+}
+
 #else  // no AVX-512: gemm.cpp keeps Eigen
 
 bool sgemm_available() noexcept { return false; }
@@ -577,6 +599,10 @@ std::size_t sgemm_fill_scratch_floats(std::int64_t, std::int64_t, std::int64_t, 
 }
 void sgemm_fill_b(std::int64_t, std::int64_t, std::int64_t, float, const SgemmA&, const SgemmFillB&, std::int64_t,
                   float, float*, std::int64_t, float*) {}
+std::int64_t sgemm_k_step(std::int64_t k) noexcept { return k; }
+std::int64_t sgemm_packed_a_index(std::int64_t, std::int64_t, std::int64_t, std::int64_t) noexcept { return 0; }
+void sgemm_prepacked(std::int64_t, std::int64_t, std::int64_t, float, const float*, const float*, float, float*,
+                     std::int64_t) noexcept {}
 
 #endif
 

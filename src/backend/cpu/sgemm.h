@@ -80,6 +80,22 @@ void sgemm_fill_b(std::int64_t m, std::int64_t n, std::int64_t k, float alpha, c
                   const SgemmFillB& fill_b, std::int64_t nc_cap, float beta, float* c, std::int64_t c_rs,
                   float* scratch);
 
+// The packed loop nest over operands the caller packed whole: A in
+// sgemm_pack_a's layout, B in the layout sgemm_fill_b's fill writes for
+// one block (pc = jc = 0, kc = k, nc = n), for products small enough to be
+// one block: k <= kSgemmMaxKc, n <= kSgemmMaxNc. A longer k runs as
+// several calls, one per sgemm_k_step(k) rows of B, the later ones at
+// beta 1, with A at a_packed + m * pc (Winograd's transformed tiles, built
+// for all 16 products at once, then multiplied in turn). No scratch.
+inline constexpr std::int64_t kSgemmMaxKc = 512, kSgemmMaxNc = 768;
+// How sgemm_pack_a cuts a k this long into blocks (at most kSgemmMaxKc).
+std::int64_t sgemm_k_step(std::int64_t k) noexcept;
+// Where A[r, p] of an [m, k] A goes in sgemm_pack_a's layout, for callers
+// that compute A's values straight into it.
+std::int64_t sgemm_packed_a_index(std::int64_t m, std::int64_t k, std::int64_t r, std::int64_t p) noexcept;
+void sgemm_prepacked(std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a_packed,
+                     const float* b_panels, float beta, float* c, std::int64_t c_rs) noexcept;
+
 // bf16 GEMM with f32 accumulation (AVX512_BF16's VDPBF16PS, bf16_gemm.cpp):
 // C (f32, row-major) = alpha * A B + beta * C with A, B bf16 of any
 // strides. VDPBF16PS treats subnormal bf16 inputs as zero and flushes

@@ -1,0 +1,327 @@
+// conv2d's f32 forward for 3x3 windows at stride 1 as Winograd F(2x2, 3x3),
+// on AVX-512 cores.
+//
+// Policy:
+// - The layers this takes: 3x3 at stride 1, undilated and ungrouped, padding
+//   up to 2, at least 16 input and 16 output channels (ResNet's stride-1
+//   layers, the Fashion-MNIST example's second layer, and the input
+//   gradients of all of them, which Note [conv2d input gradient as a
+//   forward] runs as such a forward). Each 2x2 block of outputs costs 16
+//   multiplies per channel pair instead of 36 (Note [Winograd F(2x2, 3x3)]).
+//   The im2col path (conv_packed.cpp) runs these layers at the GEMM's own
+//   rate, so fewer multiplies is the only way past it.
+// - Work items are (chunk of at most kChunk tiles, block of output
+//   channels); the chunks are evened out so that each thread gets the same
+//   number, and a layer with fewer chunks than threads is cut by output
+//   channels as well (each block then transforms the chunk's inputs again).
+// - Per item and block of input channels (sgemm_k_step's), the 16
+//   transformed inputs are built together, since every input vector feeds
+//   all of them, straight into sgemm's B panels; the 16 products then run
+//   through sgemm_prepacked against the transformed weights, which are
+//   computed once per call straight into sgemm's A layout (one A per block
+//   of output channels, as conv_packed.cpp packs them). The output transform
+//   reads the 16 products' columns for 16 tiles at a time and writes the
+//   2x2 blocks with the bias added.
+// - Everything an item touches (its transformed inputs, 16 x kc x 192
+//   floats, and its 16 products) is in one slot of pooled scratch per
+//   thread, leased up front (Note [Worker scratch]).
+
+#include "backend/cpu/conv_winograd.h"
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "backend/cpu/gemm.h"
+#include "backend/cpu/kernels.h"
+#include "backend/cpu/sgemm.h"
+#include "backend/cpu/simd_lanes.h"
+#include "forge/buffer_pool.h"
+
+namespace forge::cpu {
+namespace {
+
+// Note [Winograd F(2x2, 3x3)]
+// With d a 4x4 block of one input channel (rows from 2 ty - pad_h, columns
+// from 2 tx - pad_w, zero outside the image) and g a 3x3 filter, the 2x2
+// outputs of tile (ty, tx) are
+//   Y = A^T [(G g G^T) * (B^T d B)] A      (* elementwise)
+// with B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1],
+//      G   = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1],
+//      A^T = [1 1 1 0; 0 1 -1 -1].
+// Summed over input channels, each of the 16 points xi of the elementwise
+// product is a GEMM: M_xi[o, t] = sum_c U_xi[o, c] V_xi[c, t] with
+// U = G g G^T, V = B^T d B and t running over tiles. That is 16 C x O
+// multiply-adds per tile of 4 outputs where the direct sum takes 36, for
+// transforms that only add, subtract and halve. The rounding error grows by
+// a small factor over the direct sum's (each V adds 4 inputs, each output
+// 9 products): the tests hold this path to the same bound, relative to the
+// sum of the terms' magnitudes, as the im2col path.
+//
+// Vectors run along a tile row: lane l is tile tx0 + l, whose column s of d
+// is input column 2 (tx0 + l) - pad_w + s. For s = 0 and 1 those are the
+// even and odd lanes of the 32 columns from 2 tx0 - pad_w (two loads, two
+// permutes); for s = 2 and 3, of the 32 columns two further on.
+
+constexpr std::int64_t kPoints = 16;
+constexpr std::int64_t kMinChannels = 16;
+constexpr std::int64_t kMinOut = 4;
+constexpr std::int64_t kMaxPad = 2;
+// Tiles per item, at most: two panels of B. An item's 16 transformed
+// inputs and 16 products ([kc, 96] and [rows, 96] each) then stay in L2 at
+// 64 channels; at 128 and 256 channels 48, 96 and 192 ran within the
+// noise of each other, and 96 ran the 32-channel layer 5-10 % faster than 192.
+constexpr std::int64_t kChunk = 2 * kSgemmPanelCols;
+// Blocks of output channels are no narrower than this.
+constexpr std::int64_t kMinRows = 32;
+
+inline std::int64_t round_up(std::int64_t x, std::int64_t to) { return (x + to - 1) / to * to; }
+
+// The row pitch of the panel starting at column j0 of a block nc wide, as
+// sgemm_fill_b lays B out: 48, or the last panel's columns in whole vectors.
+inline std::int64_t panel_width(std::int64_t nc, std::int64_t j0) {
+  return std::min(kSgemmPanelCols, round_up(nc - j0, 16));
+}
+
+// At most 16 tiles of one tile row, in one panel of B: lane l is tile
+// (n, ty, tx0 + l), column q + l of the item's chunk. Its input rows are at
+// `offset` from a channel's plane (image and row included), read in four
+// vectors each (columns 0, 16, 2 and 18 on) under `mask`: no lanes for a
+// row outside the image, whose offset is then never read.
+struct Piece {
+  std::int64_t n, ty, tx0, q, len;
+  std::int64_t j0, width;  // its panel's first column and row pitch
+  std::int64_t offset[4];
+  __mmask16 mask[4][4];
+};
+
+// The pieces of tiles [t0, t0 + nt) (tiles numbered image by image, row by
+// row); returns their count, at most nt.
+std::int64_t list_pieces(const Window2d& w, const Strides& xs, std::int64_t th, std::int64_t tw, std::int64_t t0,
+                         std::int64_t nt, Piece* pieces) {
+  std::int64_t count = 0, n = t0 / (th * tw), ty = t0 / tw % th, tx = t0 % tw;
+  for (std::int64_t q = 0; q < nt;) {
+    const std::int64_t j0 = q / kSgemmPanelCols * kSgemmPanelCols;
+    const std::int64_t len = std::min({nt - q, tw - tx, j0 + kSgemmPanelCols - q, std::int64_t{16}});
+    Piece& g = pieces[count++];
+    g = {n, ty, tx, q, len, j0, panel_width(nt, j0), {}, {}};
+    // Bit b of `inside`: input column cb + b is in the image.
+    const std::int64_t cb = 2 * tx - w.pad_w;
+    const std::int64_t lo = std::max<std::int64_t>(0, -cb), hi = std::min<std::int64_t>(64, w.w - cb);
+    const std::uint64_t below_hi = hi >= 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << hi) - 1;
+    const std::uint64_t inside = hi <= lo ? 0 : below_hi & ~((std::uint64_t{1} << lo) - 1);
+    for (int r = 0; r < 4; ++r) {
+      const std::int64_t ih = 2 * ty - w.pad_h + r;
+      const bool in = ih >= 0 && ih < w.h;
+      g.offset[r] = in ? n * xs[0] + ih * xs[2] + cb : 0;
+      for (int k = 0; k < 4; ++k) g.mask[r][k] = in ? __mmask16(inside >> (k / 2 * 2 + k % 2 * 16)) : __mmask16(0);
+    }
+    q += len;
+    tx += len;
+    if (tx == tw) {
+      tx = 0;
+      if (++ty == th) {
+        ty = 0;
+        ++n;
+      }
+    }
+  }
+  return count;
+}
+
+// U_xi = G g G^T for every output channel in [o0, o1), into sgemm's A
+// layout: point xi's [O, C] matrix at u + xi * O * C, each block of `rows`
+// output channels packed as its own A.
+void transform_weights(const float* weight, std::int64_t w_rs, std::int64_t O, std::int64_t C, std::int64_t rows,
+                       std::int64_t o0, std::int64_t o1, float* u) {
+  for (std::int64_t o = o0; o < o1; ++o) {
+    const std::int64_t ob = o / rows * rows, mb = std::min(rows, O - ob);
+    float* block = u + ob * C;
+    for (std::int64_t c = 0; c < C; ++c) {
+      const float* g = weight + o * w_rs + c * 9;
+      float gg[4][3];  // G g
+      for (int j = 0; j < 3; ++j) {
+        gg[0][j] = g[j];
+        gg[1][j] = 0.5f * (g[j] + g[3 + j] + g[6 + j]);
+        gg[2][j] = 0.5f * (g[j] - g[3 + j] + g[6 + j]);
+        gg[3][j] = g[6 + j];
+      }
+      const std::int64_t at = sgemm_packed_a_index(mb, C, o - ob, c);
+      for (int i = 0; i < 4; ++i) {
+        const float v[4] = {gg[i][0], 0.5f * (gg[i][0] + gg[i][1] + gg[i][2]), 0.5f * (gg[i][0] - gg[i][1] + gg[i][2]),
+                            gg[i][2]};
+        for (int j = 0; j < 4; ++j) block[(4 * i + j) * O * C + at] = v[j];
+      }
+    }
+  }
+}
+
+// V_xi = B^T d B for input channels [c0, c0 + kc) of the pieces' tiles, into
+// B's panels for a block [kc, nt]: point xi's at v + xi * vsize.
+void transform_inputs(const float* x, const Strides& xs, std::int64_t c0, std::int64_t kc, std::int64_t nt,
+                      const Piece* pieces, std::int64_t count, float* v, std::int64_t vsize) {
+  // The last panel's lanes past nt, up to its whole vectors, stay zero.
+  const std::int64_t padded = round_up(nt, 16);
+  if (padded > nt) {
+    const std::int64_t j0 = nt / kSgemmPanelCols * kSgemmPanelCols, width = panel_width(nt, j0);
+    for (std::int64_t xi = 0; xi < kPoints; ++xi)
+      for (std::int64_t p = 0; p < kc; ++p)
+        _mm512_mask_storeu_ps(v + xi * vsize + j0 * kc + p * width + (nt - j0), lanes16(padded - nt),
+                              _mm512_setzero_ps());
+  }
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  // Channel by channel, each plane read row by row and each row of the
+  // panels written in order.
+  for (std::int64_t c = c0; c < c0 + kc; ++c) {
+    const float* plane = x + c * xs[1];
+    for (std::int64_t i = 0; i < count; ++i) {
+      const Piece& g = pieces[i];
+      __m512 d[4][4];
+#pragma GCC unroll 4
+      for (int r = 0; r < 4; ++r) {
+        const float* row = plane + g.offset[r];
+        const __m512 a = _mm512_maskz_loadu_ps(g.mask[r][0], row), b = _mm512_maskz_loadu_ps(g.mask[r][1], row + 16);
+        const __m512 a2 = _mm512_maskz_loadu_ps(g.mask[r][2], row + 2),
+                     b2 = _mm512_maskz_loadu_ps(g.mask[r][3], row + 18);
+        d[r][0] = _mm512_permutex2var_ps(a, even, b);
+        d[r][1] = _mm512_permutex2var_ps(a, odd, b);
+        d[r][2] = _mm512_permutex2var_ps(a2, even, b2);
+        d[r][3] = _mm512_permutex2var_ps(a2, odd, b2);
+      }
+      __m512 t[4][4];  // B^T d
+#pragma GCC unroll 4
+      for (int s = 0; s < 4; ++s) {
+        t[0][s] = _mm512_sub_ps(d[0][s], d[2][s]);
+        t[1][s] = _mm512_add_ps(d[1][s], d[2][s]);
+        t[2][s] = _mm512_sub_ps(d[2][s], d[1][s]);
+        t[3][s] = _mm512_sub_ps(d[1][s], d[3][s]);
+      }
+      const __mmask16 lanes = lanes16(g.len);
+      float* dst = v + g.j0 * kc + (c - c0) * g.width + (g.q - g.j0);
+#pragma GCC unroll 4
+      for (int r = 0; r < 4; ++r) {  // (B^T d) B, row r
+        float* out = dst + 4 * r * vsize;
+        _mm512_mask_storeu_ps(out, lanes, _mm512_sub_ps(t[r][0], t[r][2]));
+        _mm512_mask_storeu_ps(out + vsize, lanes, _mm512_add_ps(t[r][1], t[r][2]));
+        _mm512_mask_storeu_ps(out + 2 * vsize, lanes, _mm512_sub_ps(t[r][2], t[r][1]));
+        _mm512_mask_storeu_ps(out + 3 * vsize, lanes, _mm512_sub_ps(t[r][1], t[r][3]));
+      }
+    }
+  }
+}
+
+// out[n, o0 + o, 2 ty + a, 2 tx + b] = (A^T M A)[a, b] + bias for the
+// item's `rows` output channels, M_xi's row o at m + xi * msize + o * ldm.
+void transform_outputs(const Window2d& w, const float* m, std::int64_t msize, std::int64_t ldm, std::int64_t o0,
+                       std::int64_t rows, const float* bias, std::int64_t bias_stride, float* out, const Strides& os,
+                       const Piece* pieces, std::int64_t count) {
+  const __m512i first = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+  const __m512i second = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+  // Channel by channel: the 16 products' rows o are read in order.
+  for (std::int64_t o = 0; o < rows; ++o) {
+    const float* src = m + o * ldm;
+    const __m512 beta = bias ? _mm512_set1_ps(bias[(o0 + o) * bias_stride]) : _mm512_setzero_ps();
+    float* plane = out + (o0 + o) * os[1];
+    for (std::int64_t i = 0; i < count; ++i) {
+      const Piece& g = pieces[i];
+      const __mmask16 lanes = lanes16(g.len);
+      __m512 a[4], b[4];  // rows of A^T M
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; ++j) {
+        const __m512 m0 = _mm512_maskz_loadu_ps(lanes, src + g.q + j * msize);
+        const __m512 m1 = _mm512_maskz_loadu_ps(lanes, src + g.q + (4 + j) * msize);
+        const __m512 m2 = _mm512_maskz_loadu_ps(lanes, src + g.q + (8 + j) * msize);
+        const __m512 m3 = _mm512_maskz_loadu_ps(lanes, src + g.q + (12 + j) * msize);
+        a[j] = _mm512_add_ps(_mm512_add_ps(m0, m1), m2);
+        b[j] = _mm512_sub_ps(_mm512_sub_ps(m1, m2), m3);
+      }
+      const std::int64_t cols = std::min(2 * g.len, w.out_w - 2 * g.tx0);
+      const __mmask16 lo = lanes16(cols), hi = lanes16(cols - 16);
+      float* dst = plane + g.n * os[0] + 2 * g.ty * os[2] + 2 * g.tx0;
+      const __m512 y00 = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a[0], a[1]), a[2]), beta);
+      const __m512 y01 = _mm512_add_ps(_mm512_sub_ps(_mm512_sub_ps(a[1], a[2]), a[3]), beta);
+      _mm512_mask_storeu_ps(dst, lo, _mm512_permutex2var_ps(y00, first, y01));
+      _mm512_mask_storeu_ps(dst + 16, hi, _mm512_permutex2var_ps(y00, second, y01));
+      if (2 * g.ty + 1 == w.out_h) continue;  // the last row of an odd height
+      const __m512 y10 = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(b[0], b[1]), b[2]), beta);
+      const __m512 y11 = _mm512_add_ps(_mm512_sub_ps(_mm512_sub_ps(b[1], b[2]), b[3]), beta);
+      _mm512_mask_storeu_ps(dst + os[2], lo, _mm512_permutex2var_ps(y10, first, y11));
+      _mm512_mask_storeu_ps(dst + os[2] + 16, hi, _mm512_permutex2var_ps(y10, second, y11));
+    }
+  }
+}
+
+}  // namespace
+
+bool conv2d_winograd_f32(detail::DeviceRuntime& rt, const Conv2dProblem& p, const float* weight, std::int64_t w_rs) {
+  const Window2d& w = p.win;
+  const Strides &xs = p.x_strides, &os = p.out_strides;
+  const std::int64_t C = w.c, O = p.out_channels;
+  if (!sgemm_available() || p.groups != 1 || w.kernel_h != 3 || w.kernel_w != 3 || w.stride_h != 1 || w.stride_w != 1 ||
+      w.dilation_h != 1 || w.dilation_w != 1 || w.pad_h > kMaxPad || w.pad_w > kMaxPad || C < kMinChannels ||
+      O < kMinChannels || w.out_h < kMinOut || w.out_w < kMinOut || xs[3] != 1 || os[3] != 1)
+    return false;
+
+  // Tiles, image by image and row by row, cut into chunks: a multiple of
+  // the thread count of them while there are few.
+  const int threads = rt.threads();
+  const std::int64_t th = (w.out_h + 1) / 2, tw = (w.out_w + 1) / 2, T = w.n * th * tw;
+  std::int64_t chunks = (T + kChunk - 1) / kChunk;
+  if (chunks < 8 * threads) chunks = round_up(chunks, threads);
+  const std::int64_t chunk = round_up((T + chunks - 1) / chunks, 16);
+  chunks = (T + chunk - 1) / chunk;
+  // Fewer chunks than threads: blocks of output channels as well.
+  const std::int64_t by_rows =
+      std::clamp<std::int64_t>((threads + chunks - 1) / chunks, 1, std::max<std::int64_t>(1, O / kMinRows));
+  const std::int64_t rows = std::min(O, round_up((O + by_rows - 1) / by_rows, 8));
+  const std::int64_t row_blocks = (O + rows - 1) / rows, items = chunks * row_blocks;
+
+  ScratchLease<float> u = rt.pool().scratch<float>(static_cast<std::size_t>(kPoints * O * C));
+  rt.parallel_for(O, std::max<std::int64_t>(1, kGrainElements / (kPoints * C)), [&](std::int64_t o0, std::int64_t o1) {
+    transform_weights(weight, w_rs, O, C, rows, o0, o1, u.data());
+  });
+
+  const double flops = 2.0 * kPoints * static_cast<double>(O) * static_cast<double>(C) * static_cast<double>(T);
+  const bool parallel = threads > 1 && items > 1 && flops >= static_cast<double>(kParallelGemmFlops);
+  const std::int64_t slots = parallel ? std::min<std::int64_t>(threads, items) : 1;
+  const std::int64_t k_step = sgemm_k_step(C), ldm = round_up(chunk, 16);
+  const std::int64_t v_floats = kPoints * k_step * ldm, m_floats = kPoints * rows * ldm;
+  const std::int64_t slot_floats = v_floats + m_floats;  // both multiples of 16: every block 64-byte aligned
+  ScratchLease<float> scratch = rt.pool().scratch<float>(static_cast<std::size_t>(slots * slot_floats));
+
+  const float* x = reinterpret_cast<const float*>(p.x);
+  const float* bias = reinterpret_cast<const float*>(p.bias);
+  float* out = reinterpret_cast<float*>(p.out);
+  auto run_item = [&](std::int64_t item, std::int64_t slot) {
+    const std::int64_t b = item % row_blocks, t0 = item / row_blocks * chunk, nt = std::min(T, t0 + chunk) - t0;
+    const std::int64_t o0 = b * rows, mb = std::min(rows, O - o0);
+    float* v = scratch.data() + slot * slot_floats;
+    float* m = v + v_floats;
+    const std::int64_t msize = mb * ldm;
+    Piece pieces[kChunk];
+    const std::int64_t count = list_pieces(w, xs, th, tw, t0, nt, pieces);
+    for (std::int64_t pc = 0; pc < C; pc += k_step) {
+      const std::int64_t kc = std::min(k_step, C - pc), vsize = kc * round_up(nt, 16);
+      transform_inputs(x, xs, pc, kc, nt, pieces, count, v, vsize);
+      for (std::int64_t xi = 0; xi < kPoints; ++xi)
+        sgemm_prepacked(mb, nt, kc, 1.0f, u.data() + xi * O * C + o0 * C + mb * pc, v + xi * vsize,
+                        pc == 0 ? 0.0f : 1.0f, m + xi * msize, ldm);
+    }
+    transform_outputs(w, m, msize, ldm, o0, mb, bias, p.bias_stride, out, os, pieces, count);
+  };
+  run_by_slot(rt, items, slots, run_item);
+  return true;
+}
+
+}  // namespace forge::cpu
+
+#else
+
+namespace forge::cpu {
+bool conv2d_winograd_f32(detail::DeviceRuntime&, const Conv2dProblem&, const float*, std::int64_t) { return false; }
+}  // namespace forge::cpu
+
+#endif
