@@ -151,6 +151,57 @@ TEST_CASE("autograd conv: conv2d on threaded and tiled layers satisfies the adjo
   }
 }
 
+TEST_CASE("autograd conv: Winograd's f32 gradients of 3x3 stride-1 layers match f64 within their terms' magnitude") {
+  // dL/dx runs as a Winograd forward and dL/dW as Winograd's 16 sums over
+  // tiles (Note [Winograd weight gradients]): ragged tiles, padding 0-2,
+  // several chunks of tiles per thread, a channel-sliced x and a strided
+  // gradient. Each element is held to 1e-5 of the sum of its terms'
+  // magnitudes: the same gradients in f64 of |x|, |w| and |dL/dy|.
+  struct Case {
+    forge::Shape x, w;
+    std::int64_t pad;
+  };
+  const Case cases[] = {
+      {{2, 16, 8, 8}, {16, 16, 3, 3}, 1},   {{3, 17, 9, 7}, {19, 17, 3, 3}, 1},   {{2, 16, 11, 13}, {24, 16, 3, 3}, 0},
+      {{2, 20, 6, 5}, {16, 20, 3, 3}, 2},   {{4, 16, 30, 30}, {40, 16, 3, 3}, 1}, {{1, 24, 5, 40}, {32, 24, 3, 3}, 1},
+      {{6, 32, 14, 14}, {64, 32, 3, 3}, 1},
+  };
+  for (const int threads : {1, 2, 8}) {
+    TestContext ctx(forge_test::context_options(threads));
+    for (const Case& c : cases) {
+      const Conv2dOptions o{.padding = {c.pad, c.pad}};
+      // x channel-sliced (rows contiguous, planes apart), dL/dy transposed in memory.
+      Tensor x = ctx.randn({c.x[0], 2 * c.x[1], c.x[2], c.x[3]}).slice(1, 0, 2 * c.x[1], 2);
+      x.requires_grad_();
+      Tensor w = ctx.randn(c.w).requires_grad_();
+      const Tensor y = forge::conv2d(x, w, Tensor(), o);
+      const Tensor r = ctx.randn({y.shape()[0], y.shape()[1], y.shape()[3], y.shape()[2]}).transpose(2, 3);
+      const auto g = autograd::grad({y}, {x, w}, {.grad_outputs = {r}});
+      auto f64 = [&](const Tensor& t, bool magnitude) {
+        Tensor d = t.detach().to(DType::f64);
+        return (magnitude ? forge::abs(d) : d).requires_grad_();
+      };
+      const Tensor x64 = f64(x, false), w64 = f64(w, false), ax = f64(x, true), aw = f64(w, true);
+      const auto want =
+          autograd::grad({forge::conv2d(x64, w64, Tensor(), o)}, {x64, w64}, {.grad_outputs = {r.to(DType::f64)}});
+      const auto mag = autograd::grad({forge::conv2d(ax, aw, Tensor(), o)}, {ax, aw},
+                                      {.grad_outputs = {forge::abs(r.to(DType::f64))}});
+      for (int i = 0; i < 2; ++i) {
+        INFO(threads << " threads, x " << c.x << " weight " << c.w << " pad " << c.pad << (i ? ": dL/dW" : ": dL/dx"));
+        const std::vector<double> got = g[static_cast<std::size_t>(i)].to(DType::f64).to_vector<double>();
+        const std::vector<double> ref = want[static_cast<std::size_t>(i)].to_vector<double>();
+        const std::vector<double> bound = mag[static_cast<std::size_t>(i)].to_vector<double>();
+        REQUIRE(got.size() == ref.size());
+        std::size_t bad = 0;
+        for (std::size_t k = 0; k < got.size(); ++k)
+          if (!(std::abs(got[k] - ref[k]) <= 1e-5 * bound[k] + 1e-30) && bad++ < 3)
+            FAIL_CHECK("element " << k << ": " << got[k] << " against " << ref[k] << " +- " << 1e-5 * bound[k]);
+        CHECK(bad == 0);
+      }
+    }
+  }
+}
+
 TEST_CASE("autograd conv: 16-bit conv2d gradients come back in the input's dtype") {
   TestContext ctx;
   Tensor x = ctx.randn({2, 2, 5, 5}, DType::f32);

@@ -411,6 +411,9 @@ void conv2d_backward_typed(detail::DeviceRuntime& rt, const Conv2dBackwardProble
     gx = nullptr;  // what follows computes grad_weight alone
     if (!gw) return;
   }
+  if constexpr (std::is_same_v<T, float>) {
+    if (!gx && conv2d_winograd_weight_grad_f32(rt, p)) return;
+  }
   const T* x = reinterpret_cast<const T*>(p.x);
   const T* dy = reinterpret_cast<const T*>(p.grad_out);
   const Strides &xs = p.x_strides, &gs = p.grad_out_strides;

@@ -74,6 +74,8 @@ constexpr std::int64_t kMaxPad = 2;
 // 64 channels; at 128 and 256 channels 48, 96 and 192 ran within the
 // noise of each other, and 96 ran the 32-channel layer 5-10 % faster than 192.
 constexpr std::int64_t kChunk = 2 * kSgemmPanelCols;
+// Tiles per chunk of the weight gradient's sum (its GEMMs' k), at most.
+constexpr std::int64_t kGradChunk = 256;
 // Blocks of output channels are no narrower than this.
 constexpr std::int64_t kMinRows = 32;
 
@@ -98,15 +100,17 @@ struct Piece {
 };
 
 // The pieces of tiles [t0, t0 + nt) (tiles numbered image by image, row by
-// row); returns their count, at most nt.
+// row), for B's panels, or with `plain` > 0 for a plain layout, tile q of
+// row p at p * plain + q; returns their count, at most nt.
 std::int64_t list_pieces(const Window2d& w, const Strides& xs, std::int64_t th, std::int64_t tw, std::int64_t t0,
-                         std::int64_t nt, Piece* pieces) {
+                         std::int64_t nt, std::int64_t plain, Piece* pieces) {
   std::int64_t count = 0, n = t0 / (th * tw), ty = t0 / tw % th, tx = t0 % tw;
   for (std::int64_t q = 0; q < nt;) {
-    const std::int64_t j0 = q / kSgemmPanelCols * kSgemmPanelCols;
-    const std::int64_t len = std::min({nt - q, tw - tx, j0 + kSgemmPanelCols - q, std::int64_t{16}});
+    const std::int64_t j0 = plain ? 0 : q / kSgemmPanelCols * kSgemmPanelCols;
+    const std::int64_t panel_end = plain ? nt : j0 + kSgemmPanelCols;
+    const std::int64_t len = std::min({nt - q, tw - tx, panel_end - q, std::int64_t{16}});
     Piece& g = pieces[count++];
-    g = {n, ty, tx, q, len, j0, panel_width(nt, j0), {}, {}};
+    g = {n, ty, tx, q, len, j0, plain ? plain : panel_width(nt, j0), {}, {}};
     // Bit b of `inside`: input column cb + b is in the image.
     const std::int64_t cb = 2 * tx - w.pad_w;
     const std::int64_t lo = std::max<std::int64_t>(0, -cb), hi = std::min<std::int64_t>(64, w.w - cb);
@@ -159,12 +163,13 @@ void transform_weights(const float* weight, std::int64_t w_rs, std::int64_t O, s
 }
 
 // V_xi = B^T d B for input channels [c0, c0 + kc) of the pieces' tiles, into
-// B's panels for a block [kc, nt]: point xi's at v + xi * vsize.
-void transform_inputs(const float* x, const Strides& xs, std::int64_t c0, std::int64_t kc, std::int64_t nt,
+// B's panels for a block [kc, nt] (or the pieces' plain layout): point xi's
+// at v + xi * vsize.
+void transform_inputs(const float* x, const Strides& xs, std::int64_t c0, std::int64_t kc, std::int64_t nt, bool plain,
                       const Piece* pieces, std::int64_t count, float* v, std::int64_t vsize) {
   // The last panel's lanes past nt, up to its whole vectors, stay zero.
   const std::int64_t padded = round_up(nt, 16);
-  if (padded > nt) {
+  if (!plain && padded > nt) {
     const std::int64_t j0 = nt / kSgemmPanelCols * kSgemmPanelCols, width = panel_width(nt, j0);
     for (std::int64_t xi = 0; xi < kPoints; ++xi)
       for (std::int64_t p = 0; p < kc; ++p)
@@ -254,25 +259,104 @@ void transform_outputs(const Window2d& w, const float* m, std::int64_t msize, st
   }
 }
 
+// Whether the layer is one this file takes (the header's list, less the
+// operands' layouts).
+bool takes(const Window2d& w, std::int64_t groups, std::int64_t out_channels) {
+  return sgemm_available() && groups == 1 && w.kernel_h == 3 && w.kernel_w == 3 && w.stride_h == 1 && w.stride_w == 1 &&
+         w.dilation_h == 1 && w.dilation_w == 1 && w.pad_h <= kMaxPad && w.pad_w <= kMaxPad && w.c >= kMinChannels &&
+         out_channels >= kMinChannels && w.out_h >= kMinOut && w.out_w >= kMinOut;
+}
+
+// Cuts T tiles into chunks of at most `most` (a multiple of 16), as many
+// chunks as a multiple of the thread count while there are few; returns
+// the chunk's tiles and sets `chunks`.
+std::int64_t chunk_tiles(std::int64_t T, std::int64_t most, int threads, std::int64_t& chunks) {
+  chunks = (T + most - 1) / most;
+  if (chunks < 8 * threads) chunks = round_up(chunks, threads);
+  const std::int64_t chunk = round_up((T + chunks - 1) / chunks, 16);
+  chunks = (T + chunk - 1) / chunk;
+  return chunk;
+}
+
+// Yhat_xi = A dY A^T for the pieces' tiles and every output channel, in the
+// pieces' plain layout (row o at o * plain): point xi's at y + xi * ysize.
+// A tile's outputs past the edge of an odd height or width count as zeros.
+void transform_grads(const Window2d& w, const float* dy, const Strides& gs, std::int64_t O, const Piece* pieces,
+                     std::int64_t count, std::int64_t plain, float* y, std::int64_t ysize) {
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  const __m512 zero = _mm512_setzero_ps();
+  for (std::int64_t o = 0; o < O; ++o) {
+    const float* plane = dy + o * gs[1];
+    for (std::int64_t i = 0; i < count; ++i) {
+      const Piece& g = pieces[i];
+      const std::int64_t cols = std::min(2 * g.len, w.out_w - 2 * g.tx0);
+      const __mmask16 lo = lanes16(cols), hi = lanes16(cols - 16);
+      const bool lower = 2 * g.ty + 1 < w.out_h;
+      const float* row = plane + g.n * gs[0] + 2 * g.ty * gs[2] + 2 * g.tx0;
+      __m512 r[4][2];  // rows of A dY: columns 0 and 1 of each tile
+      for (int k = 0; k < 2; ++k) {
+        const __mmask16 m0 = k == 0 || lower ? lo : __mmask16(0), m1 = k == 0 || lower ? hi : __mmask16(0);
+        const float* src = row + k * gs[2];
+        const __m512 a = _mm512_maskz_loadu_ps(m0, src), b = _mm512_maskz_loadu_ps(m1, src + 16);
+        r[k][0] = _mm512_permutex2var_ps(a, even, b);
+        r[k][1] = _mm512_permutex2var_ps(a, odd, b);
+      }
+      for (int k = 0; k < 2; ++k) {  // rows 0 and 1 are y0 and y1: make y0 + y1, y0 - y1, -y1
+        const __m512 y0 = r[0][k], y1 = r[1][k];
+        r[3][k] = _mm512_sub_ps(zero, y1);
+        r[2][k] = _mm512_sub_ps(y0, y1);
+        r[1][k] = _mm512_add_ps(y0, y1);
+      }
+      const __mmask16 lanes = lanes16(g.len);
+      float* dst = y + o * plain + g.q;
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k) {  // (A dY) A^T, row k
+        float* out = dst + 4 * k * ysize;
+        _mm512_mask_storeu_ps(out, lanes, r[k][0]);
+        _mm512_mask_storeu_ps(out + ysize, lanes, _mm512_add_ps(r[k][0], r[k][1]));
+        _mm512_mask_storeu_ps(out + 2 * ysize, lanes, _mm512_sub_ps(r[k][0], r[k][1]));
+        _mm512_mask_storeu_ps(out + 3 * ysize, lanes, _mm512_sub_ps(zero, r[k][1]));
+      }
+    }
+  }
+}
+
+// dW[o, c] = G^T M[o, c] G for output channels [o0, o1), M_xi's [O, C]
+// matrix at m + xi * O * C: dW is [O, C, 3, 3], contiguous.
+void transform_weight_grads(const float* m, std::int64_t O, std::int64_t C, std::int64_t o0, std::int64_t o1,
+                            float* gw) {
+  for (std::int64_t o = o0; o < o1; ++o)
+    for (std::int64_t c = 0; c < C; ++c) {
+      float t[4][3];  // M G, row by row
+      for (int i = 0; i < 4; ++i) {
+        const float* row = m + 4 * i * O * C + o * C + c;
+        const float m0 = row[0], m1 = row[O * C], m2 = row[2 * O * C], m3 = row[3 * O * C];
+        t[i][0] = m0 + 0.5f * (m1 + m2);
+        t[i][1] = 0.5f * (m1 - m2);
+        t[i][2] = 0.5f * (m1 + m2) + m3;
+      }
+      float* dst = gw + (o * C + c) * 9;
+      for (int j = 0; j < 3; ++j) {
+        dst[j] = t[0][j] + 0.5f * (t[1][j] + t[2][j]);
+        dst[3 + j] = 0.5f * (t[1][j] - t[2][j]);
+        dst[6 + j] = 0.5f * (t[1][j] + t[2][j]) + t[3][j];
+      }
+    }
+}
+
 }  // namespace
 
 bool conv2d_winograd_f32(detail::DeviceRuntime& rt, const Conv2dProblem& p, const float* weight, std::int64_t w_rs) {
   const Window2d& w = p.win;
   const Strides &xs = p.x_strides, &os = p.out_strides;
   const std::int64_t C = w.c, O = p.out_channels;
-  if (!sgemm_available() || p.groups != 1 || w.kernel_h != 3 || w.kernel_w != 3 || w.stride_h != 1 || w.stride_w != 1 ||
-      w.dilation_h != 1 || w.dilation_w != 1 || w.pad_h > kMaxPad || w.pad_w > kMaxPad || C < kMinChannels ||
-      O < kMinChannels || w.out_h < kMinOut || w.out_w < kMinOut || xs[3] != 1 || os[3] != 1)
-    return false;
+  if (!takes(w, p.groups, O) || xs[3] != 1 || os[3] != 1) return false;
 
-  // Tiles, image by image and row by row, cut into chunks: a multiple of
-  // the thread count of them while there are few.
   const int threads = rt.threads();
   const std::int64_t th = (w.out_h + 1) / 2, tw = (w.out_w + 1) / 2, T = w.n * th * tw;
-  std::int64_t chunks = (T + kChunk - 1) / kChunk;
-  if (chunks < 8 * threads) chunks = round_up(chunks, threads);
-  const std::int64_t chunk = round_up((T + chunks - 1) / chunks, 16);
-  chunks = (T + chunk - 1) / chunk;
+  std::int64_t chunks = 0;
+  const std::int64_t chunk = chunk_tiles(T, kChunk, threads, chunks);
   // Fewer chunks than threads: blocks of output channels as well.
   const std::int64_t by_rows =
       std::clamp<std::int64_t>((threads + chunks - 1) / chunks, 1, std::max<std::int64_t>(1, O / kMinRows));
@@ -302,10 +386,10 @@ bool conv2d_winograd_f32(detail::DeviceRuntime& rt, const Conv2dProblem& p, cons
     float* m = v + v_floats;
     const std::int64_t msize = mb * ldm;
     Piece pieces[kChunk];
-    const std::int64_t count = list_pieces(w, xs, th, tw, t0, nt, pieces);
+    const std::int64_t count = list_pieces(w, xs, th, tw, t0, nt, 0, pieces);
     for (std::int64_t pc = 0; pc < C; pc += k_step) {
       const std::int64_t kc = std::min(k_step, C - pc), vsize = kc * round_up(nt, 16);
-      transform_inputs(x, xs, pc, kc, nt, pieces, count, v, vsize);
+      transform_inputs(x, xs, pc, kc, nt, false, pieces, count, v, vsize);
       for (std::int64_t xi = 0; xi < kPoints; ++xi)
         sgemm_prepacked(mb, nt, kc, 1.0f, u.data() + xi * O * C + o0 * C + mb * pc, v + xi * vsize,
                         pc == 0 ? 0.0f : 1.0f, m + xi * msize, ldm);
@@ -316,12 +400,71 @@ bool conv2d_winograd_f32(detail::DeviceRuntime& rt, const Conv2dProblem& p, cons
   return true;
 }
 
+bool conv2d_winograd_weight_grad_f32(detail::DeviceRuntime& rt, const Conv2dBackwardProblem& p) {
+  const Window2d& w = p.win;
+  const Strides &xs = p.x_strides, &gs = p.grad_out_strides;
+  const std::int64_t C = w.c, O = p.out_channels;
+  if (!p.grad_weight || !takes(w, p.groups, O) || xs[3] != 1 || gs[3] != 1) return false;
+
+  // Note [Winograd weight gradients]
+  // The forward's Y = A^T [U * V] A is linear in U = G g G^T, so for an
+  // output gradient dY the weight gradient of one tile is
+  //   dW = G^T [(A dY A^T) * (B^T d B)] G,
+  // and summed over tiles each of the 16 points is again a GEMM, now with
+  // the tiles as k: M_xi[o, c] = sum_t Yhat_xi[o, t] V_xi[c, t]. Each
+  // slot sums its chunks of tiles into its own M (sgemm packs both
+  // operands from plain [rows, tiles] layouts: Yhat row-major, V^T column-
+  // major); the slots' Ms are added, then G^T M G gives dW's 3x3 windows.
+  const int threads = rt.threads();
+  const std::int64_t th = (w.out_h + 1) / 2, tw = (w.out_w + 1) / 2, T = w.n * th * tw;
+  std::int64_t chunks = 0;
+  const std::int64_t chunk = chunk_tiles(T, kGradChunk, threads, chunks);
+  const double flops = 2.0 * kPoints * static_cast<double>(O) * static_cast<double>(C) * static_cast<double>(T);
+  const bool parallel = threads > 1 && chunks > 1 && flops >= static_cast<double>(kParallelGemmFlops);
+  const std::int64_t slots = parallel ? std::min<std::int64_t>(threads, chunks) : 1;
+  const std::int64_t m_floats = kPoints * O * C, y_floats = kPoints * O * chunk, v_floats = kPoints * C * chunk;
+  const std::int64_t g_floats = static_cast<std::int64_t>(sgemm_scratch_floats(O, C, chunk, chunk, 1, 1, chunk));
+  const std::int64_t slot_floats = round_up(m_floats, 16) + y_floats + v_floats + round_up(g_floats, 16);
+  ScratchLease<float> scratch = rt.pool().scratch<float>(static_cast<std::size_t>(slots * slot_floats));
+
+  const float* x = reinterpret_cast<const float*>(p.x);
+  const float* dy = reinterpret_cast<const float*>(p.grad_out);
+  run_by_slot(rt, chunks, slots, [&](std::int64_t item, std::int64_t slot) {
+    const std::int64_t t0 = item * chunk, nt = std::min(T, t0 + chunk) - t0;
+    float* m = scratch.data() + slot * slot_floats;
+    float* y = m + round_up(m_floats, 16);
+    float* v = y + y_floats;
+    float* gemm_scratch = v + v_floats;
+    Piece pieces[kGradChunk];
+    const std::int64_t count = list_pieces(w, xs, th, tw, t0, nt, chunk, pieces);
+    transform_grads(w, dy, gs, O, pieces, count, chunk, y, O * chunk);
+    transform_inputs(x, xs, 0, C, nt, true, pieces, count, v, C * chunk);
+    const float beta = item == chunks * slot / slots ? 0.0f : 1.0f;  // the slot's first chunk
+    for (std::int64_t xi = 0; xi < kPoints; ++xi)
+      sgemm(O, C, nt, 1.0f, y + xi * O * chunk, chunk, 1, v + xi * C * chunk, 1, chunk, beta, m + xi * O * C, C,
+            gemm_scratch);
+  });
+
+  float* m = scratch.data();
+  for (std::int64_t s = 1; s < slots; ++s) {
+    const float* other = scratch.data() + s * slot_floats;
+    rt.parallel_for(m_floats, kGrainElements, [&](std::int64_t i0, std::int64_t i1) {
+      for (std::int64_t i = i0; i < i1; ++i) m[i] += other[i];
+    });
+  }
+  float* gw = reinterpret_cast<float*>(p.grad_weight);
+  rt.parallel_for(O, std::max<std::int64_t>(1, kGrainElements / (kPoints * C)),
+                  [&](std::int64_t o0, std::int64_t o1) { transform_weight_grads(m, O, C, o0, o1, gw); });
+  return true;
+}
+
 }  // namespace forge::cpu
 
 #else
 
 namespace forge::cpu {
 bool conv2d_winograd_f32(detail::DeviceRuntime&, const Conv2dProblem&, const float*, std::int64_t) { return false; }
+bool conv2d_winograd_weight_grad_f32(detail::DeviceRuntime&, const Conv2dBackwardProblem&) { return false; }
 }  // namespace forge::cpu
 
 #endif

@@ -1,6 +1,6 @@
 #pragma once
-// conv2d's f32 forward for 3x3 windows at stride 1 as Winograd F(2x2, 3x3)
-// (conv_winograd.cpp). Unchecked, as conv_kernels.h.
+// conv2d's f32 forward and weight gradient for 3x3 windows at stride 1 as
+// Winograd F(2x2, 3x3) (conv_winograd.cpp). Unchecked, as conv_kernels.h.
 
 #include <cstdint>
 
@@ -15,5 +15,10 @@ namespace forge::cpu {
 // channels, outputs under 4 wide or high, and x or out with rows that are
 // not contiguous.
 bool conv2d_winograd_f32(detail::DeviceRuntime& rt, const Conv2dProblem& p, const float* weight, std::int64_t w_rs);
+
+// Computes grad_weight alone (p.grad_x is not read) for the same layers,
+// x's and grad_out's rows contiguous; false (having done nothing) where
+// this path does not apply or grad_weight is not wanted.
+bool conv2d_winograd_weight_grad_f32(detail::DeviceRuntime& rt, const Conv2dBackwardProblem& p);
 
 }  // namespace forge::cpu
