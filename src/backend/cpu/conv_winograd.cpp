@@ -88,45 +88,90 @@ inline std::int64_t panel_width(std::int64_t nc, std::int64_t j0) {
 }
 
 // At most 16 tiles of one tile row, in one panel of B: lane l is tile
-// (n, ty, tx0 + l), column q + l of the item's chunk. Its input rows are at
-// `offset` from a channel's plane (image and row included), read in four
-// vectors each (columns 0, 16, 2 and 18 on) under `mask`: no lanes for a
-// row outside the image, whose offset is then never read.
+// (n, ty, tx0 + l), column q + l of the item's chunk. Or, `paired` (Note
+// [paired tile rows]), two whole tile rows of len <= 8 tiles each: lane l
+// < 8 is tile (n, ty, l) and lane 8 + l tile (n, ty + 1, l), columns q + l
+// and q + len + l. Input row r of its tiles is read in four vectors from
+// a channel's plane: `offset[r][0]` (image and row included) and
+// `offset[r][1]` (16 columns on, or the paired row's), and the same two 2
+// columns on, under `mask[r]`: no lanes for a row outside the image, whose
+// offset is then never read.
 struct Piece {
   std::int64_t n, ty, tx0, q, len;
   std::int64_t j0, width;  // its panel's first column and row pitch
-  std::int64_t offset[4];
+  bool paired;
+  std::int64_t offset[4][2];
   __mmask16 mask[4][4];
 };
+
+// Note [paired tile rows]
+// A 14-wide output has 7 tiles a row, and one row to a vector would leave
+// 9 of 16 lanes idle in every transform (they were half of a 32-channel
+// 14x14 layer's time). Two rows to a vector fill 14: the even/odd permute
+// that splits 32 columns of one input row into 16 tiles' columns takes 16
+// columns of each of two rows just as well, so the loads and arithmetic
+// are the same, and only the stores (and the products' loads) permute the
+// lanes between [0, len) + [8, 8 + len) and [0, 2 len).
+constexpr std::int64_t kPairedTiles = 8;
+
+// The lanes [0, len) and [8, 8 + len) of a paired vector, moved to [0, 2 len)
+// (`pack`), and back (`unpack`); lanes past them are don't-cares.
+inline __m512i pair_pack(std::int64_t len) {
+  alignas(64) std::int32_t idx[16];
+  for (int l = 0; l < 16; ++l) idx[l] = static_cast<std::int32_t>(l < len ? l : l < 2 * len ? 8 + l - len : 0);
+  return _mm512_load_si512(idx);
+}
+inline __m512i pair_unpack(std::int64_t len) {
+  alignas(64) std::int32_t idx[16];
+  for (int l = 0; l < 16; ++l) idx[l] = static_cast<std::int32_t>(l < 8 ? std::min<std::int64_t>(l, 15) : len + l - 8);
+  return _mm512_load_si512(idx);
+}
+
+// The tiles per row of the paired pieces (all alike: whole tile rows), or 8.
+inline std::int64_t paired_len(const Piece* pieces, std::int64_t count) {
+  for (std::int64_t i = 0; i < count; ++i)
+    if (pieces[i].paired) return pieces[i].len;
+  return kPairedTiles;
+}
 
 // The pieces of tiles [t0, t0 + nt) (tiles numbered image by image, row by
 // row), for B's panels, or with `plain` > 0 for a plain layout, tile q of
 // row p at p * plain + q; returns their count, at most nt.
 std::int64_t list_pieces(const Window2d& w, const Strides& xs, std::int64_t th, std::int64_t tw, std::int64_t t0,
                          std::int64_t nt, std::int64_t plain, Piece* pieces) {
+  // Bit b of `inside`: input column cb + b is in the image.
+  auto inside_bits = [&](std::int64_t cb) {
+    const std::int64_t lo = std::max<std::int64_t>(0, -cb), hi = std::min<std::int64_t>(64, w.w - cb);
+    const std::uint64_t below_hi = hi >= 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << hi) - 1;
+    return hi <= lo ? std::uint64_t{0} : below_hi & ~((std::uint64_t{1} << lo) - 1);
+  };
   std::int64_t count = 0, n = t0 / (th * tw), ty = t0 / tw % th, tx = t0 % tw;
   for (std::int64_t q = 0; q < nt;) {
     const std::int64_t j0 = plain ? 0 : q / kSgemmPanelCols * kSgemmPanelCols;
     const std::int64_t panel_end = plain ? nt : j0 + kSgemmPanelCols;
-    const std::int64_t len = std::min({nt - q, tw - tx, panel_end - q, std::int64_t{16}});
+    const bool paired = tw <= kPairedTiles && tx == 0 && ty + 1 < th && q + 2 * tw <= std::min(nt, panel_end);
+    const std::int64_t len = paired ? tw : std::min({nt - q, tw - tx, panel_end - q, std::int64_t{16}});
     Piece& g = pieces[count++];
-    g = {n, ty, tx, q, len, j0, plain ? plain : panel_width(nt, j0), {}, {}};
-    // Bit b of `inside`: input column cb + b is in the image.
+    g = {n, ty, tx, q, len, j0, plain ? plain : panel_width(nt, j0), paired, {}, {}};
     const std::int64_t cb = 2 * tx - w.pad_w;
-    const std::int64_t lo = std::max<std::int64_t>(0, -cb), hi = std::min<std::int64_t>(64, w.w - cb);
-    const std::uint64_t below_hi = hi >= 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << hi) - 1;
-    const std::uint64_t inside = hi <= lo ? 0 : below_hi & ~((std::uint64_t{1} << lo) - 1);
+    const std::uint64_t inside = inside_bits(cb);
     for (int r = 0; r < 4; ++r) {
-      const std::int64_t ih = 2 * ty - w.pad_h + r;
-      const bool in = ih >= 0 && ih < w.h;
-      g.offset[r] = in ? n * xs[0] + ih * xs[2] + cb : 0;
-      for (int k = 0; k < 4; ++k) g.mask[r][k] = in ? __mmask16(inside >> (k / 2 * 2 + k % 2 * 16)) : __mmask16(0);
+      const std::int64_t ih = 2 * ty - w.pad_h + r, ih2 = ih + 2;  // the paired row's
+      const bool in = ih >= 0 && ih < w.h, in2 = paired ? ih2 >= 0 && ih2 < w.h : in;
+      g.offset[r][0] = in ? n * xs[0] + ih * xs[2] + cb : 0;
+      g.offset[r][1] = paired ? (in2 ? n * xs[0] + ih2 * xs[2] + cb : 0) : g.offset[r][0] + 16;
+      const int second = paired ? 0 : 16;  // the second vector's first column
+      g.mask[r][0] = in ? __mmask16(inside) : __mmask16(0);
+      g.mask[r][1] = in2 ? __mmask16(inside >> second) : __mmask16(0);
+      g.mask[r][2] = in ? __mmask16(inside >> 2) : __mmask16(0);
+      g.mask[r][3] = in2 ? __mmask16(inside >> (second + 2)) : __mmask16(0);
     }
-    q += len;
+    q += paired ? 2 * tw : len;
     tx += len;
     if (tx == tw) {
       tx = 0;
-      if (++ty == th) {
+      ty += paired ? 2 : 1;
+      if (ty == th) {
         ty = 0;
         ++n;
       }
@@ -170,6 +215,18 @@ void transform_weights(const float* weight, std::int64_t w_rs, std::int64_t O, s
   }
 }
 
+// Row r of (B^T d) B from row r of B^T d, its four points `vsize` apart,
+// the lanes moved by `pack` first when a piece is paired.
+inline void store_row(const __m512 (&t)[4], float* out, std::int64_t vsize, __mmask16 lanes, const __m512i* pack) {
+  __m512 v[4] = {_mm512_sub_ps(t[0], t[2]), _mm512_add_ps(t[1], t[2]), _mm512_sub_ps(t[2], t[1]),
+                 _mm512_sub_ps(t[1], t[3])};
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j) {
+    if (pack) v[j] = _mm512_permutex2var_ps(v[j], *pack, v[j]);
+    _mm512_mask_storeu_ps(out + j * vsize, lanes, v[j]);
+  }
+}
+
 // V_xi = B^T d B for input channels [c0, c0 + kc) of the pieces' tiles, into
 // B's panels for a block [kc, nt] (or the pieces' plain layout): point xi's
 // at v + xi * vsize.
@@ -186,6 +243,7 @@ void transform_inputs(const float* x, const Strides& xs, std::int64_t c0, std::i
   }
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  const __m512i pack = pair_pack(paired_len(pieces, count));
   // Channel by channel, each plane read row by row and each row of the
   // panels written in order.
   for (std::int64_t c = c0; c < c0 + kc; ++c) {
@@ -195,10 +253,10 @@ void transform_inputs(const float* x, const Strides& xs, std::int64_t c0, std::i
       __m512 d[4][4];
 #pragma GCC unroll 4
       for (int r = 0; r < 4; ++r) {
-        const float* row = plane + g.offset[r];
-        const __m512 a = _mm512_maskz_loadu_ps(g.mask[r][0], row), b = _mm512_maskz_loadu_ps(g.mask[r][1], row + 16);
-        const __m512 a2 = _mm512_maskz_loadu_ps(g.mask[r][2], row + 2),
-                     b2 = _mm512_maskz_loadu_ps(g.mask[r][3], row + 18);
+        const float *first = plane + g.offset[r][0], *second = plane + g.offset[r][1];
+        const __m512 a = _mm512_maskz_loadu_ps(g.mask[r][0], first), b = _mm512_maskz_loadu_ps(g.mask[r][1], second);
+        const __m512 a2 = _mm512_maskz_loadu_ps(g.mask[r][2], first + 2),
+                     b2 = _mm512_maskz_loadu_ps(g.mask[r][3], second + 2);
         d[r][0] = _mm512_permutex2var_ps(a, even, b);
         d[r][1] = _mm512_permutex2var_ps(a, odd, b);
         d[r][2] = _mm512_permutex2var_ps(a2, even, b2);
@@ -212,15 +270,15 @@ void transform_inputs(const float* x, const Strides& xs, std::int64_t c0, std::i
         t[2][s] = _mm512_sub_ps(d[2][s], d[1][s]);
         t[3][s] = _mm512_sub_ps(d[1][s], d[3][s]);
       }
-      const __mmask16 lanes = lanes16(g.len);
       float* dst = v + g.j0 * kc + (c - c0) * g.width + (g.q - g.j0);
+      if (g.paired) {
+        const __mmask16 lanes = lanes16(2 * g.len);
 #pragma GCC unroll 4
-      for (int r = 0; r < 4; ++r) {  // (B^T d) B, row r
-        float* out = dst + 4 * r * vsize;
-        _mm512_mask_storeu_ps(out, lanes, _mm512_sub_ps(t[r][0], t[r][2]));
-        _mm512_mask_storeu_ps(out + vsize, lanes, _mm512_add_ps(t[r][1], t[r][2]));
-        _mm512_mask_storeu_ps(out + 2 * vsize, lanes, _mm512_sub_ps(t[r][2], t[r][1]));
-        _mm512_mask_storeu_ps(out + 3 * vsize, lanes, _mm512_sub_ps(t[r][1], t[r][3]));
+        for (int r = 0; r < 4; ++r) store_row(t[r], dst + 4 * r * vsize, vsize, lanes, &pack);
+      } else {
+        const __mmask16 lanes = lanes16(g.len);
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; ++r) store_row(t[r], dst + 4 * r * vsize, vsize, lanes, nullptr);
       }
     }
   }
@@ -233,6 +291,7 @@ void transform_outputs(const Window2d& w, const float* m, std::int64_t msize, st
                        const Piece* pieces, std::int64_t count) {
   const __m512i first = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
   const __m512i second = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+  const __m512i unpack = pair_unpack(paired_len(pieces, count));
   // Channel by channel: the 16 products' rows o are read in order.
   for (std::int64_t o = 0; o < rows; ++o) {
     const float* src = m + o * ldm;
@@ -240,29 +299,36 @@ void transform_outputs(const Window2d& w, const float* m, std::int64_t msize, st
     float* plane = out + (o0 + o) * os[1];
     for (std::int64_t i = 0; i < count; ++i) {
       const Piece& g = pieces[i];
-      const __mmask16 lanes = lanes16(g.len);
+      const __mmask16 lanes = lanes16(g.paired ? 2 * g.len : g.len);
       __m512 a[4], b[4];  // rows of A^T M
 #pragma GCC unroll 4
       for (int j = 0; j < 4; ++j) {
-        const __m512 m0 = _mm512_maskz_loadu_ps(lanes, src + g.q + j * msize);
-        const __m512 m1 = _mm512_maskz_loadu_ps(lanes, src + g.q + (4 + j) * msize);
-        const __m512 m2 = _mm512_maskz_loadu_ps(lanes, src + g.q + (8 + j) * msize);
-        const __m512 m3 = _mm512_maskz_loadu_ps(lanes, src + g.q + (12 + j) * msize);
-        a[j] = _mm512_add_ps(_mm512_add_ps(m0, m1), m2);
-        b[j] = _mm512_sub_ps(_mm512_sub_ps(m1, m2), m3);
+        __m512 mv[4];
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; ++k) {
+          mv[k] = _mm512_maskz_loadu_ps(lanes, src + g.q + (4 * k + j) * msize);
+          if (g.paired) mv[k] = _mm512_permutex2var_ps(mv[k], unpack, mv[k]);
+        }
+        a[j] = _mm512_add_ps(_mm512_add_ps(mv[0], mv[1]), mv[2]);
+        b[j] = _mm512_sub_ps(_mm512_sub_ps(mv[1], mv[2]), mv[3]);
       }
+      // A row's first 16 columns, and its next 16 or (paired) the first 16
+      // of the output row two on; whether each one's lower row exists.
       const std::int64_t cols = std::min(2 * g.len, w.out_w - 2 * g.tx0);
-      const __mmask16 lo = lanes16(cols), hi = lanes16(cols - 16);
+      const __mmask16 lo = lanes16(cols), hi = g.paired ? lo : lanes16(cols - 16);
+      const std::int64_t hi_at = g.paired ? 2 * os[2] : 16;
+      const bool lower = 2 * g.ty + 1 < w.out_h, hi_lower = g.paired ? 2 * g.ty + 3 < w.out_h : lower;
       float* dst = plane + g.n * os[0] + 2 * g.ty * os[2] + 2 * g.tx0;
       const __m512 y00 = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a[0], a[1]), a[2]), beta);
       const __m512 y01 = _mm512_add_ps(_mm512_sub_ps(_mm512_sub_ps(a[1], a[2]), a[3]), beta);
       _mm512_mask_storeu_ps(dst, lo, _mm512_permutex2var_ps(y00, first, y01));
-      _mm512_mask_storeu_ps(dst + 16, hi, _mm512_permutex2var_ps(y00, second, y01));
-      if (2 * g.ty + 1 == w.out_h) continue;  // the last row of an odd height
+      _mm512_mask_storeu_ps(dst + hi_at, hi, _mm512_permutex2var_ps(y00, second, y01));
+      if (!lower) continue;  // the last row of an odd height
       const __m512 y10 = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(b[0], b[1]), b[2]), beta);
       const __m512 y11 = _mm512_add_ps(_mm512_sub_ps(_mm512_sub_ps(b[1], b[2]), b[3]), beta);
       _mm512_mask_storeu_ps(dst + os[2], lo, _mm512_permutex2var_ps(y10, first, y11));
-      _mm512_mask_storeu_ps(dst + os[2] + 16, hi, _mm512_permutex2var_ps(y10, second, y11));
+      _mm512_mask_storeu_ps(dst + os[2] + hi_at, hi_lower ? hi : __mmask16(0),
+                            _mm512_permutex2var_ps(y10, second, y11));
     }
   }
 }
@@ -294,19 +360,23 @@ void transform_grads(const Window2d& w, const float* dy, const Strides& gs, std:
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
   const __m512 zero = _mm512_setzero_ps();
+  const __m512i pack = pair_pack(paired_len(pieces, count));
   for (std::int64_t o = 0; o < O; ++o) {
     const float* plane = dy + o * gs[1];
     for (std::int64_t i = 0; i < count; ++i) {
       const Piece& g = pieces[i];
+      // dY's rows 2 ty and 2 ty + 1: 32 columns of each, or (paired) 16
+      // of each and 16 of rows 2 ty + 2 and 2 ty + 3.
       const std::int64_t cols = std::min(2 * g.len, w.out_w - 2 * g.tx0);
-      const __mmask16 lo = lanes16(cols), hi = lanes16(cols - 16);
-      const bool lower = 2 * g.ty + 1 < w.out_h;
+      const __mmask16 lo = lanes16(cols), hi = g.paired ? lo : lanes16(cols - 16);
+      const std::int64_t hi_at = g.paired ? 2 * gs[2] : 16;
+      const bool lower = 2 * g.ty + 1 < w.out_h, hi_lower = g.paired ? 2 * g.ty + 3 < w.out_h : lower;
       const float* row = plane + g.n * gs[0] + 2 * g.ty * gs[2] + 2 * g.tx0;
       __m512 r[4][2];  // rows of A dY: columns 0 and 1 of each tile
       for (int k = 0; k < 2; ++k) {
-        const __mmask16 m0 = k == 0 || lower ? lo : __mmask16(0), m1 = k == 0 || lower ? hi : __mmask16(0);
+        const __mmask16 m0 = k == 0 || lower ? lo : __mmask16(0), m1 = k == 0 || hi_lower ? hi : __mmask16(0);
         const float* src = row + k * gs[2];
-        const __m512 a = _mm512_maskz_loadu_ps(m0, src), b = _mm512_maskz_loadu_ps(m1, src + 16);
+        const __m512 a = _mm512_maskz_loadu_ps(m0, src), b = _mm512_maskz_loadu_ps(m1, src + hi_at);
         r[k][0] = _mm512_permutex2var_ps(a, even, b);
         r[k][1] = _mm512_permutex2var_ps(a, odd, b);
       }
@@ -316,15 +386,17 @@ void transform_grads(const Window2d& w, const float* dy, const Strides& gs, std:
         r[2][k] = _mm512_sub_ps(y0, y1);
         r[1][k] = _mm512_add_ps(y0, y1);
       }
-      const __mmask16 lanes = lanes16(g.len);
+      const __mmask16 lanes = lanes16(g.paired ? 2 * g.len : g.len);
       float* dst = y + o * plain + g.q;
 #pragma GCC unroll 4
       for (int k = 0; k < 4; ++k) {  // (A dY) A^T, row k
-        float* out = dst + 4 * k * ysize;
-        _mm512_mask_storeu_ps(out, lanes, r[k][0]);
-        _mm512_mask_storeu_ps(out + ysize, lanes, _mm512_add_ps(r[k][0], r[k][1]));
-        _mm512_mask_storeu_ps(out + 2 * ysize, lanes, _mm512_sub_ps(r[k][0], r[k][1]));
-        _mm512_mask_storeu_ps(out + 3 * ysize, lanes, _mm512_sub_ps(zero, r[k][1]));
+        __m512 v[4] = {r[k][0], _mm512_add_ps(r[k][0], r[k][1]), _mm512_sub_ps(r[k][0], r[k][1]),
+                       _mm512_sub_ps(zero, r[k][1])};
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; ++j) {
+          if (g.paired) v[j] = _mm512_permutex2var_ps(v[j], pack, v[j]);
+          _mm512_mask_storeu_ps(dst + (4 * k + j) * ysize, lanes, v[j]);
+        }
       }
     }
   }
