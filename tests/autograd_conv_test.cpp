@@ -154,23 +154,34 @@ TEST_CASE("autograd conv: conv2d on threaded and tiled layers satisfies the adjo
 TEST_CASE("autograd conv: Winograd's f32 gradients of 3x3 stride-1 layers match f64 within their terms' magnitude") {
   // dL/dx runs as a Winograd forward and dL/dW as Winograd's 16 sums over
   // tiles (Note [Winograd weight gradients]): ragged tiles, padding 0-2,
-  // several chunks of tiles per thread, a channel-sliced x and a strided
-  // gradient. Each element is held to 1e-5 of the sum of its terms'
-  // magnitudes: the same gradients in f64 of |x|, |w| and |dL/dy|.
+  // several chunks of tiles per thread, a last chunk shorter than the
+  // others, and a channel-sliced x. Each element is held to 1e-5 of the
+  // sum of its terms' magnitudes: the same gradients in f64 of |x|, |w|
+  // and |dL/dy|.
   struct Case {
     forge::Shape x, w;
     std::int64_t pad;
   };
   const Case cases[] = {
-      {{2, 16, 8, 8}, {16, 16, 3, 3}, 1},   {{3, 17, 9, 7}, {19, 17, 3, 3}, 1},   {{2, 16, 11, 13}, {24, 16, 3, 3}, 0},
-      {{2, 20, 6, 5}, {16, 20, 3, 3}, 2},   {{4, 16, 30, 30}, {40, 16, 3, 3}, 1}, {{1, 24, 5, 40}, {32, 24, 3, 3}, 1},
+      {{2, 16, 8, 8}, {16, 16, 3, 3}, 1},
+      {{3, 17, 9, 7}, {19, 17, 3, 3}, 1},
+      {{2, 16, 11, 13}, {24, 16, 3, 3}, 0},
+      {{2, 20, 6, 5}, {16, 20, 3, 3}, 2},
+      {{4, 16, 30, 30}, {40, 16, 3, 3}, 1},
+      {{1, 24, 5, 40}, {32, 24, 3, 3}, 1},
       {{6, 32, 14, 14}, {64, 32, 3, 3}, 1},
+      // 16 outputs: sgemm's dot mode for chunks of 64 tiles or more, its
+      // packed mode (with scratch) for a shorter last chunk (8 threads:
+      // chunks of 80, the last of 40; 1 thread: chunks of 256, the last of 1)
+      {{2, 16, 30, 40}, {16, 16, 3, 3}, 1},
+      {{5, 16, 14, 278}, {16, 16, 3, 3}, 1},
   };
   for (const int threads : {1, 2, 8}) {
     TestContext ctx(forge_test::context_options(threads));
     for (const Case& c : cases) {
       const Conv2dOptions o{.padding = {c.pad, c.pad}};
-      // x channel-sliced (rows contiguous, planes apart), dL/dy transposed in memory.
+      // x channel-sliced (rows contiguous, planes apart), dL/dy transposed in
+      // memory (the rule makes it contiguous before the kernel).
       Tensor x = ctx.randn({c.x[0], 2 * c.x[1], c.x[2], c.x[3]}).slice(1, 0, 2 * c.x[1], 2);
       x.requires_grad_();
       Tensor w = ctx.randn(c.w).requires_grad_();

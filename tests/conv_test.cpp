@@ -289,6 +289,7 @@ TEST_CASE("conv: 3x3 stride-1 layers through Winograd F(2x2, 3x3) agree with the
       {{4, 16, 30, 30}, {40, 16, 3, 3}, 1, 1, 1, 0, false},  // 900 tiles: several chunks
       {{1, 520, 6, 6}, {20, 520, 3, 3}, 1, 1, 1, 0, false},  // two k blocks
       {{1, 16, 8, 8}, {200, 16, 3, 3}, 1, 1, 1, 2, true},    // one chunk, blocks of output channels
+      {{1, 32, 8, 8}, {256, 32, 3, 3}, 1, 1, 1, 0, false},   // the same, enough work to run them in parallel
       {{2, 16, 9, 9}, {16, 16, 3, 3}, 1, 1, 1, 1, false},    // transposed x: im2col
       {{2, 32, 9, 9}, {32, 16, 3, 3}, 1, 2, 1, 0, false},    // groups: im2col
       {{2, 16, 9, 9}, {16, 16, 3, 3}, 1, 1, 2, 0, false},    // stride 2: im2col

@@ -1,12 +1,12 @@
 // conv2d as im2col + GEMM. The f32 forward on AVX-512 cores goes through
-// conv_winograd.cpp for 3x3 windows at stride 1 (Winograd F(2x2, 3x3)), and
-// otherwise through conv_packed.cpp, which writes the column matrix
-// straight into the GEMM's packed panels. Elsewhere (f64, builds without AVX-512, outputs under 4
-// columns wide) the output's spatial positions are cut into tiles whose
-// column matrix ([C/groups * kH * kW, tile]) stays in L2; each (image,
-// group, tile) item is one GEMM of the group's weights [O/groups, K] with
-// the tile's columns, written straight into the output with the bias
-// already in place. Items go to threads (one pooled scratch slot per
+// conv_winograd.cpp for 3x3 windows at stride 1 (Winograd F(2x2, 3x3)),
+// and otherwise through conv_packed.cpp, which writes the column matrix
+// straight into the GEMM's packed panels. Elsewhere (f64, builds without
+// AVX-512, outputs under 4 columns wide) the output's spatial positions
+// are cut into tiles whose column matrix ([C/groups * kH * kW, tile])
+// stays in L2; each (image, group, tile) item is one GEMM of the group's
+// weights [O/groups, K] with the tile's columns, written straight into the
+// output with the bias already in place. Items go to threads (one pooled scratch slot per
 // thread) when there are enough of them; otherwise each GEMM splits itself.
 // A pointwise (1x1, stride 1, unpadded) convolution reads its columns from
 // x directly. The backward runs the same column tiles the other way (Note

@@ -24,9 +24,10 @@
 //   of output channels, as conv_packed.cpp packs them). The output transform
 //   reads the 16 products' columns for 16 tiles at a time and writes the
 //   2x2 blocks with the bias added.
-// - Everything an item touches (its transformed inputs, 16 x kc x 192
+// - Everything an item touches (its transformed inputs, 16 x kc x 96
 //   floats, and its 16 products) is in one slot of pooled scratch per
-//   thread, leased up front (Note [Worker scratch]).
+//   thread, leased up front (Note [Worker scratch]); the weight gradient's
+//   slots also hold their 16 [O, C] sums.
 
 #include "backend/cpu/conv_winograd.h"
 
@@ -76,8 +77,11 @@ constexpr std::int64_t kMaxPad = 2;
 // 64 channels; at 128 and 256 channels 48, 96 and 192 ran within the
 // noise of each other, and 96 ran the 32-channel layer 5-10 % faster than 192.
 constexpr std::int64_t kChunk = 2 * kSgemmPanelCols;
-// Tiles per chunk of the weight gradient's sum (its GEMMs' k), at most.
-constexpr std::int64_t kGradChunk = 256;
+// Tiles per chunk of the weight gradient's sum (its GEMMs' k): at most
+// kGradChunk, at least kMinGradChunk, and otherwise as many as keep a
+// chunk's transformed tiles within kGradTileFloats (4 MB).
+constexpr std::int64_t kGradChunk = 256, kMinGradChunk = 64;
+constexpr std::int64_t kGradTileFloats = std::int64_t{1} << 20;
 // Blocks of output channels are no narrower than this.
 constexpr std::int64_t kMinRows = 32;
 
@@ -499,13 +503,23 @@ bool conv2d_winograd_weight_grad_f32(detail::DeviceRuntime& rt, const Conv2dBack
   // major); the slots' Ms are added, then G^T M G gives dW's 3x3 windows.
   const int threads = rt.threads();
   const std::int64_t th = (w.out_h + 1) / 2, tw = (w.out_w + 1) / 2, T = w.n * th * tw;
+  // Chunks whose transformed tiles (16 x (O + C) x chunk floats) stay
+  // near kGradTileFloats: 256 tiles up to 128 channels, 64 at 512.
+  const std::int64_t most =
+      std::clamp<std::int64_t>(kGradTileFloats / (kPoints * (O + C)) / 16 * 16, kMinGradChunk, kGradChunk);
   std::int64_t chunks = 0;
-  const std::int64_t chunk = chunk_tiles(T, kGradChunk, threads, chunks);
+  const std::int64_t chunk = chunk_tiles(T, most, threads, chunks);
   const double flops = 2.0 * kPoints * static_cast<double>(O) * static_cast<double>(C) * static_cast<double>(T);
   const bool parallel = threads > 1 && chunks > 1 && flops >= static_cast<double>(kParallelGemmFlops);
+  // Every slot takes at least one chunk (its first sets its M: beta 0).
   const std::int64_t slots = parallel ? std::min<std::int64_t>(threads, chunks) : 1;
   const std::int64_t m_floats = kPoints * O * C, y_floats = kPoints * O * chunk, v_floats = kPoints * C * chunk;
-  const std::int64_t g_floats = static_cast<std::int64_t>(sgemm_scratch_floats(O, C, chunk, chunk, 1, 1, chunk));
+  // sgemm's scratch for both k = chunk and the last chunk's k: its mode
+  // (and so its packing) depends on k (at O = 16, k >= 64 takes the dot
+  // mode, which packs nothing, and a shorter last chunk the packed one).
+  std::int64_t g_floats = 0;
+  for (const std::int64_t k : {chunk, T - (chunks - 1) * chunk})
+    g_floats = std::max(g_floats, static_cast<std::int64_t>(sgemm_scratch_floats(O, C, k, chunk, 1, 1, chunk)));
   const std::int64_t slot_floats = round_up(m_floats, 16) + y_floats + v_floats + round_up(g_floats, 16);
   ScratchLease<float> scratch = rt.pool().scratch<float>(static_cast<std::size_t>(slots * slot_floats));
 
@@ -528,12 +542,13 @@ bool conv2d_winograd_weight_grad_f32(detail::DeviceRuntime& rt, const Conv2dBack
   });
 
   float* m = scratch.data();
-  for (std::int64_t s = 1; s < slots; ++s) {
-    const float* other = scratch.data() + s * slot_floats;
-    rt.parallel_for(m_floats, kGrainElements, [&](std::int64_t i0, std::int64_t i1) {
-      for (std::int64_t i = i0; i < i1; ++i) m[i] += other[i];
+  if (slots > 1)
+    rt.parallel_for(m_floats, kGrainElements / slots, [&](std::int64_t i0, std::int64_t i1) {
+      for (std::int64_t s = 1; s < slots; ++s) {
+        const float* other = scratch.data() + s * slot_floats;
+        for (std::int64_t i = i0; i < i1; ++i) m[i] += other[i];
+      }
     });
-  }
   float* gw = reinterpret_cast<float*>(p.grad_weight);
   rt.parallel_for(O, std::max<std::int64_t>(1, kGrainElements / (kPoints * C)),
                   [&](std::int64_t o0, std::int64_t o1) { transform_weight_grads(m, O, C, o0, o1, gw); });
